@@ -1,0 +1,116 @@
+"""Small records the stages exchange. No behaviour beyond trivial helpers; no I/O.
+
+Times are unix seconds (float) everywhere. Labels are sorted tuples of (name, value) pairs so
+they are hashable and canonical.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+Labels = tuple[tuple[str, str], ...]
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+BoolArray = NDArray[np.bool_]
+
+# dcgm-exporter writes values near 2**63 (e.g. 9223372036854775794) for "blank / not supported".
+DCGM_BLANK_THRESHOLD = 9.2e18
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One fully parsed sample: used by tests, differential checks and writers."""
+
+    name: str
+    labels: Labels
+    value: float
+    timestamp: float | None = None  # seconds
+
+
+@dataclass(slots=True)
+class Exposition:
+    """One parsed payload in columnar form: what ingest/parse.py returns.
+
+    ``keys[i]`` is the series text of sample i exactly as written on the wire (``name`` or
+    ``name{labels}``, surrounding blanks stripped). Raw keys repeat verbatim across scrapes of
+    the same exporter, so the series index maps them to columns with one dict lookup; a key is
+    only split into name and labels the first time it is seen.
+    """
+
+    source: str
+    keys: list[str] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+    timestamps: list[float | None] = field(default_factory=list)  # seconds, None if absent
+    types: dict[str, str] = field(default_factory=dict)  # metric family -> declared type
+    errors: list[Exception] = field(default_factory=list)  # ParseError per rejected line
+    lines: int = 0  # lines read, including comments and blanks
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesInfo:
+    """What a column of the series index stands for, after label normalization."""
+
+    column: int
+    metric: str
+    labels: Labels  # normalized labels, node/gpu included
+    node: str  # "" when no node identity could be found
+    gpu: str  # "" for node-level series
+    context: Labels = ()  # labels kept aside, not part of identity (uuid, pci_bus_id, pod, ...)
+
+
+@dataclass(frozen=True, slots=True)
+class SampleBatch:
+    """A chunk of samples in non-decreasing time order, columns from one SeriesIndex."""
+
+    times: FloatArray
+    columns: IntArray
+    values: FloatArray
+
+    def __len__(self) -> int:
+        return int(self.times.shape[0])
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """The values of one tick, aligned to the series index (NaN = not observed this tick)."""
+
+    time: float
+    values: FloatArray
+
+
+@dataclass(frozen=True, slots=True)
+class XidEvent:
+    """One XID episode on a node (and GPU when known)."""
+
+    time: float
+    node: str
+    gpu: str | None
+    xid: int
+    end: float | None = None
+    source: str = ""  # "events-file", "dump", "kmsg", ...
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    """One alert episode: an entity whose fused score stayed above threshold."""
+
+    node: str
+    gpu: str | None
+    start: float
+    end: float | None
+    peak_score: float
+    signals: tuple[str, ...]  # top contributing signals at the peak, strongest first
+
+
+@dataclass(frozen=True, slots=True)
+class Incident:
+    """A cluster-wide (common-mode) movement: many nodes moving together on one signal."""
+
+    start: float
+    end: float | None
+    signal: str
+    nodes_affected: int
+    nodes_total: int

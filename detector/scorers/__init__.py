@@ -1,0 +1,1 @@
+"""Streaming scorers: vectorized over all signal columns, state in numpy arrays."""

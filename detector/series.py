@@ -1,0 +1,156 @@
+"""The series index: a stable column per series (metric + normalized identity labels).
+
+Columns are appended as series appear and never reused, so arrays aligned to the index only
+grow. Raw wire keys (``name{labels}`` exactly as an exporter wrote them) map to columns with one
+dict lookup; a raw key is split and normalized only the first time it is seen (per source
+labels). Several raw spellings of one series (``Hostname`` vs ``hostname``, label order,
+``exported_pod``) land in the same column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .model import IntArray, Labels, SeriesInfo
+
+Splitter = Callable[[str], tuple[str, Labels]]
+
+# Old dcgm-exporter namespace (dcgm_gpu_temp) -> field names (DCGM_FI_DEV_GPU_TEMP).
+_DCGM_OLD_PREFIX = "dcgm_"
+_DCGM_ALIASES = {
+    "dcgm_xid_errors": "DCGM_FI_DEV_XID_ERRORS",
+    "dcgm_fb_used": "DCGM_FI_DEV_FB_USED",
+    "dcgm_fb_free": "DCGM_FI_DEV_FB_FREE",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LabelRules:
+    """How raw labels become identity: which labels name the node and the GPU, which renames
+    apply, and which labels are context only (kept aside, not part of a series' identity)."""
+
+    node_labels: tuple[str, ...] = ("node", "hostname", "Hostname", "instance")
+    gpu_labels: tuple[str, ...] = ("gpu",)
+    renames: tuple[tuple[str, str], ...] = (
+        ("UUID", "uuid"),
+        ("exported_pod", "pod"),
+        ("exported_namespace", "namespace"),
+        ("exported_container", "container"),
+    )
+    context_labels: frozenset[str] = frozenset(
+        {
+            "instance", "job", "uuid", "pci_bus_id", "device", "modelName", "Hostname",
+            "hostname", "node", "DCGM_FI_DRIVER_VERSION", "pod", "namespace", "container",
+            "err_msg", "exported_job", "exported_instance",
+        }
+    )
+
+
+def canonical_metric(name: str) -> str:
+    """The metric name under which a series is scored (DCGM field aliases folded)."""
+    alias = _DCGM_ALIASES.get(name)
+    if alias is not None:
+        return alias
+    if name.startswith(_DCGM_OLD_PREFIX):
+        return "DCGM_FI_DEV_" + name[len(_DCGM_OLD_PREFIX) :].upper()
+    return name
+
+
+def _host_part(instance: str) -> str:
+    if instance.startswith("["):  # [::1]:9100
+        return instance[1 : instance.find("]")] if "]" in instance else instance
+    host, sep, port = instance.rpartition(":")
+    return host if sep and port.isdigit() else instance
+
+
+def normalize(name: str, labels: Labels, rules: LabelRules) -> tuple[str, Labels, str, str, Labels]:
+    """Normalize one series: (metric, identity labels, node, gpu, context labels)."""
+    renames = dict(rules.renames)
+    raw: dict[str, str] = {}
+    for key, value in labels:
+        raw[renames.get(key, key)] = value
+    node = ""
+    for key in rules.node_labels:
+        value = raw.get(key, "")
+        if value:
+            node = _host_part(value) if key == "instance" else value
+            break
+    gpu = ""
+    for key in rules.gpu_labels:
+        if raw.get(key, ""):
+            gpu = raw[key]
+            break
+    identity: list[tuple[str, str]] = []
+    context: list[tuple[str, str]] = []
+    for key, value in raw.items():
+        if key in rules.gpu_labels:
+            continue
+        (context if key in rules.context_labels else identity).append((key, value))
+    if node:
+        identity.append(("node", node))
+    if gpu:
+        identity.append(("gpu", gpu))
+    return canonical_metric(name), tuple(sorted(identity)), node, gpu, tuple(sorted(context))
+
+
+@dataclass
+class SeriesIndex:
+    """Stable columns for series. Only grows; see the module docstring."""
+
+    rules: LabelRules = field(default_factory=LabelRules)
+    infos: list[SeriesInfo] = field(default_factory=list)
+    _by_identity: dict[tuple[str, Labels], int] = field(default_factory=dict)
+    _by_raw: dict[tuple[Labels, str], int] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.infos)
+
+    def add(self, name: str, labels: Labels) -> int:
+        """Column of the series ``name{labels}``, appending it if new."""
+        metric, identity, node, gpu, context = normalize(name, labels, self.rules)
+        key = (metric, identity)
+        column = self._by_identity.get(key)
+        if column is None:
+            column = len(self.infos)
+            self.infos.append(SeriesInfo(column, metric, identity, node, gpu, context))
+            self._by_identity[key] = column
+        return column
+
+    def column_of(self, name: str, labels: Labels) -> int | None:
+        """Column of an already known series, or None."""
+        metric, identity, *_ = normalize(name, labels, self.rules)
+        return self._by_identity.get((metric, identity))
+
+    def columns(self, keys: Sequence[str], split: Splitter, extra: Labels = ()) -> IntArray:
+        """Columns of raw wire keys. ``extra`` labels (e.g. the target's instance/node) are
+        added to every key's labels unless the key carries that label itself."""
+        lookup = self._by_raw
+        out = np.empty(len(keys), dtype=np.int64)
+        for i, key in enumerate(keys):
+            column = lookup.get((extra, key))
+            if column is None:
+                name, labels = split(key)
+                if extra:
+                    have = {k for k, _ in labels}
+                    labels = labels + tuple(kv for kv in extra if kv[0] not in have)
+                column = self.add(name, labels)
+                lookup[(extra, key)] = column
+            out[i] = column
+        return out
+
+    def select(self, predicate: Callable[[SeriesInfo], bool]) -> list[int]:
+        return [info.column for info in self.infos if predicate(info)]
+
+    def nodes(self) -> list[str]:
+        return sorted({info.node for info in self.infos if info.node})
+
+    def extend_from(self, infos: Iterable[SeriesInfo]) -> None:
+        """Re-create columns in order (restoring a saved index or a dump cache)."""
+        for info in infos:
+            if info.column != len(self.infos):
+                raise ValueError(f"series column {info.column} out of order")
+            self.infos.append(info)
+            self._by_identity[(info.metric, info.labels)] = info.column
