@@ -114,3 +114,27 @@ class Incident:
     signal: str
     nodes_affected: int
     nodes_total: int
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnLayout:
+    """Per signal column: which signal it is, which entity it belongs to, its peer groups.
+
+    All arrays have one entry per signal column.
+    - ``signal``: id of the signal kind (index into ``signal_names``), e.g. "gpu_temp".
+    - ``node``: node id (index into ``node_names``).
+    - ``gpu``: GPU id within the node as an int, or -1 for node-level columns.
+    - ``cohort``: cohort id of the column's node (nodes compared with each other).
+    - ``direction``: +1 only increases are anomalous, -1 only decreases, 0 both.
+    """
+
+    signal: IntArray
+    node: IntArray
+    gpu: IntArray
+    cohort: IntArray
+    direction: IntArray
+    signal_names: tuple[str, ...]
+    node_names: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return int(self.signal.shape[0])

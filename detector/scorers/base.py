@@ -12,38 +12,16 @@ is longer than what it has seen. ``ColumnLayout`` tells scorers which columns be
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+# ColumnLayout lives in model.py so the signal stage can build it without importing scorers
+# (stages never import each other); it is re-exported here, its historical home.
+from ..model import ColumnLayout as ColumnLayout
 from ..model import FloatArray, IntArray
 
 SCORE_CAP = 50.0
-
-
-@dataclass(frozen=True, slots=True)
-class ColumnLayout:
-    """Per signal column: which signal it is, which entity it belongs to, its peer groups.
-
-    All arrays have one entry per signal column.
-    - ``signal``: id of the signal kind (index into ``signal_names``), e.g. "gpu_temp".
-    - ``node``: node id (index into ``node_names``).
-    - ``gpu``: GPU id within the node as an int, or -1 for node-level columns.
-    - ``cohort``: cohort id of the column's node (nodes compared with each other).
-    - ``direction``: +1 only increases are anomalous, -1 only decreases, 0 both.
-    """
-
-    signal: IntArray
-    node: IntArray
-    gpu: IntArray
-    cohort: IntArray
-    direction: IntArray
-    signal_names: tuple[str, ...]
-    node_names: tuple[str, ...]
-
-    def __len__(self) -> int:
-        return int(self.signal.shape[0])
 
 
 @runtime_checkable
