@@ -1,0 +1,181 @@
+"""The events file (`--events`): known failures as JSONL, one a line.
+
+Contract (ARCHITECTURE.md)::
+
+    {"time": <unix seconds or RFC3339>, "node": "...", "gpu": "3" | null, "xid": 79,
+     "end": <optional>}
+
+Reading is strict about what a line means and tolerant about how it is written:
+
+- blank lines and lines starting with ``#`` are skipped;
+- ``time``/``end``: a JSON number (unix seconds), a numeric string, or an RFC 3339 string with
+  ``Z`` or an explicit UTC offset. A time without an offset is refused (local time would shift
+  every failure by hours and silently ruin the matching); so is a number that looks like
+  milliseconds (> 1e11);
+- ``gpu``: a string, a non-negative integer (stored as its decimal string), null, or absent;
+- ``xid``: a positive integer or a string of digits;
+- fields outside the contract (``msg``, ``source``, ...) are ignored, so richer exports load.
+
+The first bad line raises :class:`~detector.errors.EventsError` naming file, line and field.
+Events come back sorted by time (stable), with ``source="events-file"``. ``.gz`` files are read
+and written transparently.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import math
+from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any
+
+from ..errors import EventsError
+from ..model import XidEvent
+
+SOURCE = "events-file"
+# Unix seconds stay below 1e11 until the year 5138; anything larger is almost surely milliseconds.
+_MAX_UNIX_SECONDS = 1e11
+
+
+class _FieldError(ValueError):
+    """A field of one line is invalid; turned into EventsError with file and line."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        super().__init__(f"field {field!r}: {reason}")
+
+
+def _open_text(path: Path, *, write: bool) -> IO[str]:
+    """Open for text reading or writing; gzip when the name ends in .gz. Caller closes."""
+    if path.suffix == ".gz":
+        return io.TextIOWrapper(gzip.GzipFile(path, "wb" if write else "rb"), encoding="utf-8")
+    return open(path, "w" if write else "r", encoding="utf-8")
+
+
+def _parse_time(field: str, value: Any) -> float:
+    if isinstance(value, bool):  # bool is an int subclass; true is not a time
+        raise _FieldError(field, f"expected unix seconds or RFC 3339, got {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = _parse_rfc3339(field, text)
+    else:
+        raise _FieldError(field, f"expected unix seconds or RFC 3339, got {value!r}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise _FieldError(field, f"not a valid unix time: {value!r}")
+    if seconds > _MAX_UNIX_SECONDS:
+        raise _FieldError(field, f"{value!r} looks like milliseconds; write unix seconds")
+    return seconds
+
+
+def _parse_rfc3339(field: str, text: str) -> float:
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise _FieldError(field, f"not unix seconds nor RFC 3339: {text!r}") from None
+    if parsed.tzinfo is None:
+        raise _FieldError(field, f"{text!r} has no UTC offset; add 'Z' or e.g. '+02:00'")
+    return parsed.timestamp()
+
+
+def _parse_gpu(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise _FieldError("gpu", f"expected a GPU index or null, got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise _FieldError("gpu", f"negative GPU index {value}")
+        return str(value)
+    if isinstance(value, str):
+        return value.strip() or None
+    raise _FieldError("gpu", f"expected a GPU index or null, got {value!r}")
+
+
+def _parse_xid(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    if isinstance(value, str) and value.strip().isdigit() and int(value) > 0:
+        return int(value)
+    raise _FieldError("xid", f"expected a positive integer XID code, got {value!r}")
+
+
+def _parse_record(record: Any) -> XidEvent:
+    if not isinstance(record, dict):
+        raise _FieldError("<line>", f"expected a JSON object, got {type(record).__name__}")
+    for required in ("time", "node", "xid"):
+        if required not in record:
+            raise _FieldError(required, "missing")
+    node = record["node"]
+    if not isinstance(node, str) or not node.strip():
+        raise _FieldError("node", f"expected a non-empty string, got {node!r}")
+    time = _parse_time("time", record["time"])
+    end_raw = record.get("end")
+    end = None if end_raw is None else _parse_time("end", end_raw)
+    if end is not None and end < time:
+        raise _FieldError("end", f"end {end_raw!r} is before time {record['time']!r}")
+    return XidEvent(
+        time=time,
+        node=node.strip(),
+        gpu=_parse_gpu(record.get("gpu")),
+        xid=_parse_xid(record["xid"]),
+        end=end,
+        source=SOURCE,
+    )
+
+
+def parse_events(lines: Iterable[str], source: str) -> list[XidEvent]:
+    """Parse JSONL lines (see module docstring); ``source`` names the input in errors."""
+    events: list[XidEvent] = []
+    for number, line in enumerate(lines, start=1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise EventsError(f"{source}:{number}: not valid JSON: {exc.msg}") from None
+        try:
+            events.append(_parse_record(record))
+        except _FieldError as exc:
+            raise EventsError(f"{source}:{number}: {exc}") from None
+    events.sort(key=lambda event: event.time)
+    return events
+
+
+def load_events(path: Path) -> list[XidEvent]:
+    """Read an events file (``.gz`` allowed); raise EventsError naming file, line and field."""
+    try:
+        with _open_text(path, write=False) as handle:
+            return parse_events(handle, str(path))
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise EventsError(f"{path}: cannot read events file: {exc}") from None
+
+
+def _event_record(event: XidEvent) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "time": event.time,
+        "node": event.node,
+        "gpu": event.gpu,
+        "xid": event.xid,
+    }
+    if event.end is not None:
+        record["end"] = event.end
+    return record
+
+
+def write_events(path: Path, events: Iterable[XidEvent]) -> None:
+    """Write events as JSONL in the contract shape (unix seconds); ``.gz`` by suffix.
+
+    ``load_events(path)`` gives the same events back (with ``source="events-file"``).
+    """
+    with _open_text(path, write=True) as handle:
+        for event in events:
+            handle.write(json.dumps(_event_record(event), separators=(", ", ": ")) + "\n")
