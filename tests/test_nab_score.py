@@ -1,0 +1,158 @@
+"""The NAB scorer (bench/nab_score.py) against hand-computed values on small label sets.
+
+Reward curve used for the expected values: sigma(y) = 2 / (1 + e^(5y)) - 1 = -tanh(2.5 y), so
+a detection on the first row of a window is worth exactly A_TP (sigma(-1) / sigma(-1)).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from detector.errors import ConfigError
+
+
+def _load_bench(name: str) -> ModuleType:
+    path = Path(__file__).resolve().parent.parent / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while being built
+    spec.loader.exec_module(module)
+    return module
+
+
+nab = _load_bench("nab_score")
+STANDARD = nab.CostMatrix(tp=1.0, fp=0.11, fn=1.0)
+LOW_FN = nab.CostMatrix(tp=1.0, fp=0.11, fn=2.0)
+WINDOW = (50, 59)  # rows 50..59 of a 100-row file: width 10; probation is rows 0..14
+
+
+def _sigma(y: float) -> float:
+    return -math.tanh(2.5 * y)
+
+
+def _file(detections: dict[int, float], rows: int = 100) -> object:
+    scores = np.zeros(rows)
+    for row, score in detections.items():
+        scores[row] = score
+    return nab.FileRows("f.csv", scores, (WINDOW,))
+
+
+def test_probation_is_fifteen_percent_capped_at_750_rows() -> None:
+    """The unscored head is floor(15% of rows), never more than 750 rows."""
+    assert [nab.probation_length(n) for n in (100, 4032, 22695)] == [15, 604, 750]
+
+
+def test_detection_on_window_start_scores_100() -> None:
+    """A detector that hits every window on its first row and nothing else is perfect."""
+    result = nab.best_threshold([_file({50: 1.0})], STANDARD)
+    assert (result.raw, result.normalized, result.detected_windows) == (1.0, 100.0, 1)
+
+
+def test_never_firing_scores_0() -> None:
+    """The null detector (no detection ever) scores 0 under every profile."""
+    for cost in (STANDARD, LOW_FN):
+        result = nab.best_threshold([_file({})], cost)
+        assert (-cost.fn, 0.0) == (result.raw, result.normalized)
+
+
+def test_detection_on_window_end_earns_the_sigmoid_of_its_row_position() -> None:
+    """The last row of a 10-row window sits at y = -1/10: worth sigma(-0.1) / sigma(-1)."""
+    expected_raw = _sigma(-0.1) / _sigma(-1.0)
+    result = nab.score_at([_file({59: 1.0})], STANDARD, 0.5)
+    assert result.raw == pytest.approx(expected_raw)
+    assert result.normalized == pytest.approx(100.0 * (expected_raw + 1.0) / 2.0)
+
+
+def test_only_the_earliest_detection_in_a_window_counts() -> None:
+    """Detections on rows 55 and 52 are worth what row 52 alone is worth."""
+    alone = nab.score_at([_file({52: 1.0})], STANDARD, 0.5).raw
+    both = nab.score_at([_file({52: 1.0, 55: 1.0})], STANDARD, 0.5).raw
+    assert alone == pytest.approx(_sigma(-0.8) / _sigma(-1.0))
+    assert alone == pytest.approx(both)
+
+
+def test_false_positive_before_any_window_costs_the_full_fp_weight() -> None:
+    """A detection on row 20 (after probation, before the window) costs A_FP = 0.11."""
+    result = nab.score_at([_file({20: 1.0, 50: 1.0})], STANDARD, 0.5)
+    assert result.raw == pytest.approx(1.0 - 0.11)
+    assert result.normalized == pytest.approx(94.5)
+    assert result.false_positive_rows == 1
+
+
+def test_false_positive_after_a_window_costs_by_distance_from_its_end() -> None:
+    """Row 64 is 5 rows past the window end: y = 5 / (width - 1) = 5/9, cost 0.11 sigma(5/9)."""
+    result = nab.score_at([_file({64: 1.0, 50: 1.0})], STANDARD, 0.5)
+    assert result.raw == pytest.approx(1.0 + 0.11 * _sigma(5.0 / 9.0))
+
+
+def test_false_positive_three_widths_past_a_window_costs_the_full_fp_weight() -> None:
+    """From y = 3 on (row 59 + 27 = 86) the FP cost is exactly A_FP."""
+    result = nab.score_at([_file({86: 1.0, 50: 1.0})], STANDARD, 0.5)
+    assert result.raw == pytest.approx(1.0 - 0.11)
+
+
+def test_detections_in_the_probationary_period_are_ignored() -> None:
+    """A detection on row 14 (the last probationary row) changes nothing."""
+    result = nab.score_at([_file({14: 1.0, 50: 1.0})], STANDARD, 0.5)
+    assert (result.raw, result.false_positive_rows) == (1.0, 0)
+
+
+def test_missed_window_costs_the_fn_weight_of_the_profile() -> None:
+    """Low-FN profile: one of two windows missed costs A_FN = 2; normalized to (1-2+4)/(2+4)."""
+    hit = nab.FileRows("a.csv", np.where(np.arange(100) == 50, 1.0, 0.0), (WINDOW,))
+    missed = nab.FileRows("b.csv", np.zeros(100), (WINDOW,))
+    result = nab.score_at([hit, missed], LOW_FN, 0.5)
+    assert (-1.0, pytest.approx(50.0)) == (result.raw, result.normalized)
+
+
+def test_one_threshold_is_chosen_for_the_whole_corpus() -> None:
+    """Threshold 0.9 admits a hit and an FP (0.89) and beats 0.95 (FP only) and never firing."""
+    result = nab.best_threshold([_file({20: 0.95, 50: 0.9})], STANDARD)
+    assert (0.9, pytest.approx(0.89)) == (result.threshold, result.raw)
+
+
+def test_a_costly_false_positive_makes_silence_the_best_threshold() -> None:
+    """With A_FP = 3 the same detections are worth less than firing never: score 0."""
+    costly = nab.CostMatrix(tp=1.0, fp=3.0, fn=1.0)
+    result = nab.best_threshold([_file({20: 0.95, 50: 0.9})], costly)
+    assert (math.inf, 0.0) == (result.threshold, result.normalized)
+
+
+def test_equal_scores_are_admitted_together() -> None:
+    """An FP tied with the hit at 0.9 cannot be left out: the best is hit + FP, not hit alone."""
+    result = nab.best_threshold([_file({20: 0.9, 50: 0.9})], STANDARD)
+    assert (0.9, pytest.approx(0.89)) == (result.threshold, result.raw)
+
+
+def test_window_limits_map_to_the_first_row_with_that_timestamp() -> None:
+    """Repeated timestamps: NAB locates a window limit at the first matching row."""
+    stamps = np.array(
+        ["2014-01-01T00:00", "2014-01-01T00:05", "2014-01-01T00:05", "2014-01-01T00:10"],
+        dtype="datetime64[s]",
+    )
+    rows = nab.window_rows(stamps, [["2014-01-01 00:05:00.000000", "2014-01-01 00:10:00"]], "f")
+    assert rows == ((1, 3),)
+
+
+def test_window_limit_missing_from_the_file_is_a_config_error() -> None:
+    """A label whose timestamp is not a row of the file is rejected, naming the file."""
+    stamps = np.array(["2014-01-01T00:00", "2014-01-01T00:05"], dtype="datetime64[s]")
+    with pytest.raises(ConfigError, match=r"f\.csv"):
+        nab.window_rows(stamps, [["2014-01-01 00:01:00", "2014-01-01 00:05:00"]], "f.csv")
+
+
+def test_published_profiles_load_with_their_weights(shared_data: Path) -> None:
+    """NAB's config/profiles.json gives standard (1, 0.11, 1) and low-FN (1, 0.11, 2)."""
+    profiles = nab.load_profiles(shared_data / "nab" / "config" / "profiles.json")
+    assert profiles["standard"] == STANDARD
+    assert profiles["reward_low_FN_rate"] == LOW_FN
+    assert profiles["reward_low_FP_rate"].fp == 0.22
