@@ -1,0 +1,144 @@
+"""Telemetry health: scores the structural columns the signal stage emits as ``health_*``.
+
+Only columns whose signal name starts with ``health_`` are scored; every other column scores
+0. The signal name picks the mechanism (first match wins):
+
+=============================  ===========  ===============================================
+signal name                    kind         score
+=============================  ===========  ===============================================
+``health_up``                  up           ``down_z · clip(1 - x, 0, 1)``: a target down
+                                            (0) scores ``down_z``; a fraction up scales it
+``health_*_count`` (GPU count, deficit      relative drop below the column's own
+sample count, ...)                          forgetting max ``E``: ``down_z ·
+                                            min(1, (E - x) / (E · full_fraction))``; one GPU
+                                            of 8 gone is a full score with the default 1/8
+``health_*_fraction`` (series  excess       rise above the column's own forgetting min
+missing, ...)                               ``B``: ``down_z · min(1, (x - B) /
+                                            full_fraction)``
+any other ``health_*``          log-z        robust EW z-score of ``log1p(max(x, 0))``
+(scrape duration, bytes, ...)               (``RobustEWBaseline``), folded by the column's
+                                            direction
+=============================  ===========  ===============================================
+
+The forgetting max/min follows a rise (or fall) at once and otherwise relaxes towards the
+value with ``memory_half_life_s``: a permanent reconfiguration (a node rebuilt with 7 GPUs)
+stops scoring after a few memory half-lives instead of alarming forever. A column's first
+observation scores 0 except for ``health_up``, whose expected value is 1 by definition.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ConfigError, StateError
+from ..model import FloatArray, IntArray
+from .base import ColumnLayout, directional
+from .zscore import RobustEWBaseline, check_state, grow, observed
+
+KIND_UP, KIND_DEFICIT, KIND_EXCESS, KIND_LOGZ = 1, 2, 3, 4
+
+
+def health_kind(signal_name: str) -> int:
+    """Mechanism for one signal name (0: not a health signal)."""
+    if not signal_name.startswith("health_"):
+        return 0
+    if signal_name == "health_up":
+        return KIND_UP
+    if signal_name.endswith("_count"):
+        return KIND_DEFICIT
+    if signal_name.endswith("_fraction"):
+        return KIND_EXCESS
+    return KIND_LOGZ
+
+
+class TelemetryHealth:
+    """Scorer for ``health_*`` columns (see module docstring). State covers those columns only."""
+
+    name = "health"
+    _KEYS = ("columns", "kinds", "expected", "last_t")
+
+    def __init__(
+        self,
+        down_z: float = 10.0,
+        full_fraction: float = 0.125,
+        memory_half_life_s: float = 6 * 3600.0,
+        log_half_life_s: float = 3600.0,
+        warmup: int = 20,
+    ) -> None:
+        if not (down_z > 0 and 0 < full_fraction <= 1 and memory_half_life_s > 0):
+            raise ConfigError("health needs down_z > 0, 0 < full_fraction <= 1, memory > 0")
+        self.down_z = float(down_z)
+        self.full_fraction = float(full_fraction)
+        self.memory_half_life_s = float(memory_half_life_s)
+        self.baseline = RobustEWBaseline(log_half_life_s, warmup)  # for log-z columns
+        self.n_seen = 0  # layout columns already classified
+        self.columns = np.zeros(0, dtype=np.int64)  # global index of each health column
+        self.kinds = np.zeros(0, dtype=np.int64)
+        self.expected = np.zeros(0)  # forgetting max (deficit) or min (excess)
+        self.last_t = np.zeros(0)
+
+    def _classify(self, layout: ColumnLayout) -> None:
+        """Register health columns among layout columns not yet seen (columns only append)."""
+        n = len(layout)
+        if n <= self.n_seen:
+            return
+        by_signal = np.array([health_kind(s) for s in layout.signal_names] or [0])
+        kinds = by_signal[layout.signal[self.n_seen :]]
+        new = np.flatnonzero(kinds) + self.n_seen
+        self.columns = np.append(self.columns, new)
+        self.kinds = np.append(self.kinds, kinds[kinds > 0])
+        m = self.columns.shape[0]
+        self.expected = grow(self.expected, m, 0.0)
+        self.last_t = grow(self.last_t, m, -np.inf)
+        self.baseline.grow(m)
+        self.n_seen = n
+
+    def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
+        self._classify(layout)
+        scores = np.zeros(x.shape[0])
+        if self.columns.shape[0] == 0:
+            return scores
+        v = x[self.columns]
+        obs = observed(v)
+        kinds = self.kinds
+        seen = self.last_t > -np.inf
+        e = self.expected
+        with np.errstate(invalid="ignore", divide="ignore"):
+            lost = np.where(e > 0, (e - v) / (e * self.full_fraction), 0.0)
+            gained = (v - e) / self.full_fraction
+            frac = np.select(
+                [kinds == KIND_UP, kinds == KIND_DEFICIT, kinds == KIND_EXCESS],
+                [1.0 - v, np.where(seen, lost, 0.0), np.where(seen, gained, 0.0)],
+                0.0,
+            )
+            structural = self.down_z * np.clip(frac, 0.0, 1.0)
+
+            logv = np.where(obs & (kinds == KIND_LOGZ), np.log1p(np.maximum(v, 0.0)), np.nan)
+            z, _ = self.baseline.step(t, logv)
+            direction: IntArray = layout.direction[self.columns]
+            logz = directional(z, direction)
+
+            keep = np.exp2(np.maximum(t - self.last_t, 0.0) * (-1.0 / self.memory_half_life_s))
+            relaxed = v + (e - v) * keep
+            track = np.where(kinds == KIND_DEFICIT, np.maximum(v, relaxed), np.minimum(v, relaxed))
+        self.expected = np.where(obs, track, e)
+        self.last_t = np.where(obs, t, self.last_t)
+        scores[self.columns] = np.where(obs, np.where(kinds == KIND_LOGZ, logz, structural), 0.0)
+        return scores
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        state = {k: getattr(self, k).copy() for k in self._KEYS}
+        state["n_seen"] = np.array([self.n_seen], dtype=np.int64)
+        state.update(self.baseline.state_dict("baseline."))
+        return state
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        check_state(state, self._KEYS, "health")
+        self.baseline.load_state_dict(state, "baseline.")
+        self.columns = np.array(state["columns"], dtype=np.int64)
+        self.kinds = np.array(state["kinds"], dtype=np.int64)
+        self.expected = np.array(state["expected"], dtype=np.float64)
+        self.last_t = np.array(state["last_t"], dtype=np.float64)
+        if "n_seen" not in state:
+            raise StateError("health state: missing array 'n_seen'")
+        self.n_seen = int(np.asarray(state["n_seen"]).reshape(-1)[0])

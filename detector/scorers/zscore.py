@@ -1,0 +1,200 @@
+"""Robust exponentially weighted z-score, vectorized over every signal column.
+
+``RobustEWBaseline`` holds the per-column state (also reused by the changepoint and health
+scorers); ``RobustZScore`` turns it into the scorer of the ``Scorer`` protocol.
+
+Per column, on every observed tick (t, x):
+
+- decay ``d = 0.5 ** (dt / half_life_s)`` with ``dt`` the seconds since *that column's* last
+  observation, so irregular gaps and columns scraped at different cadences are handled alike;
+- the score uses the state *before* the update: ``z = (x - mean) / sigma`` with
+  ``sigma**2 = max(var, (var_floor_rel * |mean|)**2 + var_floor_abs)`` so a flat series cannot
+  produce an infinite z;
+- the mean moves by the residual clipped to ``±clip·sigma`` (Huber-style: one outlier barely
+  moves the baseline); points with ``|z| > clip`` do not update the variance at all (never
+  learn from what is called anomalous). Their time still decays the variance's evidence
+  weight; once that falls below ``relearn_weight`` observations the column re-learns (a
+  metric that went from flat to noisy is not flagged forever);
+- weights follow West's weighted incremental algorithm, stored as mean, variance and weight
+  (``var <- (1-b)(var + b·r²)``, ``b = 1/weight``): the variance can never go negative and
+  large offsets (1e12 + noise) keep full precision because only residuals are squared;
+- warm-up: a column scores 0 until it has ``warmup`` observations; during warm-up nothing is
+  clipped (there is no sigma to clip with yet). After ~20 half-lives of silence the history
+  has no weight left and warm-up starts again.
+
+Values that are NaN, infinite or beyond ``±1e150`` (sentinels) count as not observed: score 0,
+state untouched.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ConfigError, StateError
+from ..model import BoolArray, FloatArray, IntArray
+from .base import SCORE_CAP, ColumnLayout, directional
+
+MAX_ABS_VALUE = 1e150  # squares stay finite in float64
+_FORGOTTEN_WEIGHT = 1e-6  # history weight below this (~20 half-lives) means "never seen"
+
+
+def observed(x: FloatArray) -> BoolArray:
+    """Mask of usable values: finite and within ±MAX_ABS_VALUE (NaN compares False)."""
+    return np.abs(x) <= MAX_ABS_VALUE
+
+
+def grow(arr: np.ndarray, n: int, fill: float) -> np.ndarray:
+    """``arr`` extended to length ``n`` with ``fill`` (a new array; the old one is untouched)."""
+    out = np.full(n, fill, dtype=arr.dtype)
+    out[: arr.shape[0]] = arr
+    return out
+
+
+def check_state(state: dict[str, np.ndarray], keys: tuple[str, ...], owner: str) -> int:
+    """Validate a state dict: all ``keys`` present, 1-D, same length. Returns that length."""
+    missing = [k for k in keys if k not in state]
+    if missing:
+        raise StateError(f"{owner} state: missing arrays {missing}")
+    lengths = {np.asarray(state[k]).shape for k in keys}
+    if len(lengths) != 1 or len(next(iter(lengths))) != 1:
+        raise StateError(f"{owner} state: arrays must be 1-D of one length, got {lengths}")
+    return int(next(iter(lengths))[0])
+
+
+class RobustEWBaseline:
+    """Per-column robust EW mean and variance (see module docstring). Not a scorer itself."""
+
+    _KEYS = ("mean", "var", "w_mean", "w_var", "count", "last_t")
+
+    def __init__(
+        self,
+        half_life_s: float = 3600.0,
+        warmup: int = 20,
+        clip: float = 4.0,
+        var_floor_rel: float = 1e-3,
+        var_floor_abs: float = 1e-9,
+        relearn_weight: float = 1.0,
+    ) -> None:
+        if not half_life_s > 0:
+            raise ConfigError(f"half_life_s must be > 0 seconds, got {half_life_s}")
+        if warmup < 0:
+            raise ConfigError(f"warmup must be >= 0 observations, got {warmup}")
+        if not clip > 0:
+            raise ConfigError(f"clip must be > 0 (inf disables clipping), got {clip}")
+        if var_floor_rel < 0 or not var_floor_abs > 0:
+            raise ConfigError("var_floor_rel must be >= 0 and var_floor_abs > 0")
+        self.half_life_s = float(half_life_s)
+        self.warmup = int(warmup)
+        self.clip = float(clip)
+        self.var_floor_rel = float(var_floor_rel)
+        self.var_floor_abs = float(var_floor_abs)
+        self.relearn_weight = float(relearn_weight)
+        self.mean = np.zeros(0)
+        self.var = np.zeros(0)
+        self.w_mean = np.zeros(0)  # EW sum of weights behind the mean
+        self.w_var = np.zeros(0)  # EW sum of weights behind the variance (skips anomalies)
+        self.count = np.zeros(0)  # observations since the history was last forgotten
+        self.last_t = np.zeros(0)
+
+    def __len__(self) -> int:
+        return int(self.mean.shape[0])
+
+    def grow(self, n: int) -> None:
+        """Make room for columns up to ``n`` (new columns start empty)."""
+        if n <= len(self):
+            return
+        for key in ("mean", "var", "w_mean", "w_var", "count"):
+            setattr(self, key, grow(getattr(self, key), n, 0.0))
+        self.last_t = grow(self.last_t, n, -np.inf)
+
+    def sigma(self) -> FloatArray:
+        """Current scale per column, floored."""
+        floor = (self.var_floor_rel * self.mean) ** 2 + self.var_floor_abs
+        return np.sqrt(np.maximum(self.var, floor))
+
+    def step(self, t: float, x: FloatArray) -> tuple[FloatArray, BoolArray]:
+        """Score then learn one tick. Returns (signed z before the update, 0 where unscored;
+        mask of columns that were observed and past warm-up)."""
+        self.grow(x.shape[0])
+        obs = observed(x)
+        with np.errstate(invalid="ignore", over="ignore"):
+            xv = np.where(obs, x, self.mean)
+            dt = np.maximum(t - self.last_t, 0.0)
+            decay = np.exp2(dt * (-1.0 / self.half_life_s))
+            w_mean = self.w_mean * decay
+            w_var = self.w_var * decay
+            count = np.where(w_mean < _FORGOTTEN_WEIGHT, 0.0, self.count)
+            warm = count >= self.warmup
+            sigma = self.sigma()
+            resid = xv - self.mean
+            z = resid / sigma
+            if math.isinf(self.clip):
+                resid_c = resid
+                accept = obs
+            else:
+                bound = np.where(warm, self.clip * sigma, np.inf)
+                resid_c = np.clip(resid, -bound, bound)
+                # Anomalous points keep out of the variance while it still has evidence.
+                accept = obs & ((np.abs(z) <= self.clip) | ~warm | (w_var < self.relearn_weight))
+            w_mean += 1.0
+            mean = self.mean + resid_c / w_mean
+            w_var_new = w_var + 1.0
+            b = 1.0 / w_var_new
+            var = (1.0 - b) * (self.var + b * resid_c * resid_c)
+            self.mean = np.where(obs, mean, self.mean)
+            self.w_mean = np.where(obs, w_mean, self.w_mean)
+            self.var = np.where(accept, var, self.var)
+            self.w_var = np.where(accept, w_var_new, np.where(obs, w_var, self.w_var))
+            self.count = np.where(obs, count + 1.0, self.count)
+            self.last_t = np.where(obs, t, self.last_t)
+            scored = obs & warm
+            z = np.where(scored, np.clip(z, -SCORE_CAP, SCORE_CAP), 0.0)
+        return z, scored
+
+    def rebase(self, mask: BoolArray, new_mean: FloatArray, weight: FloatArray) -> None:
+        """Move the mean of ``mask`` columns to ``new_mean`` backed by at most ``weight``
+        observations (used after a detected change so the new level is learnt quickly)."""
+        self.mean = np.where(mask, new_mean, self.mean)
+        self.w_mean = np.where(mask, np.minimum(self.w_mean, np.maximum(weight, 1.0)), self.w_mean)
+
+    def state_dict(self, prefix: str = "") -> dict[str, np.ndarray]:
+        return {prefix + k: getattr(self, k).copy() for k in self._KEYS}
+
+    def load_state_dict(self, state: dict[str, np.ndarray], prefix: str = "") -> None:
+        sub = {k: state[prefix + k] for k in self._KEYS if prefix + k in state}
+        check_state(sub, self._KEYS, f"baseline {prefix!r}")
+        for k in self._KEYS:
+            setattr(self, k, np.array(sub[k], dtype=np.float64))
+
+
+class RobustZScore:
+    """Scorer: directional robust EW z-score of each column's value (rates for counters are
+    decided upstream). Parameters as ``RobustEWBaseline``."""
+
+    name = "zscore"
+
+    def __init__(
+        self,
+        half_life_s: float = 3600.0,
+        warmup: int = 20,
+        clip: float = 4.0,
+        var_floor_rel: float = 1e-3,
+        var_floor_abs: float = 1e-9,
+        relearn_weight: float = 1.0,
+    ) -> None:
+        self.baseline = RobustEWBaseline(
+            half_life_s, warmup, clip, var_floor_rel, var_floor_abs, relearn_weight
+        )
+
+    def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
+        z, _ = self.baseline.step(t, x)
+        direction: IntArray = layout.direction
+        return directional(z, direction)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return self.baseline.state_dict()
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        self.baseline.load_state_dict(state)
