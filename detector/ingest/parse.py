@@ -1,0 +1,358 @@
+"""Prometheus text (0.0.4) and OpenMetrics 1.0 exposition -> columnar samples, fast.
+
+Contract
+    ``parse_exposition(data, source)`` returns an :class:`~detector.model.Exposition`:
+    ``keys[i]`` is sample i's series text exactly as written (``name`` or ``name{...}``,
+    surrounding blanks stripped), ``values[i]`` its float, ``timestamps[i]`` its time in
+    SECONDS or None, ``types`` the declared ``# TYPE`` per family. Keys stay raw: label parsing
+    is the slow part, so it happens only in :func:`split_series`, once per new key (cached).
+
+    Syntax is checked strictly (metric and label names, quoting and escapes ``\\\\ \\" \\n``,
+    numbers, ``# TYPE``/``# HELP``/``# UNIT``/``# EOF`` lines, exemplars), but a bad line is
+    never fatal: it becomes a :class:`~detector.errors.ParseError` (source, line number,
+    content, reason) in ``Exposition.errors`` and the lines around it are kept.
+    Tolerated because real exporters emit them: missing HELP/TYPE, unknown ``#`` comments,
+    blank lines, CRLF, leading/trailing blanks, ``NaN``/``+Inf``/``-Inf`` in any case, counters
+    with or without ``_total``. Exemplars (`` # {labels} value [ts]``) are checked and dropped.
+    Label names are unique per series only as far as :func:`split_series` checks it (it raises).
+
+    Timestamps: OpenMetrics writes seconds (float); Prometheus text writes integer
+    milliseconds, divided by 1000 here. ``openmetrics=None`` detects OpenMetrics from a
+    ``# EOF`` line, a ``# UNIT`` line, an exemplar or a ``*_created`` sample.
+
+    dcgm-exporter 'blank' sentinel: a ``DCGM_*``/``dcgm_*`` sample whose value is finite and
+    >= ``DCGM_BLANK_THRESHOLD`` (e.g. 9223372036854775794, "no data / not supported") becomes
+    NaN, i.e. missing. Only dcgm metrics: node-exporter has genuine counters above 9.2e18.
+    Each conversion is counted in ``PARSE_STATS.dcgm_blanks`` (process-wide, for self metrics).
+
+How it is fast
+    One compiled regex describes every valid line (sample, TYPE, HELP, UNIT, EOF, comment,
+    blank). ``findall`` runs it over the whole payload in C; if it matched every line, the
+    sample tuples are converted with ``map(float)`` and nothing else is done per line in
+    Python. Only when some line did not match does the per-line path run, to keep the good
+    lines and name the bad ones with a reason.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ..errors import ParseError
+from ..model import DCGM_BLANK_THRESHOLD, Exposition, Labels, Sample
+
+__all__ = [
+    "PARSE_STATS",
+    "ParseStats",
+    "iter_samples",
+    "parse_exposition",
+    "split_series",
+]
+
+
+@dataclass
+class ParseStats:
+    """Process-wide counters, read by the daemon's self metrics. Never reset by the parser."""
+
+    dcgm_blanks: int = 0  # dcgm 'blank' sentinels turned into NaN
+
+
+PARSE_STATS = ParseStats()
+
+# --- the grammar as regex fragments. Quantifiers are possessive (*+ ++): the grammar never
+# needs to give back what a repeat took, and sre runs possessive repeats ~15% faster; it also
+# keeps every pattern linear on hostile input (no two adjacent optional blank runs either).
+_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*+"
+_LNAME = r"[a-zA-Z_][a-zA-Z0-9_]*+"
+_LVALUE = r'"[^"\\\n]*+(?:\\[\\"n][^"\\\n]*+)*+"'
+_LABEL = rf"{_LNAME}[ \t]*+=[ \t]*+{_LVALUE}"
+_LABELS = rf"\{{[ \t]*+(?:{_LABEL}[ \t]*+(?:,[ \t]*+{_LABEL}[ \t]*+)*+(?:,[ \t]*+)?)?\}}"
+_NUMBER = (
+    r"[-+]?(?:(?:\d++(?:\.\d*+)?|\.\d++)(?:[eE][-+]?\d++)?"
+    r"|[Nn][Aa][Nn]|[Ii][Nn][Ff](?:[Ii][Nn][Ii][Tt][Yy])?)"
+)
+_TS_MS = r"[-+]?\d++"  # Prometheus text: integer milliseconds
+_TS_S = r"[-+]?(?:\d++(?:\.\d*+)?|\.\d++)(?:[eE][-+]?\d++)?"  # OpenMetrics: seconds
+_TYPES = "counter|gauge|histogram|summary|untyped|unknown|info|stateset|gaugehistogram"
+_KEYWORDS = r"(?:TYPE|HELP|UNIT|EOF)(?:[ \t]|\r?$)"
+
+
+def _line_pattern(ts: str) -> str:
+    """One line of exposition; groups: key, value, timestamp, TYPE name, TYPE type."""
+    exemplar = rf"[ \t]++#[ \t]++{_LABELS}[ \t]++{_NUMBER}(?:[ \t]++{_TS_S})?"
+    sample = rf"({_NAME}(?:{_LABELS})?)[ \t]++({_NUMBER})(?:[ \t]++({ts}))?(?:{exemplar})?"
+    comment = (
+        rf"#[ \t]++HELP[ \t]++{_NAME}(?:[ \t][^\n]*+)?"
+        rf"|#[ \t]++TYPE[ \t]++({_NAME})[ \t]++({_TYPES})"
+        rf"|#[ \t]++UNIT[ \t]++{_NAME}(?:[ \t][^\n]*+)?"
+        rf"|#[ \t]++EOF"
+        rf"|#(?![ \t]+{_KEYWORDS})[^\n]*+"
+    )
+    return rf"^[ \t]*+(?:{sample}|{comment})?[ \t]*+\r?$"
+
+
+# The fast path reads timestamps with the OpenMetrics grammar (a superset of integer ms) and
+# checks Prometheus-mode timestamps are integers when converting; the per-line path is exact.
+_LINES = re.compile(_line_pattern(_TS_S), re.MULTILINE)
+_PROM_LINES = re.compile(_line_pattern(_TS_MS), re.MULTILINE)
+_KEY = re.compile(rf"({_NAME})(?:\{{(.*)\}})?", re.DOTALL)
+_LABELS_FULL = re.compile(_LABELS)
+_LABEL_PAIR = re.compile(rf'({_LNAME})[ \t]*+=[ \t]*+"((?:[^"\\\n]|\\.)*+)"')
+_UNESCAPE = re.compile(r"\\(.)")
+_UNESCAPED = {"\\": "\\", '"': '"', "n": "\n"}
+_EOF_LINE = re.compile(r"#[ \t]++EOF[ \t]*+\r?")
+_CREATED = re.compile(rf"\n[ \t]*+{_NAME}_created[{{ \t]")
+_DCGM_PREFIXES = ("DCGM_", "dcgm_")
+_INF = float("inf")
+_NAN = float("nan")
+
+Row = tuple[str, str, str, str, str]  # key, value, timestamp, TYPE name, TYPE type
+_NAME_AT = re.compile(_NAME)
+_LABELS_AT = re.compile(_LABELS)
+_NUMBER_FULL = re.compile(_NUMBER)
+_TS_MS_FULL = re.compile(_TS_MS)
+_TS_S_FULL = re.compile(_TS_S)
+
+
+def _unescape(match: re.Match[str]) -> str:
+    char = match.group(1)
+    return _UNESCAPED.get(char, "\\" + char)
+
+
+@lru_cache(maxsize=1 << 20)
+def split_series(key: str) -> tuple[str, Labels]:
+    """Metric name and labels (sorted (name, value) pairs, values unescaped) of a raw key.
+
+    Cached: the series index calls it once per new raw key. Raises ParseError (source
+    "series", line 0) on a malformed key or a label name given twice.
+    """
+    match = _KEY.fullmatch(key)
+    if match is None:
+        raise ParseError("series", 0, key, "invalid metric name")
+    name, body = match.group(1), match.group(2)
+    if body is None:
+        return name, ()
+    if _LABELS_FULL.fullmatch(key, match.start(2) - 1) is None:
+        raise ParseError("series", 0, key, "invalid label set")
+    pairs = _LABEL_PAIR.findall(body)
+    labels = {}
+    for label, value in pairs:
+        if label in labels:
+            raise ParseError("series", 0, key, f"label {label!r} given twice")
+        labels[label] = _UNESCAPE.sub(_unescape, value) if "\\" in value else value
+    return name, tuple(sorted(labels.items()))
+
+
+def iter_samples(exp: Exposition) -> Iterator[Sample]:
+    """Fully parsed samples of an exposition, in payload order (labels via split_series)."""
+    for key, value, ts in zip(exp.keys, exp.values, exp.timestamps, strict=True):
+        name, labels = split_series(key)
+        yield Sample(name, labels, value, ts)
+
+
+def _ends_with_eof(text: str) -> bool:
+    """Whether the last non-blank line is ``# EOF`` (looks at the tail only: cheap)."""
+    tail = text[-64:].rstrip()
+    return tail.endswith("# EOF") and _find_eof(text[-64:]) >= 0
+
+
+def _looks_like_openmetrics(text: str) -> bool:
+    """Any OpenMetrics-only syntax: ``# EOF`` or ``# UNIT`` lines, exemplars, ``_created``."""
+    if "# EOF" in text and _find_eof(text) >= 0:
+        return True
+    if text.startswith("# UNIT") or "\n# UNIT" in text or " # {" in text:
+        return True
+    return "_created" in text and _CREATED.search("\n" + text) is not None
+
+
+def _find_eof(text: str) -> int:
+    """Offset of the first ``# EOF`` line, or -1."""
+    at = text.find("# EOF")
+    while at >= 0:
+        start = text.rfind("\n", 0, at) + 1
+        end = text.find("\n", at)
+        line = text[start : end if end >= 0 else len(text)]
+        if _EOF_LINE.fullmatch(line.strip(" \t")):
+            return start
+        at = text.find("# EOF", at + 5)
+    return -1
+
+
+def _decode(data: bytes, source: str, errors: list[Exception]) -> str:
+    """UTF-8 text of a payload; a line that is not UTF-8 becomes blank and an error."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    lines = data.split(b"\n")
+    for i, raw in enumerate(lines):
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            content = raw.decode("utf-8", errors="replace")
+            errors.append(ParseError(source, i + 1, content, f"invalid UTF-8 ({exc.reason})"))
+            lines[i] = b""
+    return b"\n".join(lines).decode("utf-8")
+
+
+def parse_exposition(
+    data: str | bytes, source: str, *, openmetrics: bool | None = None
+) -> Exposition:
+    """Parse one payload; see the module docstring for the contract. Never raises on bad
+    lines: each one is a ParseError in ``Exposition.errors`` (sorted by line number)."""
+    errors: list[Exception] = []
+    text = _decode(data, source, errors) if isinstance(data, bytes) else data
+    if openmetrics is None and _ends_with_eof(text):
+        openmetrics = True
+    exp = _parse(text, source, openmetrics, errors)
+    if exp is None:  # timestamps present and format undecided: decide, then parse exactly
+        exp = _parse(text, source, _looks_like_openmetrics(text), errors)
+        assert exp is not None
+    if len(exp.errors) > 1:
+        exp.errors.sort(key=lambda e: e.line if isinstance(e, ParseError) else 0)
+    return exp
+
+
+def _parse(
+    text: str,
+    source: str,
+    openmetrics: bool | None,
+    errors: list[Exception],
+    *,
+    exact: bool = False,
+) -> Exposition | None:
+    """Parse in a known format, or undecided (None) as long as no sample carries a timestamp
+    (the only thing the two formats read differently). Returns None for 'decide first'.
+    ``exact`` skips the fast path (to locate bad lines)."""
+    exp = Exposition(source, errors=list(errors))
+    newlines = text.count("\n")
+    exp.lines = newlines + (1 if text and not text.endswith("\n") else 0)
+    if openmetrics:
+        text = _cut_at_eof(text, source, exp.lines, exp.errors)
+        newlines = text.count("\n")
+    rows = None if exact else _fast_rows(text, newlines + 1, exp)
+    if rows is None:
+        if openmetrics is None:
+            openmetrics = _looks_like_openmetrics(text)
+            if openmetrics:
+                return None
+        rows = _parse_lines(text, _LINES if openmetrics else _PROM_LINES, source, exp)
+    if not rows:
+        return exp
+    keys, vtexts, ttexts, _, _ = zip(*rows, strict=True)
+    stamps = None
+    if any(ttexts):
+        if openmetrics is None:
+            return None
+        stamps = _timestamps(ttexts, openmetrics)
+        if stamps is None:  # the fast path let a non-integer Prometheus timestamp through
+            return _parse(text, source, openmetrics, errors, exact=True)
+    exp.keys = list(keys)
+    exp.values = list(map(float, vtexts))
+    exp.timestamps = stamps if stamps is not None else [None] * len(exp.keys)
+    _blank_dcgm_sentinels(exp.keys, exp.values)
+    return exp
+
+
+def _fast_rows(text: str, lines: int, exp: Exposition) -> list[Row] | None:
+    """Sample rows if all ``lines`` lines are valid (one findall in C), else None. Sets
+    ``types``. Each line yields exactly one match (the grammar is anchored at both ends)."""
+    found = _LINES.findall(text)
+    if len(found) != lines:
+        return None
+    exp.types = {row[3]: row[4] for row in found if row[3]}
+    return [row for row in found if row[0]]
+
+
+def _timestamps(texts: tuple[str, ...], openmetrics: bool) -> list[float | None] | None:
+    """Seconds per sample (None where absent); None if a Prometheus timestamp is no integer."""
+    if openmetrics:
+        return [float(t) if t else None for t in texts]
+    try:
+        # int / int is correctly rounded; float(ms) / 1000 is not always
+        return [int(t) / 1000 if t else None for t in texts]
+    except ValueError:
+        return None
+
+
+def _blank_dcgm_sentinels(keys: list[str], values: list[float]) -> None:
+    threshold = DCGM_BLANK_THRESHOLD
+    top = max(values)
+    if top < threshold:  # not taken for NaN: max() is unreliable then, so scan
+        return
+    for i in [i for i, value in enumerate(values) if value >= threshold]:
+        if values[i] != _INF and keys[i].startswith(_DCGM_PREFIXES):
+            values[i] = _NAN
+            PARSE_STATS.dcgm_blanks += 1
+
+
+def _cut_at_eof(text: str, source: str, lines: int, errors: list[Exception]) -> str:
+    """Text up to and including the ``# EOF`` line; what follows it is reported."""
+    eof = _find_eof(text)
+    if eof < 0:
+        errors.append(ParseError(source, lines + 1, "", "missing '# EOF' line (truncated?)"))
+        return text
+    end = text.find("\n", eof)
+    if end < 0:
+        return text
+    eof_line = text.count("\n", 0, eof) + 1
+    for offset, line in enumerate(text[end + 1 :].split("\n"), start=eof_line + 1):
+        if line.strip():
+            errors.append(ParseError(source, offset, line, "content after '# EOF'"))
+    return text[: end + 1]
+
+
+def _parse_lines(text: str, pattern: re.Pattern[str], source: str, exp: Exposition) -> list[Row]:
+    """The per-line path, taken only when some line is invalid: keeps the valid lines."""
+    rows: list[Row] = []
+    types = exp.types
+    for number, line in enumerate(text.split("\n"), start=1):
+        match = pattern.match(line)
+        if match is None:
+            reason = _diagnose(line, pattern is _LINES)
+            exp.errors.append(ParseError(source, number, line.strip(), reason))
+            continue
+        row: Row = match.groups(default="")  # type: ignore[assignment]
+        if row[0]:
+            rows.append(row)
+        elif row[3]:
+            types[row[3]] = row[4]
+    return rows
+
+
+def _diagnose(line: str, openmetrics: bool) -> str:
+    """Why the grammar rejected a line, in words a person can act on."""
+    text = line.strip(" \t\r")
+    if text.startswith("#"):
+        words = text[1:].split()
+        keyword = words[0] if words else ""
+        if keyword == "TYPE":
+            return f"malformed TYPE line: expected '# TYPE <name> <{_TYPES.replace('|', '|')}>'"
+        if keyword in ("HELP", "UNIT"):
+            return f"malformed {keyword} line: missing or invalid metric name"
+        return "malformed EOF line: expected '# EOF' alone"
+    name = _NAME_AT.match(text)
+    if name is None:
+        return "invalid metric name"
+    rest = text[name.end() :]
+    if rest.startswith("{"):
+        labels = _LABELS_AT.match(rest)
+        if labels is None:
+            return 'invalid label set: expected {name="value",...} (escapes \\\\ \\" \\n only)'
+        rest = rest[labels.end() :]
+    if rest[:1] not in (" ", "\t"):
+        return "expected a blank between the series and its value"
+    parts = rest.split()
+    if not _NUMBER_FULL.fullmatch(parts[0]):
+        return f"invalid value {parts[0]!r}"
+    if len(parts) > 1 and parts[1] != "#":
+        ts_ok = (_TS_S_FULL if openmetrics else _TS_MS_FULL).fullmatch(parts[1])
+        if ts_ok is None:
+            unit = "seconds" if openmetrics else "integer milliseconds"
+            return f"invalid timestamp {parts[1]!r}: expected {unit}"
+        parts = parts[1:]
+    if len(parts) > 1 and parts[1] == "#":
+        return "invalid exemplar: expected ' # {labels} value [timestamp]'"
+    return "unexpected text after the value"
