@@ -10,7 +10,7 @@ with ``m = 0.5 ** (dt / memory_half_life_s)`` (old evidence fades with time, not
 count) and ``k`` the allowance in sigmas (0.5 is optimal for 1-sigma shifts). The score is
 ``alarm_z · S / h`` on the side(s) the column's direction allows: a sustained 1-sigma shift
 reaches the alarm level ``h`` in about ``h / 0.5`` observations, a lone 5-sigma spike only
-reaches ``alarm_z · (clip - k) / h`` (about 2.6 with defaults). A slow drift whose every point
+reaches ``alarm_z · (clip - k) / h`` (2.1 with defaults). A slow drift whose every point
 is within noise still accumulates because the slow baseline lags behind it.
 
 When either side reaches ``h`` (an alarm-level excursion, regardless of direction) a change is
@@ -42,7 +42,7 @@ class ChangePoint:
         half_life_s: float = 6 * 3600.0,
         warmup: int = 30,
         k: float = 0.5,
-        h: float = 8.0,
+        h: float = 10.0,
         alarm_z: float = 6.0,
         clip: float = 4.0,
         memory_half_life_s: float = 1800.0,

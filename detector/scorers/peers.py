@@ -7,16 +7,18 @@ Groups (from ``ColumnLayout``):
 Synchronous training moves all peers together (a checkpoint, a job restart, a common swing),
 so the group median absorbs common-mode movement and a lone deviant stands out. Per tick and
 group, over the members observed this tick (itself included): ``med`` = median, ``sigma`` =
-``max(1.4826 · MAD, mad_floor_rel · |med| + mad_floor_abs)``; a column's signed deviation is
-``(x - med) / sigma``. Groups with fewer than ``min_peers`` observed members score 0. The
-signed deviation is smoothed per column with ``smooth_half_life_s`` (time-aware, that column's
-own last update), so one noisy tick does not dominate; 0 disables smoothing. The score is the
-directional smoothed deviation.
+``max(1.4826 · MAD, mad_floor_rel · |med| + mad_floor_abs)``. One tick's MAD of a small group
+(3 nodes of a cohort) can be near 0 by chance, so each column also keeps an EW average of its
+group's sigma² (``scale_half_life_s``) and divides by the larger of the two:
+``(x - med) / max(sigma, sqrt(ew sigma²))``. Groups with fewer than ``min_peers`` observed
+members score 0. The signed deviation is smoothed per column with ``smooth_half_life_s``
+(time-aware, that column's own last update), so one noisy tick does not dominate; 0 disables
+smoothing. The score is the directional smoothed deviation.
 
 Vectorization: the group structure is rebuilt only when the layout changes (length or
 identity): groups are found with ``np.lexsort`` and packed into padded matrices, one per
 power-of-two size class (at most 2x padding). Each tick is then a gather, two row-wise sorts
-(median, then MAD) and a scatter, with no Python loop over groups or columns.
+(median, then MAD) and scatters, with no Python loop over groups or columns.
 """
 
 from __future__ import annotations
@@ -74,64 +76,80 @@ class PeerDeviation:
     """Scorer: robust deviation of each column from its peer group's median, smoothed."""
 
     name = "peers"
-    _KEYS = ("smoothed", "last_t")
+    _KEYS = ("smoothed", "scale_var", "last_t")
 
     def __init__(
         self,
         min_peers: int = 3,
         smooth_half_life_s: float = 30.0,
+        scale_half_life_s: float = 600.0,
         mad_floor_rel: float = 1e-2,
         mad_floor_abs: float = 1e-6,
     ) -> None:
         if min_peers < 2:
             raise ConfigError(f"min_peers must be >= 2, got {min_peers}")
+        if not scale_half_life_s > 0:
+            raise ConfigError(f"scale_half_life_s must be > 0, got {scale_half_life_s}")
         if smooth_half_life_s < 0 or mad_floor_rel < 0 or not mad_floor_abs > 0:
             raise ConfigError("peers needs smooth_half_life_s >= 0, mad floors >= 0 and > 0")
         self.min_peers = int(min_peers)
         self.smooth_half_life_s = float(smooth_half_life_s)
+        self.scale_half_life_s = float(scale_half_life_s)
         self.mad_floor_rel = float(mad_floor_rel)
         self.mad_floor_abs = float(mad_floor_abs)
         self.smoothed = np.zeros(0)  # smoothed signed deviation per column
+        self.scale_var = np.zeros(0)  # time-smoothed squared group sigma, seen by each column
         self.last_t = np.zeros(0)
         self._layout: ColumnLayout | None = None
         self._groups: list[IntArray] = []
 
-    def deviation(self, x: FloatArray, layout: ColumnLayout) -> FloatArray:
-        """Signed peer deviation of one tick (NaN where unobserved or without enough peers)."""
+    def group_stats(self, x: FloatArray, layout: ColumnLayout) -> tuple[FloatArray, FloatArray]:
+        """Per column, its group's median and floored MAD sigma over the members observed this
+        tick (both NaN where the group has fewer than ``min_peers`` observed members)."""
         if layout is not self._layout:
             self._groups = peer_groups(layout, self.min_peers)
             self._layout = layout
         n = x.shape[0]
         padded = np.append(np.where(observed(x), x, np.nan), np.nan)  # index -1 -> NaN
-        dev = np.full(n + 1, np.nan)
+        med_col = np.full(n + 1, np.nan)
+        sigma_col = np.full(n + 1, np.nan)
         for matrix in self._groups:  # one pass per size class, not per group
             vals = padded[matrix]
-            rows = np.sort(vals, axis=1)
-            count = matrix.shape[1] - np.isnan(rows).sum(axis=1)
-            med = _median_rows(rows, count)
+            count = matrix.shape[1] - np.isnan(vals).sum(axis=1)
+            med = _median_rows(np.sort(vals, axis=1), count)
             spread = np.sort(np.abs(vals - med[:, None]), axis=1)
             sigma = np.maximum(
                 MAD_SCALE * _median_rows(spread, count),
                 self.mad_floor_rel * np.abs(med) + self.mad_floor_abs,
             )
-            z = (vals - med[:, None]) / sigma[:, None]
-            z[count < self.min_peers] = np.nan
-            dev[matrix] = z
-        return dev[:n]
+            few = count < self.min_peers
+            med[few] = np.nan
+            sigma[few] = np.nan
+            med_col[matrix] = med[:, None]
+            sigma_col[matrix] = sigma[:, None]
+        return med_col[:n], sigma_col[:n]
 
     def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
         n = x.shape[0]
         if n > self.smoothed.shape[0]:
             self.smoothed = grow(self.smoothed, n, 0.0)
+            self.scale_var = grow(self.scale_var, n, 0.0)
             self.last_t = grow(self.last_t, n, -np.inf)
+        med, sigma = self.group_stats(x, layout)
         with np.errstate(invalid="ignore", over="ignore"):
-            z = np.clip(self.deviation(x, layout), -SCORE_CAP, SCORE_CAP)
-            scored = ~np.isnan(z)
+            scored = observed(x) & ~np.isnan(med)
+            dt = np.maximum(t - self.last_t, 0.0)
+            # A group's spread is stable over time, one tick's MAD is not (3 peers!): use the
+            # larger of this tick's spread and its time-smoothed value.
+            keep_scale = np.exp2(dt * (-1.0 / self.scale_half_life_s))
+            scale_var = keep_scale * self.scale_var + (1.0 - keep_scale) * sigma * sigma
+            z = (x - med) / np.maximum(sigma, np.sqrt(scale_var))
+            z = np.clip(z, -SCORE_CAP, SCORE_CAP)
             if self.smooth_half_life_s > 0:
-                dt = np.maximum(t - self.last_t, 0.0)
                 keep = np.exp2(dt * (-1.0 / self.smooth_half_life_s))
                 z = keep * self.smoothed + (1.0 - keep) * z
             self.smoothed = np.where(scored, z, self.smoothed)
+            self.scale_var = np.where(scored, scale_var, self.scale_var)
             self.last_t = np.where(scored, t, self.last_t)
         return np.where(scored, directional(np.nan_to_num(z), layout.direction), 0.0)
 
