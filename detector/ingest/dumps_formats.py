@@ -1,0 +1,353 @@
+"""The three dump formats -> raw chunks of (series id, time, value), in file order.
+
+Used by :mod:`detector.ingest.dumps`; nothing here sorts or caches. A reader streams one file
+(gzip already undone) and yields :class:`RawChunk` s whose series ids index a
+:class:`SeriesTable` of raw ``(name, labels)`` pairs, shared by all files of one dump.
+Times are unix seconds, values float64 (NaN kept; the dcgm-exporter blank sentinel becomes
+NaN for ``DCGM_``/``dcgm_`` metrics, as the live parser does).
+
+Bad input: a line (or JSON point) that cannot be read is skipped and recorded in the file's
+:class:`FileReport` as ``"<file>:<line>: <reason>: <content>"``; whether the file as a whole
+is acceptable is decided by the caller. Whatever makes the rest of a file unreadable
+(invalid JSON, a JSON document that is not a query result, corrupt gzip) raises DumpError.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from ..errors import DumpError, ParseError
+from ..model import DCGM_BLANK_THRESHOLD, FloatArray, Labels
+from .parse import parse_exposition, split_series
+
+BLOCK_BYTES = 8 << 20  # text read per parse call: whole lines, ~100k samples
+# A timestamp above this cannot be seconds (year 5138) but is milliseconds after 1973: text
+# dumps written with Prometheus-text ms timestamps are accepted that way.
+MS_THRESHOLD = 1e11
+_DCGM_PREFIXES = ("DCGM_", "dcgm_")
+_EOF_LINES = re.compile(rb"^[ \t]*#[ \t]+EOF[ \t]*\r?$", re.MULTILINE)
+_MAX_SHOWN = 200
+IdArray = np.ndarray[Any, np.dtype[np.int32]]
+
+
+@dataclass(slots=True)
+class RawChunk:
+    """Samples in file order; ``ids`` index the dump's SeriesTable."""
+
+    ids: IdArray
+    times: FloatArray
+    values: FloatArray
+
+    def __len__(self) -> int:
+        return int(self.times.shape[0])
+
+
+@dataclass
+class FileReport:
+    """What reading one file found: sample count, skipped lines and the first messages."""
+
+    path: Path
+    format: str
+    samples: int = 0
+    bad: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def bad_line(self, where: str, reason: str, content: str = "") -> None:
+        self.bad += 1
+        if len(self.errors) < 5:
+            shown = content if len(content) <= _MAX_SHOWN else content[:_MAX_SHOWN] + "..."
+            self.errors.append(f"{where}: {reason}" + (f": {shown!r}" if content else ""))
+
+
+class SeriesTable:
+    """Raw series of one dump: ``(name, labels)`` -> dense id, plus raw-text lookups."""
+
+    def __init__(self) -> None:
+        self.series: list[tuple[str, Labels]] = []
+        self._ids: dict[tuple[str, Labels], int] = {}
+        self._text: dict[str, int] = {}
+        self._dcgm: list[bool] = []
+
+    def __len__(self) -> int:
+        return len(self.series)
+
+    def id_of(self, name: str, labels: Labels) -> int:
+        sid = self._ids.get((name, labels))
+        if sid is None:
+            sid = len(self.series)
+            self.series.append((name, labels))
+            self._ids[(name, labels)] = sid
+            self._dcgm.append(name.startswith(_DCGM_PREFIXES))
+        return sid
+
+    def id_of_text(self, text: str) -> int:
+        """Id of a raw series text: OpenMetrics ``name{...}`` or tsdb-dump ``{__name__=...}``.
+        Raises ParseError or ValueError when the text is not a series."""
+        sid = self._text.get(text)
+        if sid is None:
+            name, labels = split_tsdb_series(text) if text[:1] == "{" else split_series(text)
+            sid = self._text[text] = self.id_of(name, labels)
+        return sid
+
+    def ids_of_texts(self, texts: list[str]) -> IdArray:
+        known = self._text
+        ids = [known[t] if t in known else self.id_of_text(t) for t in texts]
+        return np.array(ids, dtype=np.int32)
+
+    def blank_dcgm(self, ids: IdArray, values: FloatArray) -> None:
+        """dcgm-exporter's 'no data' sentinel -> NaN, in place (as parse.py does live)."""
+        high = np.isfinite(values) & (values >= DCGM_BLANK_THRESHOLD)
+        if high.any():
+            high &= np.array(self._dcgm, dtype=bool)[ids]
+            values[high] = np.nan
+
+
+# --- promtool tsdb dump: {__name__="x", a="b"} 1.5 1700000000000 ---------------------------
+_GO_QUOTED = r'"(?:[^"\\]|\\.)*"'
+_GO_LABEL = re.compile(rf"[ \t]*([a-zA-Z_][a-zA-Z0-9_]*|{_GO_QUOTED})=({_GO_QUOTED})[ \t]*")
+_GO_ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[abfnrtv\\\"'])")
+_GO_SIMPLE = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"}
+
+
+def _go_unescape(match: re.Match[str]) -> str:
+    code = match.group(1)
+    if code[0] in "xuU" and len(code) > 1:
+        return chr(int(code[1:], 16))
+    return _GO_SIMPLE.get(code, code)
+
+
+def _go_unquote(text: str) -> str:
+    return _GO_ESCAPE.sub(_go_unescape, text) if "\\" in text else text
+
+
+def split_tsdb_series(text: str) -> tuple[str, Labels]:
+    """``{__name__="x", a="b"}`` (Go strconv.Quote escapes) -> ("x", (("a", "b"),))."""
+    if not (text.startswith("{") and text.endswith("}")):
+        raise ValueError('expected {label="value", ...}')
+    body, pos, labels = text[1:-1], 0, {}
+    while pos < len(body):
+        match = _GO_LABEL.match(body, pos)
+        if match is None:
+            raise ValueError(f"invalid label at offset {pos + 1}")
+        key = match.group(1)
+        label = _go_unquote(key[1:-1]) if key[0] == '"' else key
+        labels[label] = _go_unquote(match.group(2)[1:-1])
+        pos = match.end()
+        if pos < len(body):
+            if body[pos] != ",":
+                raise ValueError(f"expected ',' at offset {pos + 1}")
+            pos += 1
+    name = labels.pop("__name__", "")
+    return name, tuple(sorted(labels.items()))
+
+
+def text_blocks(fh: IO[bytes], size: int = BLOCK_BYTES) -> Iterator[tuple[bytes, int]]:
+    """Blocks of whole lines and the 1-based line number each block starts at."""
+    line, rest = 1, b""
+    while data := fh.read(size):
+        data = rest + data
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:
+            rest = data
+            continue
+        block, rest = data[:cut], data[cut:]
+        yield block, line
+        line += block.count(b"\n")
+    if rest:
+        yield rest + b"\n", line
+
+
+def read_tsdb_dump(fh: IO[bytes], report: FileReport, table: SeriesTable) -> Iterator[RawChunk]:
+    """Lines ``{labels} value ts_ms`` (series-ordered). Vectorized per block; a block with a
+    bad line is re-read line by line to keep the good ones and name the bad ones."""
+    for block, first in text_blocks(fh):
+        lines = block.decode("utf-8", errors="replace").split("\n")
+        try:
+            chunk = _tsdb_fast(lines, table)
+        except (ValueError, ParseError):
+            chunk = _tsdb_slow(lines, first, report, table)
+        if len(chunk):
+            table.blank_dcgm(chunk.ids, chunk.values)
+            report.samples += len(chunk)
+            yield chunk
+
+
+def _tsdb_fast(lines: list[str], table: SeriesTable) -> RawChunk:
+    texts, values, stamps = [], [], []
+    for line in lines:
+        if line and not line.isspace():
+            series, value, stamp = line.rstrip("\r").rsplit(" ", 2)  # ValueError if short
+            texts.append(series)
+            values.append(value)
+            stamps.append(stamp)
+    times = np.array(stamps, dtype=np.int64) / 1000.0
+    return RawChunk(table.ids_of_texts(texts), times, np.array(values, dtype=np.float64))
+
+
+def _tsdb_slow(lines: list[str], first: int, report: FileReport, table: SeriesTable) -> RawChunk:
+    ids, times, values = [], [], []
+    for offset, line in enumerate(lines):
+        if not line or line.isspace():
+            continue
+        parts = line.rstrip("\r").rsplit(" ", 2)
+        where = f"{report.path}:{first + offset}"
+        try:
+            if len(parts) != 3:
+                raise ValueError("expected '{labels} value timestamp_ms'")
+            value, stamp = float(parts[1]), int(parts[2]) / 1000.0
+            sid = table.id_of_text(parts[0])
+        except (ValueError, ParseError) as exc:
+            reason = exc.reason if isinstance(exc, ParseError) else str(exc)
+            report.bad_line(where, f"bad sample line ({reason})", line)
+            continue
+        ids.append(sid)
+        times.append(stamp)
+        values.append(value)
+    return RawChunk(np.array(ids, dtype=np.int32), np.array(times), np.array(values))
+
+
+# --- OpenMetrics / Prometheus text with per-sample timestamps -------------------------------
+def read_openmetrics(fh: IO[bytes], report: FileReport, table: SeriesTable) -> Iterator[RawChunk]:
+    """Text with timestamps (seconds; Prometheus-text ms recognised by magnitude). Several
+    pages may follow one another, with or without ``# EOF``: each block is parsed as
+    OpenMetrics with its EOF lines blanked (line numbers kept) and one EOF appended."""
+    for block, first in text_blocks(fh):
+        data = _EOF_LINES.sub(b"", block) + b"# EOF\n"
+        exp = parse_exposition(data, str(report.path), openmetrics=True)
+        for err in exp.errors:
+            if isinstance(err, ParseError):
+                report.bad_line(f"{report.path}:{first + err.line - 1}", err.reason, err.content)
+            else:
+                report.bad_line(str(report.path), str(err))
+        if not exp.keys:
+            continue
+        times = np.array(exp.timestamps, dtype=np.float64)  # None -> NaN
+        ids = _ids_or_report(exp.keys, block, first, report, table)
+        keep = ~np.isnan(times) & (ids >= 0)
+        missing = np.flatnonzero(~keep & (ids >= 0))
+        for n, i in enumerate(missing):
+            if len(report.errors) >= 5:  # the rest are only counted
+                report.bad += len(missing) - n
+                break
+            line = first + _line_of(block, exp.keys[i])
+            report.bad_line(f"{report.path}:{line}", "sample without timestamp", exp.keys[i])
+        times = np.where(times > MS_THRESHOLD, times / 1000.0, times)
+        values = np.array(exp.values, dtype=np.float64)
+        chunk = RawChunk(ids[keep].astype(np.int32), times[keep], values[keep])
+        report.samples += len(chunk)
+        yield chunk
+
+
+def _ids_or_report(
+    keys: list[str], block: bytes, first: int, report: FileReport, table: SeriesTable
+) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """Series ids of raw keys; -1 (and a reported line) for a key split_series rejects."""
+    try:
+        return table.ids_of_texts(keys).astype(np.int64)
+    except ParseError:
+        pass
+    out = np.empty(len(keys), dtype=np.int64)
+    for i, key in enumerate(keys):
+        try:
+            out[i] = table.id_of_text(key)
+        except ParseError as exc:
+            out[i] = -1
+            report.bad_line(f"{report.path}:{first + _line_of(block, key)}", exc.reason, key)
+    return out
+
+
+def _line_of(block: bytes, key: str) -> int:
+    """0-based line of ``key`` in a block (for messages only; 0 when not found)."""
+    at = block.find(key.encode())
+    return block.count(b"\n", 0, at) if at >= 0 else 0
+
+
+# --- Prometheus HTTP API JSON ---------------------------------------------------------------
+def read_prometheus_json(
+    fh: IO[bytes], report: FileReport, table: SeriesTable
+) -> Iterator[RawChunk]:
+    """``/api/v1/query_range`` (matrix) or ``/api/v1/query`` (vector or matrix) responses; a
+    file may hold several documents one after another (e.g. JSON lines). A file is loaded
+    whole: the API bounds one response (11k points per series)."""
+    try:
+        text = fh.read().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DumpError(
+            f"{report.path}: not UTF-8 JSON ({exc.reason} at byte {exc.start})"
+        ) from exc
+    decoder, pos, number = json.JSONDecoder(), 0, 0
+    while True:
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        if pos >= len(text):
+            return
+        try:
+            doc, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            raise DumpError(f"{report.path}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
+        yield from _json_document(doc, number, report, table)
+        number += 1
+
+
+def _json_document(
+    doc: Any, number: int, report: FileReport, table: SeriesTable
+) -> Iterator[RawChunk]:
+    where = f"{report.path}: document {number + 1}"
+    if not isinstance(doc, dict):
+        raise DumpError(f"{where}: expected a Prometheus API response object")
+    if doc.get("status") == "error":
+        raise DumpError(f"{where}: the query failed: {doc.get('errorType')}: {doc.get('error')}")
+    data = doc.get("data", doc)
+    kind = data.get("resultType") if isinstance(data, dict) else None
+    result = data.get("result") if isinstance(data, dict) else None
+    if kind not in ("matrix", "vector") or not isinstance(result, list):
+        raise DumpError(f"{where}: data.resultType {kind!r}: expected 'matrix' or 'vector' results")
+    for i, series in enumerate(result):
+        at = f"{where}: data.result[{i}]"
+        metric = series.get("metric") if isinstance(series, dict) else None
+        if not isinstance(metric, dict):
+            report.bad_line(at, "missing 'metric' object")
+            continue
+        points = series.get("values", []) if kind == "matrix" else [series.get("value")]
+        if kind == "vector" and series.get("value") is None:
+            points = []  # a native-histogram sample ('histogram'): not a float series
+        labels = tuple(sorted((str(k), str(v)) for k, v in metric.items() if k != "__name__"))
+        sid = table.id_of(str(metric.get("__name__", "")), labels)
+        times, values = _json_points(
+            points, f"{at}.{'values' if kind == 'matrix' else 'value'}", report
+        )
+        if len(times):
+            ids = np.full(len(times), sid, dtype=np.int32)
+            table.blank_dcgm(ids, values)
+            report.samples += len(times)
+            yield RawChunk(ids, times, values)
+
+
+def _json_points(points: Any, where: str, report: FileReport) -> tuple[FloatArray, FloatArray]:
+    """``[[ts, "value"], ...]`` -> (times, values); bad points are reported and skipped."""
+    try:
+        times = np.array([p[0] for p in points], dtype=np.float64)
+        values = np.array([p[1] for p in points], dtype=np.float64)
+        if times.ndim == 1 and values.ndim == 1:
+            return times, values
+    except (TypeError, ValueError, IndexError, KeyError):
+        pass
+    good_t, good_v = [], []
+    for j, point in enumerate(points if isinstance(points, list) else [points]):
+        try:
+            if not isinstance(point, list) or len(point) != 2:
+                raise ValueError
+            stamp, value = float(point[0]), float(point[1])
+        except (TypeError, ValueError):
+            report.bad_line(f"{where}[{j}]", 'bad point (expected [time, "value"])', repr(point))
+            continue
+        good_t.append(stamp)
+        good_v.append(value)
+    return np.array(good_t, dtype=np.float64), np.array(good_v, dtype=np.float64)
