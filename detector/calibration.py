@@ -1,0 +1,295 @@
+"""Choosing alert thresholds from history with known failures, and the calibration file.
+
+The search (``calibrate``): the driver supplies ``evaluate_at(threshold)``, which re-runs alert
+episodes over recorded fused scores at that threshold and evaluates them against the failures.
+Among candidate thresholds whose false positives per day stay within the budget, pick the one
+that catches the most failures, then the most caught *before* the failure; ties go to the higher
+threshold (fewer alerts). FP/day is monotone non-increasing in the threshold for a fixed episode
+logic, so the within-budget thresholds are a suffix of the sorted candidates: its start is found
+by bisection (log2 n evaluations) and only that suffix is scanned. A scanned point over budget
+(the monotonicity assumption broken, e.g. by episode splitting) is skipped, never chosen.
+
+When nothing can be caught within the budget (a healthy history, or failures no threshold
+detects) there is no evidence to trade against, so the budget the operator accepted is spent:
+the lowest threshold whose FP/day is within it. When no candidate meets the budget at all, the
+highest candidate is returned with ``within_budget=False`` and the caller decides.
+
+The calibration file (JSON, or YAML by suffix) is validated by pydantic; a bad file raises
+ConfigError naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import numpy as np
+import yaml
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import ConfigError
+from .model import FloatArray
+
+WEIGHT_CLIP = (0.25, 4.0)
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationPoint:
+    """What the alerts at one threshold achieved on the history."""
+
+    threshold: float
+    detected: int
+    detected_before: int
+    false_positives: int
+    fp_per_day: float
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationResult:
+    """The chosen point, how it was chosen, and every point evaluated (by threshold)."""
+
+    point: CalibrationPoint
+    mode: Literal["best", "budget", "over-budget"]
+    within_budget: bool
+    fp_budget_per_day: float
+    evaluated: tuple[CalibrationPoint, ...]
+
+
+def calibrate(
+    evaluate_at: Callable[[float], CalibrationPoint],
+    candidates: Sequence[float],
+    *,
+    fp_budget_per_day: float,
+    failures: int | None = None,
+) -> CalibrationResult:
+    """Pick a threshold from ``candidates`` (module docstring has the objective).
+
+    ``failures=0`` says the history is healthy: the suffix scan is skipped and the budget
+    boundary returned directly. Each threshold is evaluated at most once.
+    """
+    if not math.isfinite(fp_budget_per_day) or fp_budget_per_day < 0:
+        raise ValueError(f"fp_budget_per_day must be finite and >= 0, got {fp_budget_per_day}")
+    thresholds = sorted({float(c) for c in candidates})
+    if not thresholds:
+        raise ValueError("no candidate thresholds")
+    cache: dict[int, CalibrationPoint] = {}
+
+    def at(i: int) -> CalibrationPoint:
+        if i not in cache:
+            cache[i] = evaluate_at(thresholds[i])
+        return cache[i]
+
+    def within(point: CalibrationPoint) -> bool:
+        return point.fp_per_day <= fp_budget_per_day
+
+    lo, hi = 0, len(thresholds)  # invariant: first within-budget index is in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if within(at(mid)):
+            hi = mid
+        else:
+            lo = mid + 1
+    if lo == len(thresholds):
+        return _result(at(len(thresholds) - 1), "over-budget", False, fp_budget_per_day, cache)
+    boundary = at(lo)
+    if failures == 0:
+        return _result(boundary, "budget", True, fp_budget_per_day, cache)
+    feasible = [p for p in (at(i) for i in range(lo, len(thresholds))) if within(p)]
+    best = max(feasible, key=lambda p: (p.detected, p.detected_before, p.threshold))
+    if best.detected == 0:
+        return _result(boundary, "budget", True, fp_budget_per_day, cache)
+    return _result(best, "best", True, fp_budget_per_day, cache)
+
+
+def _result(
+    point: CalibrationPoint,
+    mode: Literal["best", "budget", "over-budget"],
+    within_budget: bool,
+    budget: float,
+    cache: Mapping[int, CalibrationPoint],
+) -> CalibrationResult:
+    evaluated = tuple(sorted(cache.values(), key=lambda p: p.threshold))
+    return CalibrationResult(point, mode, within_budget, budget, evaluated)
+
+
+def candidate_thresholds(scores: FloatArray, n: int = 64) -> FloatArray:
+    """Up to ``n`` sorted, distinct thresholds in (0, 1) from the upper tail of ``scores``.
+
+    The tail fractions run log-spaced from 1/2 down to 1/len(scores), the last candidate being
+    the maximum score, because an FP/day budget of a few alerts a day lives in the extreme tail:
+    linear quantiles would waste most candidates where every threshold alerts constantly. NaN
+    is ignored.
+    """
+    finite = scores[np.isfinite(scores)]
+    if finite.size == 0:
+        raise ValueError("no finite scores to take thresholds from")
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    smallest_tail = max(1.0 / finite.size, 1e-12)
+    probabilities = 1.0 - np.geomspace(0.5, min(0.5, smallest_tail), n)
+    probabilities[-1] = 1.0  # the last candidate is the maximum score itself
+    levels = np.quantile(finite, probabilities)
+    eps = 1e-9  # keep strictly inside (0, 1): 0 would alert always, 1 never
+    return np.unique(np.clip(levels, eps, 1.0 - eps)).astype(np.float64)
+
+
+def fit_signal_weights(
+    signal_hits: Mapping[str, tuple[int, int]],
+    prior: Mapping[str, float],
+    *,
+    strength: float = 10.0,
+) -> dict[str, float]:
+    """Reweight signals by how often alerts they led were real: prior x smoothed likelihood ratio.
+
+    ``signal_hits[s] = (tp, fp)``: times ``s`` led a true-positive / a false-positive alert. With
+    ``base`` the overall share of true alerts, a signal's odds of leading a true alert are
+    smoothed with a Beta(strength*base, strength*(1-base)) prior (``strength`` pseudo-alerts at
+    the base rate), then divided by the base odds: a signal no better than average gets 1, one
+    seen once gets little, and the ratio is clipped to [0.25, 4] so no signal can dominate or
+    vanish on a handful of labels. Weight = prior[s] (1.0 when absent) x that ratio. With no true
+    or no false alerts at all there is nothing to contrast, and the prior comes back unchanged.
+    """
+    for signal, (tp, fp) in signal_hits.items():
+        if tp < 0 or fp < 0:
+            raise ValueError(f"negative hit counts for {signal!r}: {(tp, fp)}")
+    for signal, weight in prior.items():
+        if not (math.isfinite(weight) and weight > 0):
+            raise ValueError(f"prior weight for {signal!r} must be finite and > 0, got {weight}")
+    signals = sorted(set(prior) | set(signal_hits))
+    total_tp = sum(tp for tp, _ in signal_hits.values())
+    total_fp = sum(fp for _, fp in signal_hits.values())
+    if total_tp == 0 or total_fp == 0:
+        return {s: float(prior.get(s, 1.0)) for s in signals}
+    base = total_tp / (total_tp + total_fp)
+    base_odds = total_tp / total_fp
+    weights: dict[str, float] = {}
+    for s in signals:
+        tp, fp = signal_hits.get(s, (0, 0))
+        odds = (tp + strength * base) / (fp + strength * (1.0 - base))
+        ratio = min(max(odds / base_odds, WEIGHT_CLIP[0]), WEIGHT_CLIP[1])
+        weights[s] = float(prior.get(s, 1.0)) * ratio
+    return weights
+
+
+# ---- the calibration file ----------------------------------------------------------------
+
+Unit = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+Weight = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PerEntityKind(_Strict):
+    """Thresholds per entity kind; a missing kind uses the top-level threshold."""
+
+    node: Unit | None = None
+    gpu: Unit | None = None
+
+
+class FittedOn(_Strict):
+    """What history the calibration was fitted on."""
+
+    dump: str
+    days: float = Field(gt=0.0, allow_inf_nan=False)
+    failures: int = Field(ge=0)
+
+
+class Achieved(_Strict):
+    """What the chosen threshold achieved on that history."""
+
+    detected: int = Field(ge=0)
+    detected_before: int = Field(ge=0)
+    fp_per_day: float = Field(ge=0.0, allow_inf_nan=False)
+
+
+class Calibration(_Strict):
+    """The calibration file that ``run`` and ``replay`` load (version 1)."""
+
+    version: Literal[1] = 1
+    threshold: Unit
+    per_entity_kind: PerEntityKind | None = None
+    signal_weights: dict[str, Weight] | None = None
+    fp_budget_per_day: float = Field(ge=0.0, allow_inf_nan=False)
+    fitted_on: FittedOn
+    achieved: Achieved
+    created: AwareDatetime
+
+    def threshold_for(self, kind: Literal["node", "gpu"]) -> float:
+        """The threshold for an entity kind, falling back to the global one."""
+        specific = None if self.per_entity_kind is None else getattr(self.per_entity_kind, kind)
+        return self.threshold if specific is None else float(specific)
+
+
+def calibration_from_result(
+    result: CalibrationResult,
+    *,
+    dump: str,
+    days: float,
+    failures: int,
+    per_entity_kind: Mapping[str, float] | None = None,
+    signal_weights: Mapping[str, float] | None = None,
+    created: datetime | None = None,
+) -> Calibration:
+    """Build the file model from a search result and what it was fitted on."""
+    point = result.point
+    return Calibration(
+        threshold=point.threshold,
+        per_entity_kind=None if per_entity_kind is None else PerEntityKind(**per_entity_kind),
+        signal_weights=None if signal_weights is None else dict(signal_weights),
+        fp_budget_per_day=result.fp_budget_per_day,
+        fitted_on=FittedOn(dump=dump, days=days, failures=failures),
+        achieved=Achieved(
+            detected=point.detected,
+            detected_before=point.detected_before,
+            fp_per_day=point.fp_per_day,
+        ),
+        created=created or datetime.now(UTC),
+    )
+
+
+def save_calibration(path: Path, calibration: Calibration) -> None:
+    """Write the file atomically (temp file + rename): JSON, or YAML for .yaml/.yml."""
+    document = calibration.model_dump(mode="json", exclude_none=True)
+    if path.suffix in (".yaml", ".yml"):
+        text = yaml.safe_dump(document, sort_keys=False)
+    else:
+        text = json.dumps(document, indent=2) + "\n"
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def load_calibration(path: Path) -> Calibration:
+    """Read and validate a calibration file; ConfigError names the file and each bad field."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read calibration file: {exc}") from None
+    document: Any
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            document = yaml.safe_load(text)
+        else:
+            document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(document, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    try:
+        return Calibration.model_validate(document)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"field {'.'.join(str(part) for part in error['loc'])!r}: {error['msg']}"
+            for error in exc.errors()
+        )
+        raise ConfigError(f"{path}: invalid calibration: {problems}") from None
