@@ -42,9 +42,22 @@ class LabelRules:
     )
     context_labels: frozenset[str] = frozenset(
         {
-            "instance", "job", "uuid", "pci_bus_id", "device", "modelName", "Hostname",
-            "hostname", "node", "DCGM_FI_DRIVER_VERSION", "pod", "namespace", "container",
-            "err_msg", "exported_job", "exported_instance",
+            "instance",
+            "job",
+            "uuid",
+            "pci_bus_id",
+            "device",
+            "modelName",
+            "Hostname",
+            "hostname",
+            "node",
+            "DCGM_FI_DRIVER_VERSION",
+            "pod",
+            "namespace",
+            "container",
+            "err_msg",
+            "exported_job",
+            "exported_instance",
         }
     )
 
