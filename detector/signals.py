@@ -1,0 +1,357 @@
+"""The signal stage: frame values (one per series) -> signal values (one per signal column).
+
+Every series the catalog scores becomes one signal column (first matching rule wins, see
+``rules.SignalCatalog.classify``); presence signals add computed columns per entity. Columns are
+only appended, in index order, so a restored index rebuilds the same columns.
+
+Transforms, per column, with ``prev`` the last *observed* value of its series:
+- level: ``value * scale``.
+- rate: ``(value - prev) / dt * scale`` per second. NaN on the first observation, when
+  ``dt <= 0``, and on a counter reset (a decrease): the counter's value before the reset is
+  unknown, so ``value / dt`` would invent a spike at every driver reload; one lost tick is cheap.
+- edge: 1.0 when the value differs from ``prev``, else 0.0; NaN on the first observation.
+- presence (computed): ``health_series_missing_fraction`` per GPU = fraction of the GPU's
+  previously observed series missing this tick; ``health_gpu_count`` per node = GPUs of the node
+  with any series observed this tick. Both are NaN for a node with no GPU series at all this
+  tick: with exporters on different scrape intervals that tick simply had no DCGM scrape, and a
+  dead exporter is reported by ``health_up``. So presence measures a *partial* loss: a GPU that
+  vanished while its neighbours still report (fell off the bus).
+DCGM's blank sentinel (values near 2**63) reads as not observed. NaN means not observed.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from .model import DCGM_BLANK_THRESHOLD, BoolArray, ColumnLayout, FloatArray, IntArray, SeriesInfo
+from .rules import SignalCatalog
+from .series import SeriesIndex
+
+LEVEL, RATE, EDGE, MISSING, GPU_COUNT = 0, 1, 2, 3, 4
+_TRANSFORM = {"level": LEVEL, "rate": RATE, "edge": EDGE}
+_DIRECTION = {"up": 1, "down": -1, "both": 0}
+CohortOf = Callable[[SeriesInfo], str] | Mapping[str, str]
+
+
+def gpu_number(label: str) -> int:
+    """The layout's GPU int: the label itself when it is a number, else a stable hash."""
+    if label.isdigit():
+        return int(label)
+    return 1_000_000 + zlib.crc32(label.encode()) % 1_000_000_000
+
+
+class SignalMap:
+    """Maps the series of ``index`` onto signal columns and computes their values per tick."""
+
+    def __init__(
+        self,
+        catalog: SignalCatalog,
+        index: SeriesIndex,
+        *,
+        metric_types: Mapping[str, str] | None = None,
+        cohort_of: CohortOf | None = None,
+    ) -> None:
+        self.catalog = catalog
+        self.index = index
+        self.metric_types = metric_types if metric_types is not None else {}
+        self._cohort_of = cohort_of
+        self._synced = 0
+        self._presence = {rule.name: rule for rule in catalog.presence_rules()}
+        # Per signal column (grown in sync, frozen to arrays lazily).
+        self._series: list[int] = []  # series column, -1 for computed columns
+        self._kind: list[int] = []
+        self._scale: list[float] = []
+        self._signal: list[int] = []
+        self._node: list[int] = []
+        self._gpu: list[int] = []
+        self._gpu_label: list[str | None] = []
+        self._cohort: list[int] = []
+        self._direction: list[int] = []
+        self._weight: list[float] = []
+        self._entity: list[int] = []  # gpu entity id (MISSING) or node id (GPU_COUNT), else -1
+        self.signal_names: list[str] = []
+        self._signal_ids: dict[str, int] = {}
+        self.node_names: list[str] = []
+        self._node_ids: dict[str, int] = {}
+        self.cohort_names: list[str] = []
+        self._cohort_ids: dict[str, int] = {}
+        self._gpu_entities: dict[tuple[str, str], int] = {}  # (node, gpu label) -> entity id
+        self._gpu_entity_node: list[int] = []  # entity id -> node id
+        self._series_gpu_entity: list[int] = []  # per index series: entity id or -1
+        self._count_nodes: set[int] = set()
+        # Tick state.
+        self._prev_value: FloatArray = np.empty(0)
+        self._prev_time: FloatArray = np.empty(0)
+        self._seen: BoolArray = np.zeros(0, dtype=bool)  # per index series: ever observed
+        self._pending: dict[int, tuple[float, float]] = {}  # restored state for future columns
+        self._arrays: dict[str, np.ndarray] | None = None
+        self._layout: ColumnLayout | None = None
+
+    # ------------------------------------------------------------------ building columns
+    def __len__(self) -> int:
+        return len(self._series)
+
+    def _id(self, table: dict[str, int], names: list[str], name: str) -> int:
+        found = table.get(name)
+        if found is None:
+            found = table[name] = len(names)
+            names.append(name)
+        return found
+
+    def _cohort_id(self, info: SeriesInfo) -> int:
+        cohort_of = self._cohort_of
+        if cohort_of is None:
+            label = ""
+        elif isinstance(cohort_of, Mapping):
+            label = cohort_of.get(info.node, "")
+        else:
+            label = cohort_of(info)
+        return self._id(self._cohort_ids, self.cohort_names, label)
+
+    def _declared_type(self, metric: str) -> str | None:
+        types = self.metric_types
+        found = types.get(metric)
+        if found is not None:
+            return found
+        for suffix in ("_total", "_sum", "_count"):
+            if metric.endswith(suffix):
+                family = types.get(metric[: -len(suffix)])
+                if family in ("histogram", "summary", "gaugehistogram") and suffix != "_total":
+                    return "counter"
+                if family is not None:
+                    return family
+        return None
+
+    def _append(
+        self, info: SeriesInfo, series: int, kind: int, name: str, gpu: str | None, **rule: Any
+    ) -> None:
+        self._series.append(series)
+        self._kind.append(kind)
+        self._scale.append(float(rule.get("scale", 1.0)))
+        self._signal.append(self._id(self._signal_ids, self.signal_names, name))
+        self._node.append(self._id(self._node_ids, self.node_names, info.node))
+        self._gpu.append(-1 if gpu is None else gpu_number(gpu))
+        self._gpu_label.append(gpu)
+        self._cohort.append(self._cohort_id(info))
+        self._direction.append(_DIRECTION[rule["direction"]])
+        self._weight.append(float(rule["weight"]))
+        self._entity.append(int(rule.get("entity_id", -1)))
+
+    def sync(self) -> bool:
+        """Map series added to the index since the last sync; True when columns were added."""
+        before = len(self._series)
+        infos = self.index.infos
+        for info in infos[self._synced :]:
+            self._map_series(info)
+        self._synced = len(infos)
+        if self._seen.shape[0] < len(infos):
+            self._seen = np.concatenate(
+                [self._seen, np.zeros(len(infos) - self._seen.shape[0], dtype=bool)]
+            )
+        added = len(self._series) - before
+        if added:
+            fill = np.full(added, np.nan)
+            self._prev_value = np.concatenate([self._prev_value, fill])
+            self._prev_time = np.concatenate([self._prev_time, fill])
+            for col in range(before, len(self._series)):
+                restored = self._pending.pop(self._series[col], None)
+                if restored is not None and self._series[col] >= 0:
+                    self._prev_value[col], self._prev_time[col] = restored
+            self._arrays = None
+            self._layout = None
+        return added > 0
+
+    def _map_series(self, info: SeriesInfo) -> None:
+        entity = -1
+        if info.gpu:
+            key = (info.node, info.gpu)
+            entity = self._gpu_entities.get(key, -1)
+            if entity < 0:
+                entity = self._gpu_entities[key] = len(self._gpu_entity_node)
+                node_id = self._id(self._node_ids, self.node_names, info.node)
+                self._gpu_entity_node.append(node_id)
+                self._add_presence(info, entity, node_id)
+        self._series_gpu_entity.append(entity)
+        verdict = self.catalog.classify(info.metric)
+        if verdict in ("ignore", "off"):
+            return
+        if verdict == "default":
+            rule = self.catalog.default_rule
+            counter = self.catalog.is_counter(info.metric, self._declared_type(info.metric))
+            kind = RATE if counter else LEVEL
+            fields = {"direction": rule.direction, "weight": rule.weight}
+            self._append(info, info.column, kind, info.metric, info.gpu or None, **fields)
+            return
+        assert not isinstance(verdict, str)
+        if verdict.truth is not None:  # ground truth (XID): read by xids.py, never scored
+            return
+        gpu = info.gpu if verdict.entity == "gpu" and info.gpu else None
+        fields = {"direction": verdict.direction, "weight": verdict.weight, "scale": verdict.scale}
+        self._append(info, info.column, _TRANSFORM[verdict.transform], verdict.name, gpu, **fields)
+
+    def _add_presence(self, info: SeriesInfo, entity: int, node_id: int) -> None:
+        missing = self._presence.get("health_series_missing_fraction")
+        if missing is not None:
+            fields = {"direction": missing.direction, "weight": missing.weight}
+            self._append(info, -1, MISSING, missing.name, info.gpu, entity_id=entity, **fields)
+        count = self._presence.get("health_gpu_count")
+        if count is not None and node_id not in self._count_nodes:
+            self._count_nodes.add(node_id)
+            fields = {"direction": count.direction, "weight": count.weight}
+            self._append(info, -1, GPU_COUNT, count.name, None, entity_id=node_id, **fields)
+
+    # ------------------------------------------------------------------ per tick
+    def _frozen(self) -> dict[str, np.ndarray]:
+        if self._arrays is None:
+            kind = np.asarray(self._kind, dtype=np.int64)
+            series = np.asarray(self._series, dtype=np.int64)
+            self._arrays = {
+                "series": series,
+                "scale": np.asarray(self._scale, dtype=np.float64),
+                "level": np.flatnonzero(kind == LEVEL),
+                "rate": np.flatnonzero(kind == RATE),
+                "edge": np.flatnonzero(kind == EDGE),
+                "backed": np.flatnonzero(series >= 0),
+                "missing": np.flatnonzero(kind == MISSING),
+                "count": np.flatnonzero(kind == GPU_COUNT),
+                "entity": np.asarray(self._entity, dtype=np.int64),
+                "series_entity": np.asarray(self._series_gpu_entity, dtype=np.int64),
+                "entity_node": np.asarray(self._gpu_entity_node, dtype=np.int64),
+            }
+        return self._arrays
+
+    def compute(self, t: float, frame_values: FloatArray) -> FloatArray:
+        """Signal values for the tick at ``t`` (syncs first if the index grew)."""
+        if self._synced < len(self.index):
+            self.sync()
+        a = self._frozen()
+        n_series = self._synced
+        values = np.full(n_series, np.nan)
+        width = min(n_series, frame_values.shape[0])
+        values[:width] = frame_values[:width]
+        values[np.abs(values) >= DCGM_BLANK_THRESHOLD] = np.nan
+
+        out = np.full(len(self._series), np.nan)
+        backed = a["backed"]
+        x = values[a["series"][backed]]
+        cur = np.full(len(self._series), np.nan)
+        cur[backed] = x
+        observed = ~np.isnan(cur)
+        prev, prev_t = self._prev_value, self._prev_time
+        have_prev = observed & ~np.isnan(prev)
+
+        lv = a["level"]
+        out[lv] = cur[lv] * a["scale"][lv]
+        rt = a["rate"]
+        dt = t - prev_t[rt]
+        dv = cur[rt] - prev[rt]
+        ok = have_prev[rt] & (dt > 0) & (dv >= 0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[rt] = np.where(ok, dv / np.where(dt > 0, dt, 1.0) * a["scale"][rt], np.nan)
+        ed = a["edge"]
+        out[ed] = np.where(have_prev[ed], (cur[ed] != prev[ed]).astype(np.float64), np.nan)
+        self._presence_values(a, values, out)
+
+        prev[observed] = cur[observed]
+        prev_t[observed] = t
+        self._seen[:n_series] |= ~np.isnan(values)
+        return out
+
+    def _presence_values(
+        self, a: dict[str, np.ndarray], values: FloatArray, out: FloatArray
+    ) -> None:
+        series_entity = a["series_entity"]
+        n_entities = a["entity_node"].shape[0]
+        if n_entities == 0:
+            return
+        gpu_series = series_entity >= 0
+        ent = series_entity[gpu_series]
+        obs = ~np.isnan(values[gpu_series])
+        seen = self._seen[: values.shape[0]][gpu_series]
+        observed_per_gpu = np.bincount(ent[obs], minlength=n_entities)
+        gpu_up = observed_per_gpu > 0
+        gpus_per_node = np.bincount(
+            a["entity_node"], weights=gpu_up.astype(np.float64), minlength=len(self.node_names)
+        )
+        node_has_data = gpus_per_node > 0
+        known = np.bincount(ent[seen], minlength=n_entities).astype(np.float64)
+        missing = np.bincount(ent[seen & ~obs], minlength=n_entities).astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            fraction = np.where(known > 0, missing / known, np.nan)
+        fraction[~node_has_data[a["entity_node"]]] = np.nan
+        mi = a["missing"]
+        out[mi] = fraction[a["entity"][mi]]
+        co = a["count"]
+        node_of = a["entity"][co]
+        out[co] = np.where(node_has_data[node_of], gpus_per_node[node_of], np.nan)
+
+    # ------------------------------------------------------------------ description
+    @property
+    def layout(self) -> ColumnLayout:
+        """Per-column signal, node, gpu, cohort and direction (see model.ColumnLayout)."""
+        if self._layout is None:
+            self._layout = ColumnLayout(
+                signal=np.asarray(self._signal, dtype=np.int64),
+                node=np.asarray(self._node, dtype=np.int64),
+                gpu=np.asarray(self._gpu, dtype=np.int64),
+                cohort=np.asarray(self._cohort, dtype=np.int64),
+                direction=np.asarray(self._direction, dtype=np.int64),
+                signal_names=tuple(self.signal_names),
+                node_names=tuple(self.node_names),
+            )
+        return self._layout
+
+    @property
+    def weights(self) -> FloatArray:
+        return np.asarray(self._weight, dtype=np.float64)
+
+    def column_names(self, i: int) -> tuple[str, str, str | None, int]:
+        """(signal name, node, gpu label or None, series column or -1 when computed)."""
+        return (
+            self.signal_names[self._signal[i]],
+            self.node_names[self._node[i]],
+            self._gpu_label[i],
+            self._series[i],
+        )
+
+    def series_columns(self) -> IntArray:
+        """Per signal column, the series column it reads (-1 for computed columns)."""
+        return np.asarray(self._series, dtype=np.int64)
+
+    # ------------------------------------------------------------------ persistence
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Previous values/times keyed by series column, so restarts keep their rates."""
+        return {
+            "series": self.series_columns(),
+            "prev_value": self._prev_value.copy(),
+            "prev_time": self._prev_time.copy(),
+            "seen": self._seen.copy(),
+        }
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restore ``state_dict`` output; columns not mapped yet are restored when they are."""
+        self.sync()
+        where = {int(s): i for i, s in enumerate(self._series) if s >= 0}
+        for s, v, t in zip(
+            state["series"].tolist(),
+            state["prev_value"].tolist(),
+            state["prev_time"].tolist(),
+            strict=True,
+        ):
+            if s < 0:
+                continue
+            col = where.get(int(s))
+            if col is None:
+                self._pending[int(s)] = (v, t)
+            else:
+                self._prev_value[col], self._prev_time[col] = v, t
+        seen = np.asarray(state["seen"], dtype=bool)
+        if seen.shape[0] > self._seen.shape[0]:
+            grown = np.zeros(seen.shape[0], dtype=bool)
+            grown[: self._seen.shape[0]] = self._seen
+            self._seen = grown
+        self._seen[: seen.shape[0]] |= seen

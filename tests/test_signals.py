@@ -1,0 +1,341 @@
+"""The signal stage: series -> signal columns, transforms, presence, layout, state."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from detector.model import FloatArray, Labels
+from detector.rules import SignalCatalog, load_signal_rules
+from detector.series import SeriesIndex
+from detector.signals import SignalMap, gpu_number
+
+_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_text(text: str) -> tuple[list[tuple[str, Labels, float]], dict[str, str]]:
+    """Tiny exposition reader for tests (the real parser lives in detector/ingest/parse.py)."""
+    samples: list[tuple[str, Labels, float]] = []
+    types: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(maxsplit=3)
+            types[name] = kind
+            continue
+        match = _LINE.match(line)
+        if match is None:
+            continue
+        labels = tuple(sorted(_LABEL.findall(match.group(2) or "")))
+        samples.append((match.group(1), labels, float(match.group(3))))
+    return samples, types
+
+
+def gpu_labels(gpu: str, node: str = "n1") -> Labels:
+    return (("Hostname", node), ("UUID", f"GPU-{node}-{gpu}"), ("gpu", gpu))
+
+
+class Cluster:
+    """An index plus a helper that turns {(metric, labels): value} into a frame vector."""
+
+    def __init__(self, catalog: SignalCatalog | None = None) -> None:
+        self.index = SeriesIndex()
+        self.signals = SignalMap(catalog or load_signal_rules(), self.index)
+
+    def frame(self, values: dict[tuple[str, Labels], float]) -> FloatArray:
+        columns = {key: self.index.add(*key) for key in values}
+        out = np.full(len(self.index), np.nan)
+        for key, value in values.items():
+            out[columns[key]] = value
+        return out
+
+    def tick(self, t: float, values: dict[tuple[str, Labels], float]) -> FloatArray:
+        frame = self.frame(values)
+        self.signals.sync()
+        return self.signals.compute(t, frame)
+
+    def column(self, signal: str, node: str = "n1", gpu: str | None = None) -> int:
+        for i in range(len(self.signals)):
+            name, n, g, _ = self.signals.column_names(i)
+            if (name, n, g) == (signal, node, gpu):
+                return i
+        raise KeyError((signal, node, gpu))
+
+
+def test_rate_is_per_second_and_reset_safe() -> None:
+    """A counter is rated per second; a decrease (reset) gives NaN, then rating resumes."""
+    cluster = Cluster()
+    key = ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", gpu_labels("0"))
+    got = []
+    for t, value in [(0, 0.0), (10, 10.0), (20, 30.0), (30, 5.0), (40, 15.0)]:
+        out = cluster.tick(t, {key: value})
+        got.append(out[cluster.column("pcie_replay", gpu="0")])
+    assert math.isnan(got[0])
+    assert [1.0, 2.0] == got[1:3]
+    assert math.isnan(got[3])
+    assert 1.0 == got[4]
+
+
+def test_rate_skips_gaps_and_non_positive_dt() -> None:
+    """Rates span gaps of missing ticks; a repeated timestamp yields NaN, not inf."""
+    cluster = Cluster()
+    key = ("node_nfs_rpc_retransmissions_total", (("instance", "n1:9100"),))
+    cluster.tick(0, {key: 100.0})
+    cluster.tick(10, {})
+    gap = cluster.tick(20, {key: 140.0})
+    again = cluster.tick(20, {key: 150.0})
+    col = cluster.column("nfs_rpc_retransmissions")
+    assert 2.0 == gap[col]
+    assert math.isnan(again[col])
+
+
+def test_rate_applies_scale() -> None:
+    """Violation counters in ns become a fraction of time through the rule's scale."""
+    cluster = Cluster()
+    key = ("DCGM_FI_DEV_THERMAL_VIOLATION", gpu_labels("2"))
+    cluster.tick(0, {key: 0.0})
+    out = cluster.tick(10, {key: 5e9})
+    assert 0.5 == pytest.approx(out[cluster.column("thermal_violation", gpu="2")])
+
+
+def test_edge_fires_only_on_change() -> None:
+    """Edge is 1 when the value differs from the previous observation, 0 when equal."""
+    cluster = Cluster()
+    key = ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", gpu_labels("1"))
+    col = None
+    got = []
+    for t, value in [(0, 1.0), (15, 1.0), (30, 8.0), (45, 8.0)]:
+        out = cluster.tick(t, {key: value})
+        col = cluster.column("clock_event_reasons", gpu="1")
+        got.append(out[col])
+    assert math.isnan(got[0])
+    assert [0.0, 1.0, 0.0] == got[1:]
+
+
+def test_level_and_blank_sentinel() -> None:
+    """Levels pass through; DCGM's blank sentinel reads as not observed."""
+    cluster = Cluster()
+    key = ("DCGM_FI_DEV_GPU_TEMP", gpu_labels("0"))
+    first = cluster.tick(0, {key: 61.0})
+    blank = cluster.tick(15, {key: 9223372036854775794.0})
+    col = cluster.column("gpu_temp", gpu="0")
+    assert 61.0 == first[col]
+    assert math.isnan(blank[col])
+
+
+def test_presence_when_a_gpu_vanishes() -> None:
+    """A GPU losing its series raises its missing fraction and lowers the node's GPU count."""
+    cluster = Cluster()
+    metrics = ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE")
+    both = {(m, gpu_labels(g)): 50.0 for m in metrics for g in ("0", "1")}
+    cluster.tick(0, both)
+    only_gpu0 = {k: v for k, v in both.items() if dict(k[1])["gpu"] == "0"}
+    half = dict(only_gpu0)
+    half[("DCGM_FI_DEV_GPU_TEMP", gpu_labels("1"))] = 50.0
+    lost = cluster.tick(30, only_gpu0)
+    partial = cluster.tick(60, half)
+    nothing = cluster.tick(90, {})
+    missing1 = cluster.column("health_series_missing_fraction", gpu="1")
+    missing0 = cluster.column("health_series_missing_fraction", gpu="0")
+    count = cluster.column("health_gpu_count")
+    assert (1.0, 0.0, 1.0) == (lost[missing1], lost[missing0], lost[count])
+    assert (0.5, 2.0) == (partial[missing1], partial[count])
+    assert math.isnan(nothing[missing1])
+    assert math.isnan(nothing[count])
+
+
+def test_named_default_ignored_and_truth_series() -> None:
+    """Named rules win, unnamed numeric series get the default rule, XID and ignored are skipped."""
+    cluster = Cluster()
+    cluster.tick(
+        0,
+        {
+            ("DCGM_FI_DEV_GPU_TEMP", gpu_labels("0")): 50.0,
+            ("DCGM_FI_DEV_ENC_UTIL", gpu_labels("0")): 0.0,
+            ("DCGM_FI_DEV_XID_ERRORS", gpu_labels("0")): 0.0,
+            ("go_goroutines", (("instance", "n1:9100"),)): 8.0,
+            ("node_context_switches_total", (("instance", "n1:9100"),)): 1e6,
+        },
+    )
+    names = {cluster.signals.column_names(i)[0] for i in range(len(cluster.signals))}
+    assert {
+        "gpu_temp",
+        "DCGM_FI_DEV_ENC_UTIL",
+        "node_context_switches_total",
+        "health_series_missing_fraction",
+        "health_gpu_count",
+    } == names
+    weights = dict(
+        zip(cluster.signals.layout.signal.tolist(), cluster.signals.weights.tolist(), strict=True)
+    )
+    default_id = cluster.signals.signal_names.index("DCGM_FI_DEV_ENC_UTIL")
+    assert 0.3 == weights[default_id]
+
+
+def test_default_counter_is_rated_and_can_be_disabled() -> None:
+    """The default rule rates counters; disabled, only named signals get columns."""
+    cluster = Cluster()
+    key = ("node_context_switches_total", (("instance", "n1:9100"),))
+    cluster.tick(0, {key: 100.0})
+    out = cluster.tick(10, {key: 200.0})
+    assert 10.0 == out[cluster.column("node_context_switches_total")]
+    catalog = load_signal_rules()
+    off = catalog.model_copy(
+        update={"default_rule": catalog.default_rule.model_copy(update={"enabled": False})}
+    )
+    quiet = Cluster(off)
+    quiet.tick(0, {key: 100.0})
+    assert 0 == len(quiet.signals)
+
+
+def test_declared_counter_type_is_honoured() -> None:
+    """A declared counter without _total (DCGM style) is rated by the default rule."""
+    index = SeriesIndex()
+    signals = SignalMap(load_signal_rules(), index, metric_types={"my_odd_counter": "counter"})
+    col = index.add("my_odd_counter", (("instance", "n1:1"),))
+    frame = np.full(1, np.nan)
+    frame[col] = 5.0
+    signals.compute(0.0, frame)
+    frame[col] = 25.0
+    assert 2.0 == signals.compute(10.0, frame)[0]
+
+
+def test_sync_reports_new_columns_only_once() -> None:
+    """sync() is True when columns were appended and False when the index has not grown."""
+    cluster = Cluster()
+    cluster.index.add("DCGM_FI_DEV_GPU_TEMP", gpu_labels("0"))
+    assert cluster.signals.sync()
+    assert not cluster.signals.sync()
+    cluster.index.add("go_goroutines", ())
+    assert not cluster.signals.sync()
+
+
+def test_layout_is_consistent() -> None:
+    """Layout arrays have one entry per column; gpu ints, directions and names line up."""
+    cluster = Cluster()
+    cluster.signals = SignalMap(
+        load_signal_rules(), cluster.index, cohort_of={"n1": "rack-a", "n2": "rack-b"}
+    )
+    cluster.tick(
+        0,
+        {
+            ("DCGM_FI_DEV_SM_CLOCK", gpu_labels("3", "n1")): 1900.0,
+            ("DCGM_FI_DEV_GPU_TEMP", gpu_labels("nvidia7", "n2")): 40.0,
+            ("node_load1", (("instance", "n2:9100"),)): 3.0,
+        },
+    )
+    signals = cluster.signals
+    layout = signals.layout
+    n = len(signals)
+    assert all(
+        len(a) == n
+        for a in (
+            layout.signal,
+            layout.node,
+            layout.gpu,
+            layout.cohort,
+            layout.direction,
+            signals.weights,
+        )
+    )
+    sm = cluster.column("sm_clock", "n1", "3")
+    temp = cluster.column("gpu_temp", "n2", "nvidia7")
+    load = cluster.column("node_load", "n2", None)
+    assert (3, -1) == (layout.gpu[sm], layout.direction[sm])
+    assert (gpu_number("nvidia7"), 1) == (layout.gpu[temp], layout.direction[temp])
+    assert (-1, 0) == (layout.gpu[load], layout.direction[load])
+    assert ("n1", "n2") == (
+        layout.node_names[layout.node[sm]],
+        layout.node_names[layout.node[load]],
+    )
+    assert layout.cohort[sm] != layout.cohort[temp]
+    assert layout.cohort[temp] == layout.cohort[load]
+    assert "sm_clock" == layout.signal_names[layout.signal[sm]]
+    assert gpu_number("nvidia7") == gpu_number("nvidia7") >= 1_000_000
+
+
+def test_state_round_trip_keeps_rates_across_restart() -> None:
+    """A restarted SignalMap given the saved state rates the next sample immediately."""
+    cluster = Cluster()
+    key = ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", gpu_labels("0"))
+    cluster.tick(0, {key: 10.0})
+    state = cluster.signals.state_dict()
+    restored = SignalMap(load_signal_rules(), cluster.index)
+    restored.load_state_dict(state)
+    out = restored.compute(20.0, cluster.frame({key: 50.0}))
+    assert 2.0 == out[cluster.column("ecc_sbe_volatile", gpu="0")]
+
+
+def test_state_restores_columns_mapped_later() -> None:
+    """State for series not yet in the index is applied when those series appear."""
+    first = Cluster()
+    key = ("node_network_receive_errs_total", (("instance", "n1:9100"),))
+    first.tick(0, {key: 1.0})
+    fresh = Cluster()
+    fresh.signals.load_state_dict(first.signals.state_dict())
+    out = fresh.tick(10, {key: 11.0})
+    assert 1.0 == out[fresh.column("net_errors")]
+
+
+def test_compute_is_safe_on_short_frames() -> None:
+    """A frame built before new series were added reads the missing tail as NaN."""
+    cluster = Cluster()
+    cluster.index.add("DCGM_FI_DEV_GPU_TEMP", gpu_labels("0"))
+    out = cluster.signals.compute(0.0, np.empty(0))
+    assert np.isnan(out).all()
+
+
+def test_node_exporter_fixture_maps_onto_signals(shared_data: Path) -> None:
+    """The real node-exporter payload maps onto named signals, with rates on a second scrape."""
+    text = (shared_data / "exporters" / "node_exporter" / "e2e-output.txt").read_text()
+    samples, types = parse_text(text)
+    index = SeriesIndex()
+    signals = SignalMap(load_signal_rules(), index, metric_types=types)
+    extra = (("instance", "node7:9100"),)
+    cols = np.asarray([index.add(name, labels + extra) for name, labels, _ in samples])
+    values = np.asarray([v for _, _, v in samples])
+    assert signals.sync()
+    frame = np.full(len(index), np.nan)
+    frame[cols] = values
+    first = signals.compute(100.0, frame)
+    frame[cols] = values + 3.0
+    second = signals.compute(115.0, frame)
+
+    names = {signals.column_names(i)[0] for i in range(len(signals))}
+    expected = {
+        "nfs_rpc_retransmissions",
+        "nfs_op_queue_time",
+        "nfs_op_rtt",
+        "nfs_transport_backlog",
+        "ib_link_downed",
+        "ib_port_rcv_errors",
+        "ib_link_error_recovery",
+        "edac_correctable",
+        "edac_uncorrectable",
+        "hwmon_temp",
+        "node_load",
+        "net_errors",
+    }
+    assert expected <= names
+    assert not any(
+        n.startswith(("go_", "process_", "promhttp_")) or n.endswith("_info") for n in names
+    )
+    # NUMA/drbd series carry their own `node` label, which series.py reads as the node name;
+    # the named signals all come from series identified by the target's instance.
+    named_nodes = {
+        signals.column_names(i)[1]
+        for i in range(len(signals))
+        if signals.column_names(i)[0] in expected
+    }
+    assert {"node7"} == named_nodes
+    rate_col = next(
+        i for i in range(len(signals)) if signals.column_names(i)[0] == "nfs_rpc_retransmissions"
+    )
+    assert math.isnan(first[rate_col])
+    assert 0.2 == pytest.approx(second[rate_col])
+    level_col = next(i for i in range(len(signals)) if signals.column_names(i)[0] == "node_load")
+    assert second[level_col] == first[level_col] + 3.0
