@@ -87,7 +87,9 @@ def _line_pattern(ts: str) -> str:
         rf"#[ \t]++HELP[ \t]++{_NAME}(?:[ \t][^\n]*+)?"
         rf"|#[ \t]++TYPE[ \t]++({_NAME})[ \t]++({_TYPES})"
         rf"|#[ \t]++UNIT[ \t]++{_NAME}(?:[ \t][^\n]*+)?"
-        rf"|#[ \t]++EOF"
+        # EOF only as the last non-blank line: one earlier sends the payload to the slow path,
+        # which detects OpenMetrics and reports what follows the EOF.
+        rf"|#[ \t]++EOF(?=[ \t\r\n]*+\Z)"
         rf"|#(?![ \t]+{_KEYWORDS})[^\n]*+"
     )
     return rf"^[ \t]*+(?:{sample}|{comment})?[ \t]*+\r?$"
@@ -103,7 +105,7 @@ _LABEL_PAIR = re.compile(rf'({_LNAME})[ \t]*+=[ \t]*+"((?:[^"\\\n]|\\.)*+)"')
 _UNESCAPE = re.compile(r"\\(.)")
 _UNESCAPED = {"\\": "\\", '"': '"', "n": "\n"}
 _EOF_LINE = re.compile(r"#[ \t]++EOF[ \t]*+\r?")
-_CREATED = re.compile(rf"\n[ \t]*+{_NAME}_created[{{ \t]")
+_CREATED = re.compile(r"\n[ \t]*[a-zA-Z_:][a-zA-Z0-9_:]*_created[{ \t]")  # not possessive!
 _DCGM_PREFIXES = ("DCGM_", "dcgm_")
 _INF = float("inf")
 _NAN = float("nan")
