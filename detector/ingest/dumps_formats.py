@@ -229,14 +229,15 @@ def read_openmetrics(fh: IO[bytes], report: FileReport, table: SeriesTable) -> I
         if not exp.keys:
             continue
         times = np.array(exp.timestamps, dtype=np.float64)  # None -> NaN
-        ids = _ids_or_report(exp.keys, block, first, report, table)
+        locate = _LineFinder(block, first)
+        ids = _ids_or_report(exp.keys, locate, report, table)
         keep = ~np.isnan(times) & (ids >= 0)
         missing = np.flatnonzero(~keep & (ids >= 0))
         for n, i in enumerate(missing):
             if len(report.errors) >= 5:  # the rest are only counted
                 report.bad += len(missing) - n
                 break
-            line = first + _line_of(block, exp.keys[i])
+            line = locate(exp.keys[i], bare=True)
             report.bad_line(f"{report.path}:{line}", "sample without timestamp", exp.keys[i])
         times = np.where(times > MS_THRESHOLD, times / 1000.0, times)
         values = np.array(exp.values, dtype=np.float64)
@@ -246,7 +247,7 @@ def read_openmetrics(fh: IO[bytes], report: FileReport, table: SeriesTable) -> I
 
 
 def _ids_or_report(
-    keys: list[str], block: bytes, first: int, report: FileReport, table: SeriesTable
+    keys: list[str], locate: _LineFinder, report: FileReport, table: SeriesTable
 ) -> np.ndarray[Any, np.dtype[np.int64]]:
     """Series ids of raw keys; -1 (and a reported line) for a key split_series rejects."""
     try:
@@ -259,14 +260,28 @@ def _ids_or_report(
             out[i] = table.id_of_text(key)
         except ParseError as exc:
             out[i] = -1
-            report.bad_line(f"{report.path}:{first + _line_of(block, key)}", exc.reason, key)
+            report.bad_line(f"{report.path}:{locate(key, bare=False)}", exc.reason, key)
     return out
 
 
-def _line_of(block: bytes, key: str) -> int:
-    """0-based line of ``key`` in a block (for messages only; 0 when not found)."""
-    at = block.find(key.encode())
-    return block.count(b"\n", 0, at) if at >= 0 else 0
+class _LineFinder:
+    """Line numbers of samples in a block, for messages only (the parser does not keep them):
+    each call searches forward from the previous hit, so repeated keys get successive lines."""
+
+    def __init__(self, block: bytes, first: int) -> None:
+        self.block, self.first, self.after = block, first, 0
+        self.lines: list[str] | None = None
+
+    def __call__(self, key: str, bare: bool) -> int:
+        """Line of the next sample of ``key`` (``bare``: one without a timestamp)."""
+        if self.lines is None:
+            self.lines = self.block.decode("utf-8", errors="replace").split("\n")
+        for i in range(self.after, len(self.lines)):
+            text = self.lines[i].strip()
+            if text.startswith(key) and (not bare or len(text[len(key) :].split()) == 1):
+                self.after = i + 1
+                return self.first + i
+        return self.first + self.after
 
 
 # --- Prometheus HTTP API JSON ---------------------------------------------------------------
