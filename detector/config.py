@@ -251,9 +251,22 @@ def _apply_env(data: dict[Any, Any], env: Mapping[str, str]) -> dict[Loc, str]:
                 where = ".".join(parts[: depth + 1])
                 raise ConfigError(f"{name}: cannot set a key under {where}: it is not a section")
             node = child
-        node[parts[-1]] = _parse_env_value(env[name])
+        raw = env[name]
+        node[parts[-1]] = raw if _wants_text(parts) else _parse_env_value(raw)
         sources[parts] = name
     return sources
+
+
+def _wants_text(parts: tuple[str, ...]) -> bool:
+    """True for text fields (names, URLs, paths): ``0123`` or ``no`` must stay as written."""
+    model = _model_at(parts[:-1])
+    field = model.model_fields.get(parts[-1]) if model is not None else None
+    if field is None:
+        return False
+    annotation = field.annotation
+    union = isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union
+    kinds = set(typing.get_args(annotation)) if union else {annotation}
+    return bool(kinds & {str, Path})  # list[str], Literal[...] and sections parse as YAML
 
 
 def _parse_env_value(raw: str) -> Any:

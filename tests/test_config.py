@@ -71,6 +71,18 @@ def test_environment_overrides_file(tmp_path: Path) -> None:
     assert "debug" == config.logging.level
 
 
+def test_environment_text_fields_stay_as_written() -> None:
+    """Text fields from the environment are not YAML-converted (no octal, no booleans)."""
+    env = {
+        "DETECTOR_NODE_NAME": "0123",
+        "DETECTOR_ALERTS__CLUSTER": "no",
+        "DETECTOR_ALERTS__SUPPRESS_SIGNALS": "[ecc, 'no']",
+    }
+    config = load_config(None, env)
+    assert ("0123", "no") == (config.node_name, config.alerts.cluster)
+    assert ["ecc", "no"] == config.alerts.suppress_signals
+
+
 def test_bad_value_names_file_and_field(tmp_path: Path) -> None:
     """A bad value names the file and the dotted field path with what was given."""
     path = write(tmp_path, "scrape:\n  timeout_s: -1\n")
