@@ -1,0 +1,1 @@
+"""Simulated GPU cluster internals; import the public API from detector.simulate."""

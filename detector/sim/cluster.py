@@ -1,0 +1,302 @@
+"""The simulated cluster: a fixed series list, one value vector per tick, and ground truth.
+
+Series order is fixed at construction: every DCGM field (metric-major, then node, then GPU),
+then the windowed XID counts (``dcgm_fields="all"``: one series per GPU and XID that GPU will
+raise), then the node-exporter families (family-major, then node, then label set). Labels are
+what Prometheus would store (the exporter's labels plus ``instance`` and ``job``), sorted as
+model.Labels requires. Kubernetes pod labels change with the job a GPU runs, so they are not
+part of a series' labels: the exposition pages and dumps add them per tick.
+
+``frames()`` yields (unix time, values) per tick, values aligned to ``series()``; NaN means
+"not exposed this tick" (a GPU that fell off the bus, a windowed count outside its window).
+Each tick is a handful of numpy operations per metric family, never a loop over series.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..model import FloatArray, IntArray, Labels, XidEvent
+from .catalog import NODE_FAMILIES, XID_COUNT_FIELD, dcgm_fields
+from .failures import FailureEffects, PlannedFailure, plan_failures
+from .gpu import GpuDrive, GpuModel
+from .host import HostModel
+from .pages import PageFamily, node_layout, render
+from .scenario import Scenario
+from .trace import DEFAULT_RATES, TraceRates, derive_rates
+from .workload import Workload, build_workload
+
+XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
+XID_WINDOW_S = 300.0  # dcgm-exporter's default xid-count window (window_size_in_ms)
+_PCI_BUS = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")  # HGX B200 GPU slots
+_SHARED_TRACE = Path(__file__).resolve().parents[3] / "shared/data/faults/infinitehbd"
+
+
+def resolve_rates(setting: str | None) -> TraceRates:
+    """``None``: built-in constants; ``"auto"``: $DETECTOR_FAULT_TRACE or the shared data
+    trace when present, else the constants; a path: that trace (errors if unreadable)."""
+    if setting is None:
+        return DEFAULT_RATES
+    if setting == "auto":
+        env = os.environ.get("DETECTOR_FAULT_TRACE")
+        path = Path(env) if env else _SHARED_TRACE / "fault_trace.json"
+        return derive_rates(path) if path.is_file() else DEFAULT_RATES
+    return derive_rates(Path(setting))
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """One metric family: its columns and, per column, node index, GPU ("" for node-level)
+    and the exporter-side label text (no braces, no instance/job) in wire order."""
+
+    name: str
+    kind: str
+    help: str
+    exporter: str  # "dcgm" or "node"
+    columns: IntArray
+    nodes: IntArray
+    gpus: tuple[str, ...]
+    wire: tuple[str, ...]
+
+
+class SimulatedCluster:
+    """See the module docstring. Deterministic for a given Scenario (seed included)."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        sc = self.scenario = scenario
+        seeds = np.random.SeedSequence(sc.seed).spawn(5)
+        streams = [np.random.default_rng(s) for s in seeds]
+        static, plan, work, self._tick_seed = streams[0], streams[1], streams[2], seeds[3]
+        self.rates = resolve_rates(sc.fault_trace)
+        self.failures: list[PlannedFailure] = plan_failures(sc, self.rates, plan)
+        self.workload: Workload = build_workload(sc, self.failures, work)
+        failing = {f.node for f in self.failures}
+        calm = np.array([n for n in range(sc.nodes) if n not in failing], dtype=np.int64)
+        count = min(sc.noisy_nodes, len(calm))
+        self.noisy_nodes = np.sort(streams[4].choice(calm, count, replace=False)).astype(np.int64)
+        self._static = static
+        self._events = self._build_events(streams[4])
+        self._build_series(static)
+        self._node_index = {sc.node_name(n): n for n in range(sc.nodes)}
+        self._layouts: dict[int, list[PageFamily]] = {}
+
+    # -- ground truth ---------------------------------------------------------------------
+    def _build_events(self, rng: np.random.Generator) -> list[XidEvent]:
+        sc, events = self.scenario, []
+        for f in self.failures:
+            for offset, xid in f.xids:
+                events.append(
+                    XidEvent(
+                        sc.start + f.time + offset,
+                        sc.node_name(f.node),
+                        str(f.gpu),
+                        xid,
+                        sc.start + f.repair_end,
+                        "simulator",
+                    )
+                )
+        if sc.xid45_on_teardown:
+            for td in self.workload.teardowns:
+                for node in td.nodes:
+                    for gpu in range(sc.gpus):
+                        if (node, gpu) != td.skip:
+                            at = sc.start + td.time + float(rng.uniform(0.0, 20.0))
+                            events.append(
+                                XidEvent(at, sc.node_name(node), str(gpu), 45, None, "simulator")
+                            )
+        return sorted(events, key=lambda e: (e.time, e.node, e.gpu or "", e.xid))
+
+    def events(self) -> list[XidEvent]:
+        """Every XID the cluster raises (failures and XID 45 teardown floods), by time."""
+        return list(self._events)
+
+    # -- series ---------------------------------------------------------------------------
+    def _build_series(self, rng: np.random.Generator) -> None:
+        sc = self.scenario
+        n_nodes, n_gpus = sc.nodes, sc.gpus
+        uuids = [
+            [f"GPU-{uuid.UUID(bytes=rng.bytes(16), version=4)}" for _ in range(n_gpus)]
+            for _ in range(n_nodes)
+        ]
+        gpu_wire: list[str] = []
+        gpu_ident: list[Labels] = []
+        for n in range(n_nodes):
+            host = sc.node_name(n)
+            for g in range(n_gpus):
+                pairs = (
+                    ("gpu", str(g)),
+                    ("UUID", uuids[n][g]),
+                    ("pci_bus_id", f"00000000:{_PCI_BUS[g % 8]}:00.0"),
+                    ("device", f"nvidia{g}"),
+                    ("modelName", sc.model_name),
+                    (sc.hostname_label, host),
+                    ("DCGM_FI_DRIVER_VERSION", sc.driver_version),
+                )
+                gpu_wire.append(",".join(f'{k}="{v}"' for k, v in pairs))
+                gpu_ident.append((*pairs, ("instance", f"{host}:9400"), ("job", "dcgm-exporter")))
+        node_idx = np.repeat(np.arange(n_nodes), n_gpus)
+        gpu_names = tuple(str(g) for g in range(n_gpus)) * n_nodes
+        self._dcgm_names = [name for name, _, _ in dcgm_fields(sc.dcgm_fields)]
+        families: list[Family] = []
+        series: list[tuple[str, Labels]] = []
+        for name, kind, help_text in dcgm_fields(sc.dcgm_fields):
+            cols = np.arange(len(series), len(series) + len(gpu_ident))
+            families.append(
+                Family(name, kind, help_text, "dcgm", cols, node_idx, gpu_names, tuple(gpu_wire))
+            )
+            series.extend((name, tuple(sorted(lab))) for lab in gpu_ident)
+        self._gpu_cols = len(series)
+        pairs_seen = sorted({(int(e.gpu or 0), e.xid, e.node) for e in self._events})
+        by_name = {sc.node_name(n): n for n in range(n_nodes)}
+        pair_keys = sorted({(by_name[node], gpu, xid) for gpu, xid, node in pairs_seen})
+        if sc.dcgm_fields != "all":
+            pair_keys = []
+        self._pairs = np.array(pair_keys, dtype=np.int64).reshape(-1, 3)
+        if pair_keys:
+            extra = ',window_size_in_ms="300000",xid="{}"'
+            wire = tuple(gpu_wire[n * n_gpus + g] + extra.format(x) for n, g, x in pair_keys)
+            cols = np.arange(len(series), len(series) + len(pair_keys))
+            families.append(
+                Family(
+                    XID_COUNT_FIELD,
+                    "counter",
+                    "reported XIDs during last window",
+                    "dcgm",
+                    cols,
+                    self._pairs[:, 0].copy(),
+                    tuple(str(g) for _, g, _ in pair_keys),
+                    wire,
+                )
+            )
+            for n, g, x in pair_keys:
+                lab = gpu_ident[n * n_gpus + g] + (("window_size_in_ms", "300000"), ("xid", str(x)))
+                series.append((XID_COUNT_FIELD, tuple(sorted(lab))))
+        self._node_views: list[tuple[str, int, int]] = []
+        for fam in NODE_FAMILIES:
+            sets = len(fam.label_sets)
+            start = len(series)
+            wires, nodes = [], []
+            for n in range(n_nodes):
+                inst = (("instance", f"{sc.node_name(n)}:9100"), ("job", "node-exporter"))
+                for lab in fam.label_sets:
+                    series.append((fam.name, tuple(sorted(lab + inst))))
+                    wires.append(",".join(f'{k}="{v}"' for k, v in lab))
+                    nodes.append(n)
+            cols = np.arange(start, len(series))
+            families.append(
+                Family(
+                    fam.name,
+                    fam.kind,
+                    fam.help,
+                    "node",
+                    cols,
+                    np.array(nodes, dtype=np.int64),
+                    ("",) * len(cols),
+                    tuple(wires),
+                )
+            )
+            self._node_views.append((fam.name, start, sets))
+        self._series = series
+        self.families = families
+
+    def series(self) -> list[tuple[str, Labels]]:
+        """Every series the cluster can emit, in the fixed column order of ``frames()``."""
+        return list(self._series)
+
+    # -- frames ---------------------------------------------------------------------------
+    def frames(self) -> Iterator[tuple[float, FloatArray]]:
+        """(unix time, values aligned to series()) for every tick; NaN = not exposed."""
+        sc, w = self.scenario, self.workload
+        rng = np.random.default_rng(self._tick_seed)  # same stream on every call
+        gpu = GpuModel(sc, np.random.default_rng([sc.seed, 11]), self.noisy_nodes)
+        host = HostModel(sc, np.random.default_rng([sc.seed, 12]), self.noisy_nodes)
+        drive = GpuDrive.zeros(sc.nodes, sc.gpus)
+        effects = FailureEffects(self.failures, sc)
+        xid_state = np.zeros((sc.nodes, sc.gpus))
+        by_name = {sc.node_name(n): n for n in range(sc.nodes)}
+        ev = self._events
+        ev_tick = np.ceil((np.array([e.time for e in ev]) - sc.start) / sc.step_s).astype(np.int64)
+        ev_node = np.array([by_name[e.node] for e in ev], dtype=np.int64)
+        ev_gpu = np.array([int(e.gpu or 0) for e in ev], dtype=np.int64)
+        ev_xid = np.array([e.xid for e in ev], dtype=np.float64)
+        pair_of = {(int(a), int(b), int(c)): i for i, (a, b, c) in enumerate(self._pairs)}
+        ev_pair = np.array(
+            [
+                pair_of.get((n, g, int(x)), -1)
+                for n, g, x in zip(ev_node, ev_gpu, ev_xid, strict=True)
+            ],
+            dtype=np.int64,
+        )
+        ev_time = np.array([e.time for e in ev])
+        names, total, n_pairs = self._dcgm_names, len(self._series), len(self._pairs)
+        xid_row = names.index(XID_FIELD) if XID_FIELD in names else -1
+        cursor = 0
+        for k in range(sc.ticks):
+            t_rel = k * sc.step_s
+            t_abs = sc.start + t_rel
+            drive.reset()
+            effects.apply(drive, t_rel, rng)
+            jobs = w.job[:, k]
+            wobble = w.job_wobble[jobs, k]
+            gv = gpu.step(t_abs, w.phase[:, k], wobble, drive, rng)
+            hv = host.step(
+                t_abs, w.phase[:, k], wobble, float(w.nfs_write[k]), float(w.nfs_read[k]), rng
+            )
+            end = int(np.searchsorted(ev_tick, k, side="right"))
+            if end > cursor:  # the sticky gauge keeps the last XID seen
+                xid_state[ev_node[cursor:end], ev_gpu[cursor:end]] = ev_xid[cursor:end]
+                cursor = end
+            out = np.empty(total)
+            block = out[: self._gpu_cols].reshape(len(names), sc.nodes, sc.gpus)
+            for row, name in enumerate(names):
+                block[row] = xid_state if row == xid_row else gv[name]
+            block[:, drive.vanished] = np.nan
+            if n_pairs:
+                hits = ev_pair[:end][ev_time[:end] > t_abs - XID_WINDOW_S]
+                counts = np.bincount(hits[hits >= 0], minlength=n_pairs).astype(np.float64)
+                counts[counts == 0] = np.nan
+                counts[drive.vanished[self._pairs[:, 0], self._pairs[:, 1]]] = np.nan
+                out[self._gpu_cols : self._gpu_cols + n_pairs] = counts
+            for name, start, sets in self._node_views:
+                view = out[start : start + sc.nodes * sets].reshape(sc.nodes, sets)
+                view[...] = hv[name]
+            yield t_abs, out
+
+    # -- exposition -----------------------------------------------------------------------
+    def exposition(self, node: str, t: float, values: FloatArray) -> tuple[str, str]:
+        """(dcgm-exporter page, node-exporter page) of ``node`` at unix time ``t``."""
+        n = self.node_index(node)
+        layout = self._layouts.get(n)
+        if layout is None:
+            fams = self.families
+            layout = self._layouts[n] = node_layout(
+                n,
+                [(f.name, f.kind, f.help, f.exporter) for f in fams],
+                [f.columns for f in fams],
+                [f.nodes for f in fams],
+                [f.wire for f in fams],
+            )
+        return render(layout, values, self.pod_labels(n, t))
+
+    def node_index(self, node: str) -> int:
+        """Index of a node name (``node-01`` -> 0); KeyError for an unknown name."""
+        index = self._node_index.get(node)
+        if index is None:
+            raise KeyError(f"unknown node {node!r}")
+        return index
+
+    def pod_labels(self, node: int, t: float) -> str:
+        """Wire text of the Kubernetes labels of ``node``'s GPUs at time ``t`` ("" if idle)."""
+        sc, w = self.scenario, self.workload
+        k = min(sc.ticks - 1, max(0, round((t - sc.start) / sc.step_s)))
+        job = int(w.job[node, k])
+        if job < 0 or not sc.kubernetes_labels:
+            return ""
+        pod = f"{w.job_names[job]}-worker-{int(w.rank[node, k])}"
+        return f',container="pytorch",namespace="training",pod="{pod}"'

@@ -1,0 +1,135 @@
+"""Live HTTP exporters for the simulated cluster (stdlib http.server, one thread per port).
+
+Clock: the simulated time is ``scenario.start + (wall - wall_at_start) * speed``; a scrape
+returns the page of the latest tick at or before that time (frames are produced lazily and
+in order, so a fast-forwarded clock just advances the generator). Past the scenario's end the
+last tick stays on display.
+
+Layout: ``per_node_ports=True`` binds ``port + i`` for node i, each serving ``/metrics``
+(dcgm-exporter page, like its :9400) and ``/node/metrics`` (node-exporter page); with
+``per_node_ports=False`` one port serves ``/<node>/dcgm`` and ``/<node>/node`` for every node.
+Unknown paths get 404.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from ..model import FloatArray
+from .cluster import SimulatedCluster
+from .scenario import Scenario
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class LiveClock:
+    """The simulated cluster advanced on a (scaled) clock; thread-safe ``current()``."""
+
+    def __init__(
+        self,
+        cluster: SimulatedCluster,
+        speed: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.cluster = cluster
+        self.speed = speed
+        self.clock = clock
+        self._origin = clock()
+        self._frames: Iterator[tuple[float, FloatArray]] = cluster.frames()
+        self._lock = threading.Lock()
+        self._now = next(self._frames)
+
+    def current(self) -> tuple[float, FloatArray]:
+        target = self.cluster.scenario.start + (self.clock() - self._origin) * self.speed
+        with self._lock:
+            while True:
+                step = self.cluster.scenario.step_s
+                if self._now[0] + step > target:
+                    return self._now
+                nxt = next(self._frames, None)
+                if nxt is None:
+                    return self._now
+                self._now = nxt
+
+
+@dataclass
+class Exporters:
+    """Running servers; ``urls`` maps node -> (dcgm url, node-exporter url)."""
+
+    servers: list[ThreadingHTTPServer]
+    urls: dict[str, tuple[str, str]]
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    def close(self) -> None:
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
+        for thread in self.threads:
+            thread.join(timeout=5)
+
+
+def _handler(live: LiveClock, routes: dict[str, tuple[str, int]]) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            route = routes.get(self.path.split("?", 1)[0])
+            if route is None:
+                self.send_error(404, "unknown path")
+                return
+            node, page = route
+            t, values = live.current()
+            body = live.cluster.exposition(node, t, values)[page].encode()
+            self.send_response(200)
+            self.send_header("Content-Type", CONTENT_TYPE)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            return  # scrapes every few seconds would flood stderr
+
+    return Handler
+
+
+def serve(
+    scenario: Scenario,
+    host: str = "127.0.0.1",
+    port: int = 9400,
+    per_node_ports: bool = False,
+    speed: float = 1.0,
+    clock: Callable[[], float] = time.monotonic,
+) -> Exporters:
+    """Start the exporters in background threads and return them (call ``close()``).
+    ``port=0`` with ``per_node_ports=False`` picks a free port."""
+    cluster = SimulatedCluster(scenario)
+    live = LiveClock(cluster, speed, clock)
+    names = [scenario.node_name(n) for n in range(scenario.nodes)]
+    plans: list[tuple[int, dict[str, tuple[str, int]]]] = []
+    if per_node_ports:
+        for i, name in enumerate(names):
+            plans.append(
+                (port + i if port else 0, {"/metrics": (name, 0), "/node/metrics": (name, 1)})
+            )
+    else:
+        routes = {f"/{name}/dcgm": (name, 0) for name in names}
+        routes |= {f"/{name}/node": (name, 1) for name in names}
+        plans.append((port, routes))
+    exporters = Exporters([], {})
+    for bind_port, routes in plans:
+        server = ThreadingHTTPServer((host, bind_port), _handler(live, routes))
+        server.daemon_threads = True
+        actual = server.server_address[1]
+        base = f"http://{host}:{actual}"
+        for path, (name, page) in routes.items():
+            dcgm, node = exporters.urls.get(name, ("", ""))
+            exporters.urls[name] = (base + path, node) if page == 0 else (dcgm, base + path)
+        thread = threading.Thread(
+            target=server.serve_forever, name=f"sim-exporter-{actual}", daemon=True
+        )
+        thread.start()
+        exporters.servers.append(server)
+        exporters.threads.append(thread)
+    return exporters

@@ -1,0 +1,127 @@
+"""The training workload: which node runs what at every tick.
+
+Each job owns a fixed, disjoint set of nodes (``Scenario.jobs`` or, by default, four jobs of
+~38/25/19/13 % of the nodes, the rest spares). A job alternates runs and idle gaps. A run
+starts with a data/model load (``init``: low utilization, NFS reads), then trains in
+synchronous steps (every node of the job moves together: a shared step-time wobble), and
+writes a checkpoint every ``checkpoint_interval_s`` (utilization drops, NFS writes from every
+member: the cluster-wide RPC backlog and RTT rise). A failure on a member hangs the job (NCCL
+spins: utilization stays high, power falls) until the collective times out, then the job is
+torn down (a flood of XID 45 on its GPUs, which is cleanup, not failure) and restarts after a
+gap without the node under repair. Everything is precomputed as (nodes x ticks) arrays.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .failures import PlannedFailure
+from .scenario import JobSpec, Scenario
+
+IDLE, INIT, TRAIN, CHECKPOINT, HUNG = 0, 1, 2, 3, 4
+_DEFAULT_SHARES = (0.38, 0.25, 0.19, 0.13)
+_JOB_NAMES = ("llm-pretrain-a", "llm-pretrain-b", "llm-sft-c", "llm-eval-d")
+
+
+@dataclass(frozen=True, slots=True)
+class Teardown:
+    """A job run ended at ``time`` (seconds from start) on ``nodes``; ``skip`` is the failed
+    (node, gpu) that raised its own XID instead of 45, if any."""
+
+    time: float
+    job: int
+    nodes: tuple[int, ...]
+    skip: tuple[int, int] | None
+
+
+@dataclass(slots=True)
+class Workload:
+    phase: NDArray[np.int8]  # (nodes, ticks) IDLE..HUNG
+    job: NDArray[np.int16]  # (nodes, ticks) job index or -1
+    rank: NDArray[np.int16]  # (nodes, ticks) worker rank of the node in its run
+    job_names: list[str]
+    job_wobble: NDArray[np.float64]  # (jobs + 1, ticks): shared step-time wobble; last row 0
+    nfs_write: NDArray[np.float64]  # (ticks,) share of all nodes writing a checkpoint
+    nfs_read: NDArray[np.float64]  # (ticks,) share of all nodes loading data
+    teardowns: list[Teardown] = field(default_factory=list)
+
+
+def default_jobs(nodes: int) -> tuple[JobSpec, ...]:
+    """Four jobs on consecutive node blocks; leftover nodes are spares (idle)."""
+    jobs: list[JobSpec] = []
+    first = 0
+    for name, share in zip(_JOB_NAMES, _DEFAULT_SHARES, strict=True):
+        size = max(1, round(share * nodes))
+        if first + size > nodes:
+            break
+        jobs.append(JobSpec(name, tuple(range(first, first + size))))
+        first += size
+    return tuple(jobs)
+
+
+def build_workload(
+    sc: Scenario, failures: list[PlannedFailure], rng: np.random.Generator
+) -> Workload:
+    """Precompute every node's phase, job and rank per tick (see the module docstring)."""
+    ticks, step = sc.ticks, sc.step_s
+    jobs = sc.jobs if sc.jobs is not None else default_jobs(sc.nodes)
+    w = Workload(
+        phase=np.zeros((sc.nodes, ticks), np.int8),
+        job=np.full((sc.nodes, ticks), -1, np.int16),
+        rank=np.zeros((sc.nodes, ticks), np.int16),
+        job_names=[j.name for j in jobs],
+        job_wobble=np.zeros((len(jobs) + 1, ticks)),
+        nfs_write=np.zeros(ticks),
+        nfs_read=np.zeros(ticks),
+    )
+
+    def tick(t: float) -> int:
+        return min(ticks, max(0, math.ceil(t / step)))
+
+    def in_repair(node: int, t: float) -> bool:
+        return any(f.node == node and f.time <= t < f.repair_end for f in failures)
+
+    for j, spec in enumerate(jobs):
+        # Step-time wobble: smoothed noise shared by the job's nodes, plus rare slow steps.
+        kernel = np.exp(-np.arange(20) / 5.0)
+        noise = np.convolve(rng.standard_normal(ticks), kernel / kernel.sum(), mode="same")
+        slow = (rng.random(ticks) < 0.004) * rng.uniform(0.05, 0.15, ticks)
+        w.job_wobble[j] = 0.02 * noise - slow
+        t = float(rng.uniform(0.0, 1800.0))
+        while t < sc.duration_s:
+            members = tuple(n for n in spec.nodes if not in_repair(n, t))
+            if not members:
+                t += float(rng.uniform(*sc.idle_gap_s))
+                continue
+            end = t + float(rng.uniform(*sc.run_hours)) * 3600.0
+            hit = [f for f in failures if f.node in members and t < f.time < end]
+            failed = min(hit, key=lambda f: f.time) if hit else None
+            if failed is not None:
+                end = failed.time + float(rng.uniform(*sc.hang_s))
+            rows = np.array(members)
+            k0, k_end = tick(t), tick(end)
+            k_train = tick(t + float(rng.uniform(*sc.init_s)))
+            w.job[rows, k0:k_end] = j
+            w.rank[rows, k0:k_end] = np.arange(len(members), dtype=np.int16)[:, None]
+            w.phase[rows, k0:k_train] = INIT
+            w.phase[rows, k_train:k_end] = TRAIN
+            share = len(members) / sc.nodes
+            w.nfs_read[k0:k_train] += share
+            ckpt = t + sc.checkpoint_interval_s + (k_train - k0) * step
+            while ckpt < end:
+                c0, c1 = tick(ckpt), tick(ckpt + float(rng.uniform(*sc.checkpoint_duration_s)))
+                c1 = min(c1, k_end)
+                w.phase[rows, c0:c1] = CHECKPOINT
+                w.nfs_write[c0:c1] += share
+                ckpt += sc.checkpoint_interval_s
+            if failed is not None:
+                w.phase[rows, tick(failed.time) : k_end] = HUNG
+            if end < sc.duration_s:
+                skip = (failed.node, failed.gpu) if failed is not None else None
+                w.teardowns.append(Teardown(end, j, members, skip))
+            t = end + float(rng.uniform(*sc.idle_gap_s))
+    return w

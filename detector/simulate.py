@@ -1,0 +1,32 @@
+"""The seeded simulated GPU cluster: the public face of detector/sim/.
+
+    Scenario            every parameter (``Scenario.demo()``: 63 x 8 B200, 3 days, seed 7)
+    SimulatedCluster    .series(), .frames(), .events(), .exposition(node, t, values)
+    write_dump          OpenMetrics dump with timestamps + events JSONL
+    serve               live dcgm-exporter / node-exporter HTTP endpoints
+
+docs/simulator.md describes the workload, the failure library and how the InfiniteHBD fault
+trace sets failure rates and the type mix.
+"""
+
+from __future__ import annotations
+
+from .sim.cluster import SimulatedCluster
+from .sim.exposition import write_dump, write_events
+from .sim.scenario import FailureSpec, JobSpec, Scenario
+from .sim.serve import Exporters, serve
+from .sim.trace import DEFAULT_RATES, TraceRates, derive_rates
+
+__all__ = [
+    "DEFAULT_RATES",
+    "Exporters",
+    "FailureSpec",
+    "JobSpec",
+    "Scenario",
+    "SimulatedCluster",
+    "TraceRates",
+    "derive_rates",
+    "serve",
+    "write_dump",
+    "write_events",
+]
