@@ -49,9 +49,9 @@ from .dumps_formats import (
     RawChunk,
     SeriesTable,
     read_openmetrics,
-    read_prometheus_json,
     read_tsdb_dump,
 )
+from .dumps_json import read_prometheus_json
 from .dumps_store import (
     Cache,
     RunBuilder,

@@ -1,4 +1,4 @@
-"""The three dump formats -> raw chunks of (series id, time, value), in file order.
+"""Dump text formats -> raw chunks of (series id, time, value), in file order.
 
 Used by :mod:`detector.ingest.dumps`; nothing here sorts or caches. A reader streams one file
 (gzip already undone) and yields :class:`RawChunk` s whose series ids index a
@@ -14,7 +14,6 @@ is acceptable is decided by the caller. Whatever makes the rest of a file unread
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from ..errors import DumpError, ParseError
+from ..errors import ParseError
 from ..model import DCGM_BLANK_THRESHOLD, FloatArray, Labels
 from .parse import parse_exposition, split_series
 
@@ -282,87 +281,3 @@ class _LineFinder:
                 self.after = i + 1
                 return self.first + i
         return self.first + self.after
-
-
-# --- Prometheus HTTP API JSON ---------------------------------------------------------------
-def read_prometheus_json(
-    fh: IO[bytes], report: FileReport, table: SeriesTable
-) -> Iterator[RawChunk]:
-    """``/api/v1/query_range`` (matrix) or ``/api/v1/query`` (vector or matrix) responses; a
-    file may hold several documents one after another (e.g. JSON lines). A file is loaded
-    whole: the API bounds one response (11k points per series)."""
-    try:
-        text = fh.read().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DumpError(
-            f"{report.path}: not UTF-8 JSON ({exc.reason} at byte {exc.start})"
-        ) from exc
-    decoder, pos, number = json.JSONDecoder(), 0, 0
-    while True:
-        while pos < len(text) and text[pos].isspace():
-            pos += 1
-        if pos >= len(text):
-            return
-        try:
-            doc, pos = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError as exc:
-            raise DumpError(f"{report.path}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
-        yield from _json_document(doc, number, report, table)
-        number += 1
-
-
-def _json_document(
-    doc: Any, number: int, report: FileReport, table: SeriesTable
-) -> Iterator[RawChunk]:
-    where = f"{report.path}: document {number + 1}"
-    if not isinstance(doc, dict):
-        raise DumpError(f"{where}: expected a Prometheus API response object")
-    if doc.get("status") == "error":
-        raise DumpError(f"{where}: the query failed: {doc.get('errorType')}: {doc.get('error')}")
-    data = doc.get("data", doc)
-    kind = data.get("resultType") if isinstance(data, dict) else None
-    result = data.get("result") if isinstance(data, dict) else None
-    if kind not in ("matrix", "vector") or not isinstance(result, list):
-        raise DumpError(f"{where}: data.resultType {kind!r}: expected 'matrix' or 'vector' results")
-    for i, series in enumerate(result):
-        at = f"{where}: data.result[{i}]"
-        metric = series.get("metric") if isinstance(series, dict) else None
-        if not isinstance(metric, dict):
-            report.bad_line(at, "missing 'metric' object")
-            continue
-        points = series.get("values", []) if kind == "matrix" else [series.get("value")]
-        if kind == "vector" and series.get("value") is None:
-            points = []  # a native-histogram sample ('histogram'): not a float series
-        labels = tuple(sorted((str(k), str(v)) for k, v in metric.items() if k != "__name__"))
-        sid = table.id_of(str(metric.get("__name__", "")), labels)
-        times, values = _json_points(
-            points, f"{at}.{'values' if kind == 'matrix' else 'value'}", report
-        )
-        if len(times):
-            ids = np.full(len(times), sid, dtype=np.int32)
-            table.blank_dcgm(ids, values)
-            report.samples += len(times)
-            yield RawChunk(ids, times, values)
-
-
-def _json_points(points: Any, where: str, report: FileReport) -> tuple[FloatArray, FloatArray]:
-    """``[[ts, "value"], ...]`` -> (times, values); bad points are reported and skipped."""
-    try:
-        times = np.array([p[0] for p in points], dtype=np.float64)
-        values = np.array([p[1] for p in points], dtype=np.float64)
-        if times.ndim == 1 and values.ndim == 1:
-            return times, values
-    except (TypeError, ValueError, IndexError, KeyError):
-        pass
-    good_t, good_v = [], []
-    for j, point in enumerate(points if isinstance(points, list) else [points]):
-        try:
-            if not isinstance(point, list) or len(point) != 2:
-                raise ValueError
-            stamp, value = float(point[0]), float(point[1])
-        except (TypeError, ValueError):
-            report.bad_line(f"{where}[{j}]", 'bad point (expected [time, "value"])', repr(point))
-            continue
-        good_t.append(stamp)
-        good_v.append(value)
-    return np.array(good_t, dtype=np.float64), np.array(good_v, dtype=np.float64)
