@@ -12,6 +12,7 @@ if it also matches ``ignore``; otherwise an ignored metric is never scored; othe
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -99,6 +100,34 @@ class DefaultRule(_Strict):
         return self
 
 
+def _alternation(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
+    return re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Tables:
+    """Compiled lookups of a SignalCatalog."""
+
+    key: tuple[int, int, int]
+    exact: dict[str, int]
+    patterns: list[tuple[int, re.Pattern[str]]]
+    ignore: re.Pattern[str] | None
+    counter: re.Pattern[str] | None
+
+    @staticmethod
+    def build(catalog: SignalCatalog, key: tuple[int, int, int]) -> _Tables:
+        exact: dict[str, int] = {}
+        patterns: list[tuple[int, re.Pattern[str]]] = []
+        for i, rule in enumerate(catalog.signals):
+            for metric in rule.metrics:
+                exact.setdefault(metric, i)
+            if rule.pattern is not None:
+                patterns.append((i, re.compile(rule.pattern)))
+        ignore = _alternation(catalog.ignore)
+        counter = _alternation(catalog.default_rule.counter_patterns)
+        return _Tables(key, exact, patterns, ignore, counter)
+
+
 class SignalCatalog(_Strict):
     """The whole rules/signals.yaml."""
 
@@ -107,10 +136,7 @@ class SignalCatalog(_Strict):
     default_rule: DefaultRule = DefaultRule()
     ignore: tuple[str, ...] = ()
 
-    _exact: dict[str, int] = PrivateAttr(default_factory=dict)
-    _patterns: list[tuple[int, re.Pattern[str]]] = PrivateAttr(default_factory=list)
-    _ignore: re.Pattern[str] | None = PrivateAttr(default=None)
-    _counter: re.Pattern[str] | None = PrivateAttr(default=None)
+    _tables: _Tables | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _check(self) -> SignalCatalog:
@@ -123,22 +149,20 @@ class SignalCatalog(_Strict):
             _compile(pattern)
         return self
 
-    def model_post_init(self, context: Any, /) -> None:
-        for i, rule in enumerate(self.signals):
-            for metric in rule.metrics:
-                self._exact.setdefault(metric, i)
-            if rule.pattern is not None:
-                self._patterns.append((i, re.compile(rule.pattern)))
-        if self.ignore:
-            self._ignore = re.compile("|".join(f"(?:{p})" for p in self.ignore))
-        if self.default_rule.counter_patterns:
-            joined = "|".join(f"(?:{p})" for p in self.default_rule.counter_patterns)
-            self._counter = re.compile(joined)
+    def _lookup(self) -> _Tables:
+        # Built lazily and keyed on the field objects: model_copy(update=...) skips validators,
+        # so a copied catalog must not reuse tables compiled for other fields.
+        key = (id(self.signals), id(self.ignore), id(self.default_rule))
+        tables = self._tables
+        if tables is None or tables.key != key:
+            tables = self._tables = _Tables.build(self, key)
+        return tables
 
     def rule_for(self, metric: str) -> SignalRule | None:
         """The first rule (file order) naming ``metric`` exactly or by pattern, else None."""
-        best = self._exact.get(metric, len(self.signals))
-        for i, pattern in self._patterns:
+        tables = self._lookup()
+        best = tables.exact.get(metric, len(self.signals))
+        for i, pattern in tables.patterns:
             if i >= best:
                 break
             if pattern.fullmatch(metric):
@@ -147,7 +171,8 @@ class SignalCatalog(_Strict):
         return self.signals[best] if best < len(self.signals) else None
 
     def is_ignored(self, metric: str) -> bool:
-        return self._ignore is not None and self._ignore.fullmatch(metric) is not None
+        ignore = self._lookup().ignore
+        return ignore is not None and ignore.fullmatch(metric) is not None
 
     def is_counter(self, metric: str, declared_type: str | None = None) -> bool:
         """Counters are rated by the default rule: declared type, _total suffix or pattern."""
@@ -155,7 +180,8 @@ class SignalCatalog(_Strict):
             return declared_type == "counter"
         if metric.endswith("_total"):
             return True
-        return self._counter is not None and self._counter.fullmatch(metric) is not None
+        counter = self._lookup().counter
+        return counter is not None and counter.fullmatch(metric) is not None
 
     def classify(self, metric: str) -> SignalRule | Literal["ignore", "default", "off"]:
         """The rule scoring ``metric``; "ignore", "default", or "off" (default rule disabled)."""

@@ -206,6 +206,7 @@ def test_major_node_exporter_and_dcgm_families_are_named(metric: str, signal: st
         "promhttp_metric_handler_requests_total",
         "foo_created",
         "node_sysctl_fs_file_nr",
+        "http_request_duration_seconds_bucket",
     ],
 )
 def test_self_and_metadata_metrics_are_ignored(metric: str) -> None:
@@ -322,3 +323,12 @@ def test_bad_xid_severity_names_field(tmp_path: Path) -> None:
     path = _write(tmp_path, "xids:\n" + entry, "xid.yaml")
     with pytest.raises(ConfigError, match=re.escape("xids[0].severity: must be one of critical")):
         load_xid_catalog(path)
+
+
+def test_copied_catalog_uses_its_own_rules() -> None:
+    """A catalog changed with model_copy (no validation pass) matches by its new rules."""
+    catalog = load_signal_rules()
+    only = catalog.model_copy(update={"signals": (catalog.signals[0],), "ignore": ()})
+    assert only.rule_for("DCGM_FI_DEV_SM_CLOCK") is None
+    assert "default" == only.classify("go_goroutines")
+    assert catalog.rule_for("DCGM_FI_DEV_SM_CLOCK") is not None
