@@ -13,7 +13,8 @@ group's sigma² (``scale_half_life_s``) and divides by the larger of the two:
 ``(x - med) / max(sigma, sqrt(ew sigma²))``. Groups with fewer than ``min_peers`` observed
 members score 0. The signed deviation is smoothed per column with ``smooth_half_life_s``
 (time-aware, that column's own last update), so one noisy tick does not dominate; 0 disables
-smoothing. The score is the directional smoothed deviation.
+smoothing. The score is the directional smoothed deviation; a column scores 0 for its first
+``warmup`` peer-judged ticks while the smoothed group scale settles.
 
 Vectorization: the group structure is rebuilt only when the layout changes (length or
 identity): groups are found with ``np.lexsort`` and packed into padded matrices, one per
@@ -76,14 +77,15 @@ class PeerDeviation:
     """Scorer: robust deviation of each column from its peer group's median, smoothed."""
 
     name = "peers"
-    _KEYS = ("smoothed", "scale_var", "last_t")
+    _KEYS = ("smoothed", "scale_var", "scale_w", "count", "last_t")
 
     def __init__(
         self,
         min_peers: int = 3,
         smooth_half_life_s: float = 30.0,
         scale_half_life_s: float = 600.0,
-        mad_floor_rel: float = 1e-2,
+        mad_floor_rel: float = 1e-3,
+        warmup: int = 5,
         mad_floor_abs: float = 1e-6,
     ) -> None:
         if min_peers < 2:
@@ -95,10 +97,13 @@ class PeerDeviation:
         self.min_peers = int(min_peers)
         self.smooth_half_life_s = float(smooth_half_life_s)
         self.scale_half_life_s = float(scale_half_life_s)
+        self.warmup = int(warmup)
         self.mad_floor_rel = float(mad_floor_rel)
         self.mad_floor_abs = float(mad_floor_abs)
         self.smoothed = np.zeros(0)  # smoothed signed deviation per column
         self.scale_var = np.zeros(0)  # time-smoothed squared group sigma, seen by each column
+        self.scale_w = np.zeros(0)  # EW weight behind scale_var (an average from tick one)
+        self.count = np.zeros(0)  # ticks this column was scored against its peers
         self.last_t = np.zeros(0)
         self._layout: ColumnLayout | None = None
         self._groups: list[IntArray] = []
@@ -134,6 +139,8 @@ class PeerDeviation:
         if n > self.smoothed.shape[0]:
             self.smoothed = grow(self.smoothed, n, 0.0)
             self.scale_var = grow(self.scale_var, n, 0.0)
+            self.scale_w = grow(self.scale_w, n, 0.0)
+            self.count = grow(self.count, n, 0.0)
             self.last_t = grow(self.last_t, n, -np.inf)
         med, sigma = self.group_stats(x, layout)
         with np.errstate(invalid="ignore", over="ignore"):
@@ -142,7 +149,8 @@ class PeerDeviation:
             # A group's spread is stable over time, one tick's MAD is not (3 peers!): use the
             # larger of this tick's spread and its time-smoothed value.
             keep_scale = np.exp2(dt * (-1.0 / self.scale_half_life_s))
-            scale_var = keep_scale * self.scale_var + (1.0 - keep_scale) * sigma * sigma
+            scale_w = keep_scale * self.scale_w + 1.0
+            scale_var = self.scale_var + (sigma * sigma - self.scale_var) / scale_w
             z = (x - med) / np.maximum(sigma, np.sqrt(scale_var))
             z = np.clip(z, -SCORE_CAP, SCORE_CAP)
             if self.smooth_half_life_s > 0:
@@ -150,8 +158,11 @@ class PeerDeviation:
                 z = keep * self.smoothed + (1.0 - keep) * z
             self.smoothed = np.where(scored, z, self.smoothed)
             self.scale_var = np.where(scored, scale_var, self.scale_var)
+            self.scale_w = np.where(scored, scale_w, self.scale_w)
+            warm = self.count >= self.warmup
+            self.count = np.where(scored, self.count + 1.0, self.count)
             self.last_t = np.where(scored, t, self.last_t)
-        return np.where(scored, directional(np.nan_to_num(z), layout.direction), 0.0)
+        return np.where(scored & warm, directional(np.nan_to_num(z), layout.direction), 0.0)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return {k: getattr(self, k).copy() for k in self._KEYS}
