@@ -203,6 +203,8 @@ def _cumulative(corpus: _Corpus, cost: CostMatrix) -> tuple[FloatArray, IntArray
 def _normalize(raw: float, corpus: _Corpus, cost: CostMatrix) -> float:
     null = -cost.fn * corpus.windows_scored
     perfect = cost.tp * corpus.windows_total
+    if perfect == null:  # no windows at all: nothing to normalize against
+        return math.nan
     return 100.0 * (raw - null) / (perfect - null)
 
 
