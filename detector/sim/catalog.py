@@ -19,200 +19,61 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..model import Labels
 
-DCGM_FIELDS: tuple[tuple[str, str, bool, str], ...] = (
-    ("DCGM_FI_DEV_SM_CLOCK", "gauge", True, "SM clock frequency (in MHz)."),
-    ("DCGM_FI_DEV_MEM_CLOCK", "gauge", True, "Memory clock frequency (in MHz)."),
-    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", True, "Memory temperature (in C)."),
-    ("DCGM_FI_DEV_GPU_TEMP", "gauge", True, "GPU temperature (in C)."),
-    ("DCGM_FI_DEV_POWER_USAGE", "gauge", True, "Power draw (in W)."),
-    (
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-        "counter",
-        True,
-        "Total energy consumption since boot (in mJ).",
-    ),
-    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", True, "Total number of PCIe retries."),
-    ("DCGM_FI_DEV_GPU_UTIL", "gauge", True, "GPU utilization (in %)."),
-    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", True, "Memory utilization (in %)."),
-    ("DCGM_FI_DEV_ENC_UTIL", "gauge", True, "Encoder utilization (in %)."),
-    ("DCGM_FI_DEV_DEC_UTIL", "gauge", True, "Decoder utilization (in %)."),
-    ("DCGM_FI_DEV_XID_ERRORS", "gauge", True, "Value of the last XID error encountered."),
-    (
-        "DCGM_FI_DEV_POWER_VIOLATION",
-        "counter",
-        False,
-        "Throttling duration due to power constraints (in ns).",
-    ),
-    (
-        "DCGM_FI_DEV_THERMAL_VIOLATION",
-        "counter",
-        False,
-        "Throttling duration due to thermal constraints (in ns).",
-    ),
-    (
-        "DCGM_FI_DEV_SYNC_BOOST_VIOLATION",
-        "counter",
-        False,
-        "Throttling duration due to sync-boost constraints (in ns).",
-    ),
-    (
-        "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION",
-        "counter",
-        False,
-        "Throttling duration due to board limit constraints (in ns).",
-    ),
-    (
-        "DCGM_FI_DEV_LOW_UTIL_VIOLATION",
-        "counter",
-        False,
-        "Throttling duration due to low utilization (in ns).",
-    ),
-    (
-        "DCGM_FI_DEV_RELIABILITY_VIOLATION",
-        "counter",
-        False,
-        "Throttling duration due to reliability constraints (in ns).",
-    ),
-    ("DCGM_EXP_CLOCK_EVENTS_COUNT", "counter", False, "reported clock events"),
-    ("DCGM_EXP_XID_ERRORS_COUNT", "counter", False, "reported XIDs during last window"),
-    ("DCGM_EXP_GPU_HEALTH_STATUS", "counter", False, "DCGM reported health status"),
-    ("DCGM_EXP_P2P_STATUS", "counter", False, "P2P NvLink status"),
-    ("DCGM_FI_DEV_FB_FREE", "gauge", True, "Framebuffer memory free (in MiB)."),
-    ("DCGM_FI_DEV_FB_USED", "gauge", True, "Framebuffer memory used (in MiB)."),
-    ("DCGM_FI_DEV_FB_RESERVED", "gauge", True, "Framebuffer memory reserved (in MiB)."),
-    (
-        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
-        "counter",
-        False,
-        "Total number of single-bit volatile ECC errors.",
-    ),
-    (
-        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-        "counter",
-        False,
-        "Total number of double-bit volatile ECC errors.",
-    ),
-    (
-        "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
-        "counter",
-        False,
-        "Total number of single-bit persistent ECC errors.",
-    ),
-    (
-        "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
-        "counter",
-        False,
-        "Total number of double-bit persistent ECC errors.",
-    ),
-    (
-        "DCGM_FI_DEV_RETIRED_SBE",
-        "counter",
-        False,
-        "Total number of retired pages due to single-bit errors.",
-    ),
-    (
-        "DCGM_FI_DEV_RETIRED_DBE",
-        "counter",
-        False,
-        "Total number of retired pages due to double-bit errors.",
-    ),
-    ("DCGM_FI_DEV_RETIRED_PENDING", "counter", False, "Total number of pages pending retirement."),
-    (
-        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
-        "counter",
-        False,
-        "Total number of NVLink flow-control CRC errors.",
-    ),
-    (
-        "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
-        "counter",
-        False,
-        "Total number of NVLink data CRC errors.",
-    ),
-    (
-        "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
-        "counter",
-        False,
-        "Total number of NVLink retries.",
-    ),
-    (
-        "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
-        "counter",
-        False,
-        "Total number of NVLink recovery errors.",
-    ),
-    (
-        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-        "counter",
-        True,
-        "Total number of NVLink bandwidth counters for all lanes.",
-    ),
-    (
-        "DCGM_FI_DEV_NVLINK_BANDWIDTH_L0",
-        "counter",
-        False,
-        "The number of bytes of active NVLink rx or tx data including both header and payload.",
-    ),
-    ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "gauge", True, "vGPU License status"),
-    (
-        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
-        "counter",
-        True,
-        "Number of remapped rows for uncorrectable errors",
-    ),
-    (
-        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-        "counter",
-        True,
-        "Number of remapped rows for correctable errors",
-    ),
-    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", True, "Whether remapping of rows has failed"),
-    (
-        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-        "gauge",
-        True,
-        "Ratio of time the graphics engine is active.",
-    ),
-    (
-        "DCGM_FI_PROF_SM_ACTIVE",
-        "gauge",
-        False,
-        "The ratio of cycles an SM has at least 1 warp assigned.",
-    ),
-    (
-        "DCGM_FI_PROF_SM_OCCUPANCY",
-        "gauge",
-        False,
-        "The ratio of number of warps resident on an SM.",
-    ),
-    (
-        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-        "gauge",
-        True,
-        "Ratio of cycles the tensor (HMMA) pipe is active.",
-    ),
-    (
-        "DCGM_FI_PROF_DRAM_ACTIVE",
-        "gauge",
-        True,
-        "Ratio of cycles the device memory interface is active sending or receiving data.",
-    ),
-    ("DCGM_FI_PROF_PIPE_FP64_ACTIVE", "gauge", False, "Ratio of cycles the fp64 pipes are active."),
-    ("DCGM_FI_PROF_PIPE_FP32_ACTIVE", "gauge", False, "Ratio of cycles the fp32 pipes are active."),
-    ("DCGM_FI_PROF_PIPE_FP16_ACTIVE", "gauge", False, "Ratio of cycles the fp16 pipes are active."),
-    (
-        "DCGM_FI_PROF_PCIE_TX_BYTES",
-        "gauge",
-        True,
-        "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - in bytes per second.",
-    ),
-    (
-        "DCGM_FI_PROF_PCIE_RX_BYTES",
-        "gauge",
-        True,
-        "The rate of data received over the PCIe bus - including both protocol headers and data payloads - in bytes per second.",
-    ),
-)
+# dcgm-exporter default-counters.csv field rows, in file order ("# " = shipped disabled).
+_DCGM_TABLE = """\
+DCGM_FI_DEV_SM_CLOCK, gauge, SM clock frequency (in MHz).
+DCGM_FI_DEV_MEM_CLOCK, gauge, Memory clock frequency (in MHz).
+DCGM_FI_DEV_MEMORY_TEMP, gauge, Memory temperature (in C).
+DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).
+DCGM_FI_DEV_POWER_USAGE, gauge, Power draw (in W).
+DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, Total energy consumption since boot (in mJ).
+DCGM_FI_DEV_PCIE_REPLAY_COUNTER, counter, Total number of PCIe retries.
+DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %).
+DCGM_FI_DEV_MEM_COPY_UTIL, gauge, Memory utilization (in %).
+DCGM_FI_DEV_ENC_UTIL, gauge, Encoder utilization (in %).
+DCGM_FI_DEV_DEC_UTIL, gauge, Decoder utilization (in %).
+DCGM_FI_DEV_XID_ERRORS, gauge, Value of the last XID error encountered.
+# DCGM_FI_DEV_POWER_VIOLATION, counter, Throttling duration due to power constraints (in ns).
+# DCGM_FI_DEV_THERMAL_VIOLATION, counter, Throttling duration due to thermal constraints (in ns).
+# DCGM_FI_DEV_SYNC_BOOST_VIOLATION, counter, Throttling duration due to sync-boost constraints (in ns).
+# DCGM_FI_DEV_BOARD_LIMIT_VIOLATION, counter, Throttling duration due to board limit constraints (in ns).
+# DCGM_FI_DEV_LOW_UTIL_VIOLATION, counter, Throttling duration due to low utilization (in ns).
+# DCGM_FI_DEV_RELIABILITY_VIOLATION, counter, Throttling duration due to reliability constraints (in ns).
+# DCGM_EXP_CLOCK_EVENTS_COUNT, counter, reported clock events
+# DCGM_EXP_XID_ERRORS_COUNT, counter, reported XIDs during last window
+# DCGM_EXP_GPU_HEALTH_STATUS, counter, DCGM reported health status
+# DCGM_EXP_P2P_STATUS, counter, P2P NvLink status
+DCGM_FI_DEV_FB_FREE, gauge, Framebuffer memory free (in MiB).
+DCGM_FI_DEV_FB_USED, gauge, Framebuffer memory used (in MiB).
+DCGM_FI_DEV_FB_RESERVED, gauge, Framebuffer memory reserved (in MiB).
+# DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, counter, Total number of single-bit volatile ECC errors.
+# DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, counter, Total number of double-bit volatile ECC errors.
+# DCGM_FI_DEV_ECC_SBE_AGG_TOTAL, counter, Total number of single-bit persistent ECC errors.
+# DCGM_FI_DEV_ECC_DBE_AGG_TOTAL, counter, Total number of double-bit persistent ECC errors.
+# DCGM_FI_DEV_RETIRED_SBE, counter, Total number of retired pages due to single-bit errors.
+# DCGM_FI_DEV_RETIRED_DBE, counter, Total number of retired pages due to double-bit errors.
+# DCGM_FI_DEV_RETIRED_PENDING, counter, Total number of pages pending retirement.
+# DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, counter, Total number of NVLink flow-control CRC errors.
+# DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL, counter, Total number of NVLink data CRC errors.
+# DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL, counter, Total number of NVLink retries.
+# DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL, counter, Total number of NVLink recovery errors.
+DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, counter, Total number of NVLink bandwidth counters for all lanes.
+# DCGM_FI_DEV_NVLINK_BANDWIDTH_L0, counter, The number of bytes of active NVLink rx or tx data including both header and payload.
+DCGM_FI_DEV_VGPU_LICENSE_STATUS, gauge, vGPU License status
+DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS, counter, Number of remapped rows for uncorrectable errors
+DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS, counter, Number of remapped rows for correctable errors
+DCGM_FI_DEV_ROW_REMAP_FAILURE, gauge, Whether remapping of rows has failed
+DCGM_FI_PROF_GR_ENGINE_ACTIVE, gauge, Ratio of time the graphics engine is active.
+# DCGM_FI_PROF_SM_ACTIVE, gauge, The ratio of cycles an SM has at least 1 warp assigned.
+# DCGM_FI_PROF_SM_OCCUPANCY, gauge, The ratio of number of warps resident on an SM.
+DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, gauge, Ratio of cycles the tensor (HMMA) pipe is active.
+DCGM_FI_PROF_DRAM_ACTIVE, gauge, Ratio of cycles the device memory interface is active sending or receiving data.
+# DCGM_FI_PROF_PIPE_FP64_ACTIVE, gauge, Ratio of cycles the fp64 pipes are active.
+# DCGM_FI_PROF_PIPE_FP32_ACTIVE, gauge, Ratio of cycles the fp32 pipes are active.
+# DCGM_FI_PROF_PIPE_FP16_ACTIVE, gauge, Ratio of cycles the fp16 pipes are active.
+DCGM_FI_PROF_PCIE_TX_BYTES, gauge, The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - in bytes per second.
+DCGM_FI_PROF_PCIE_RX_BYTES, gauge, The rate of data received over the PCIe bus - including both protocol headers and data payloads - in bytes per second.
+"""
 
 # B200 reports "blank" for page retirement: row remapping replaced it from A100 on.
 DCGM_BLANK_FIELDS = frozenset(
@@ -225,27 +86,36 @@ _ROW = re.compile(r"^(DCGM_\w+)\s*,\s*(\w+)\s*,\s*(.*)$")
 
 
 def parse_dcgm_csv(path: Path) -> tuple[tuple[str, str, bool, str], ...]:
-    """Parse a dcgm-exporter counters CSV. Commented field rows are kept with enabled=False;
-    a field listed twice keeps its enabled row. Raises ConfigError naming file and line."""
+    """Parse a dcgm-exporter counters CSV: (field, type, enabled, help) in file order.
+    Commented field rows are kept with enabled=False; a field listed twice keeps its enabled
+    row; label rows are dropped. Raises ConfigError naming file and line."""
+    return parse_dcgm_text(path.read_text(), str(path))
+
+
+def parse_dcgm_text(text: str, source: str) -> tuple[tuple[str, str, bool, str], ...]:
+    """``parse_dcgm_csv`` on text; ``source`` names it in errors."""
     rows: dict[str, tuple[int, str, str, bool, str]] = {}
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        text = line.strip()
-        enabled = not text.startswith("#")
-        body = text.lstrip("#").strip()
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        enabled = not stripped.startswith("#")
+        body = stripped.lstrip("#").strip()
         if not body.startswith("DCGM_"):
             continue
         match = _ROW.match(body)
         if match is None:
             if enabled:
-                raise ConfigError(f"{path}:{number}: expected 'FIELD, type, help': {line!r}")
+                raise ConfigError(f"{source}:{number}: expected 'FIELD, type, help': {line!r}")
             continue
         name, kind, help_text = match.groups()
         if kind not in ("gauge", "counter", "label"):
-            raise ConfigError(f"{path}:{number}: field {name}: unknown type {kind!r}")
+            raise ConfigError(f"{source}:{number}: field {name}: unknown type {kind!r}")
         if kind == "label" or (name in rows and not enabled):
             continue
         rows[name] = (number, name, kind, enabled, help_text.strip())
     return tuple((r[1], r[2], r[3], r[4]) for r in sorted(rows.values()))
+
+
+DCGM_FIELDS = parse_dcgm_text(_DCGM_TABLE, "catalog._DCGM_TABLE")
 
 
 def dcgm_fields(mode: str) -> tuple[tuple[str, str, str], ...]:
@@ -295,190 +165,66 @@ def _ops() -> tuple[Labels, ...]:
     )
 
 
-def _c(name: str, help_text: str, sets: tuple[Labels, ...] = ((),)) -> NodeFamily:
-    return NodeFamily(name, "counter", help_text, sets)
-
-
-def _g(name: str, help_text: str, sets: tuple[Labels, ...] = ((),)) -> NodeFamily:
-    return NodeFamily(name, "gauge", help_text, sets)
-
-
-_TRANSPORT = (("transport", "0"),)
-NODE_FAMILIES: tuple[NodeFamily, ...] = (
-    _c(
-        "node_infiniband_link_downed_total",
-        "Number of times the link failed to recover from an error state and went down",
-        _ib(),
-    ),
-    _c(
-        "node_infiniband_link_error_recovery_total",
-        "Number of times the link successfully recovered from an error state",
-        _ib(),
-    ),
-    _g(
-        "node_infiniband_physical_state_id",
-        "Physical state of the InfiniBand port (0: no change, 1: sleep, 2: polling, 3: disable, 4: shift, 5: link up, 6: link error recover, 7: phytest)",
-        _ib(),
-    ),
-    _c(
-        "node_infiniband_port_data_received_bytes_total",
-        "Number of data octets received on all links",
-        _ib(),
-    ),
-    _c(
-        "node_infiniband_port_data_transmitted_bytes_total",
-        "Number of data octets transmitted on all links",
-        _ib(),
-    ),
-    _c(
-        "node_infiniband_port_discards_received_total",
-        "Number of inbound packets discarded by the port because the port is down or congested",
-        _ib(),
-    ),
-    _c(
-        "node_infiniband_port_errors_received_total",
-        "Number of packets containing an error that were received on this port",
-        _ib(),
-    ),
-    _c(
-        "node_infiniband_port_packets_received_total",
-        "Number of packets received on all VLs by this port (including errors)",
-        _ib(),
-    ),
-    _c(
-        "node_infiniband_port_packets_transmitted_total",
-        "Number of packets transmitted on all VLs from this port (including errors)",
-        _ib(),
-    ),
-    _c(
-        "node_infiniband_port_transmit_wait_total",
-        "Number of ticks during which the port had data to transmit but no data was sent during the entire tick",
-        _ib(),
-    ),
-    _g("node_infiniband_rate_bytes_per_second", "Maximum signal transfer rate", _ib()),
-    _g(
-        "node_infiniband_state_id",
-        "State of the InfiniBand port (0: no change, 1: down, 2: init, 3: armed, 4: active, 5: act defer)",
-        _ib(),
-    ),
-    _g("node_load1", "1m load average."),
-    _g("node_load15", "15m load average."),
-    _g("node_load5", "5m load average."),
-    _g("node_hwmon_temp_celsius", "Hardware monitor for temperature (input)", HWMON_SENSORS),
-    _g("node_memory_MemAvailable_bytes", "Memory information field MemAvailable_bytes."),
-    _g("node_memory_MemFree_bytes", "Memory information field MemFree_bytes."),
-    _g("node_memory_MemTotal_bytes", "Memory information field MemTotal_bytes."),
-    _g("node_memory_Cached_bytes", "Memory information field Cached_bytes."),
-    _c("node_mountstats_nfs_age_seconds_total", "The age of the NFS mount in seconds.", _mount()),
-    _c(
-        "node_mountstats_nfs_operations_major_timeouts_total",
-        "Number of times a request has had a major timeout for a given operation.",
-        _ops(),
-    ),
-    _c(
-        "node_mountstats_nfs_operations_queue_time_seconds_total",
-        "Duration all requests spent queued for transmission for a given operation before they were sent, in seconds.",
-        _ops(),
-    ),
-    _c(
-        "node_mountstats_nfs_operations_received_bytes_total",
-        "Number of bytes received for a given operation, including RPC headers and payload.",
-        _ops(),
-    ),
-    _c(
-        "node_mountstats_nfs_operations_request_time_seconds_total",
-        "Duration all requests took from when a request was enqueued to when it was completely handled for a given operation, in seconds.",
-        _ops(),
-    ),
-    _c(
-        "node_mountstats_nfs_operations_requests_total",
-        "Number of requests performed for a given operation.",
-        _ops(),
-    ),
-    _c(
-        "node_mountstats_nfs_operations_response_time_seconds_total",
-        "Duration all requests took to get a reply back after a request for a given operation was transmitted, in seconds.",
-        _ops(),
-    ),
-    _c(
-        "node_mountstats_nfs_operations_sent_bytes_total",
-        "Number of bytes sent for a given operation, including RPC headers and payload.",
-        _ops(),
-    ),
-    _c(
-        "node_mountstats_nfs_operations_transmissions_total",
-        "Number of times an actual RPC request has been transmitted for a given operation.",
-        _ops(),
-    ),
-    _c(
-        "node_mountstats_nfs_read_bytes_total",
-        "Number of bytes read using the read() syscall.",
-        _mount(),
-    ),
-    _c(
-        "node_mountstats_nfs_transport_backlog_queue_total",
-        "Total number of items added to the RPC backlog queue.",
-        _mount(_TRANSPORT),
-    ),
-    _c(
-        "node_mountstats_nfs_transport_bad_transaction_ids_total",
-        "Number of times the NFS server sent a response with a transaction ID unknown to this client.",
-        _mount(_TRANSPORT),
-    ),
-    _g(
-        "node_mountstats_nfs_transport_maximum_rpc_slots",
-        "Maximum number of simultaneously active RPC requests ever used.",
-        _mount(_TRANSPORT),
-    ),
-    _c(
-        "node_mountstats_nfs_transport_pending_queue_total",
-        "Total number of items added to the RPC transmission pending queue.",
-        _mount(_TRANSPORT),
-    ),
-    _c(
-        "node_mountstats_nfs_transport_receives_total",
-        "Number of RPC responses for this mount received from the NFS server.",
-        _mount(_TRANSPORT),
-    ),
-    _c(
-        "node_mountstats_nfs_transport_sending_queue_total",
-        "Total number of items added to the RPC transmission sending queue.",
-        _mount(_TRANSPORT),
-    ),
-    _c(
-        "node_mountstats_nfs_transport_sends_total",
-        "Number of RPC requests for this mount sent to the NFS server.",
-        _mount(_TRANSPORT),
-    ),
-    _c(
-        "node_mountstats_nfs_write_bytes_total",
-        "Number of bytes written using the write() syscall.",
-        _mount(),
-    ),
-    _c(
-        "node_network_receive_bytes_total",
-        "Network device statistic receive_bytes.",
-        tuple((("device", d),) for d in NET_DEVICES),
-    ),
-    _c(
-        "node_network_receive_errs_total",
-        "Network device statistic receive_errs.",
-        tuple((("device", d),) for d in NET_DEVICES),
-    ),
-    _c(
-        "node_network_transmit_bytes_total",
-        "Network device statistic transmit_bytes.",
-        tuple((("device", d),) for d in NET_DEVICES),
-    ),
-    _c(
-        "node_nfs_requests_total",
-        "Number of NFS procedures invoked.",
-        tuple((("method", m), ("proto", "4")) for m in NFS_METHODS),
-    ),
-    _c(
-        "node_nfs_rpc_authentication_refreshes_total",
-        "Number of RPC authentication refreshes performed.",
-    ),
-    _c("node_nfs_rpc_retransmissions_total", "Number of RPC transmissions performed."),
-    _c("node_nfs_rpcs_total", "Total number of RPCs performed."),
+_TRANSPORT: Labels = (("transport", "0"),)
+_LABEL_SETS: dict[str, tuple[Labels, ...]] = {
+    "-": ((),),
+    "ib": _ib(),
+    "mount": _mount(),
+    "ops": _ops(),
+    "transport": _mount(_TRANSPORT),
+    "hwmon": HWMON_SENSORS,
+    "net": tuple((("device", d),) for d in NET_DEVICES),
+    "methods": tuple((("method", m), ("proto", "4")) for m in NFS_METHODS),
+}
+# name, type, label sets (key of _LABEL_SETS), help: as node_exporter's e2e fixture has them.
+_NODE_TABLE = """\
+node_infiniband_link_downed_total counter ib Number of times the link failed to recover from an error state and went down
+node_infiniband_link_error_recovery_total counter ib Number of times the link successfully recovered from an error state
+node_infiniband_physical_state_id gauge ib Physical state of the InfiniBand port (0: no change, 1: sleep, 2: polling, 3: disable, 4: shift, 5: link up, 6: link error recover, 7: phytest)
+node_infiniband_port_data_received_bytes_total counter ib Number of data octets received on all links
+node_infiniband_port_data_transmitted_bytes_total counter ib Number of data octets transmitted on all links
+node_infiniband_port_discards_received_total counter ib Number of inbound packets discarded by the port because the port is down or congested
+node_infiniband_port_errors_received_total counter ib Number of packets containing an error that were received on this port
+node_infiniband_port_packets_received_total counter ib Number of packets received on all VLs by this port (including errors)
+node_infiniband_port_packets_transmitted_total counter ib Number of packets transmitted on all VLs from this port (including errors)
+node_infiniband_port_transmit_wait_total counter ib Number of ticks during which the port had data to transmit but no data was sent during the entire tick
+node_infiniband_rate_bytes_per_second gauge ib Maximum signal transfer rate
+node_infiniband_state_id gauge ib State of the InfiniBand port (0: no change, 1: down, 2: init, 3: armed, 4: active, 5: act defer)
+node_load1 gauge - 1m load average.
+node_load15 gauge - 15m load average.
+node_load5 gauge - 5m load average.
+node_hwmon_temp_celsius gauge hwmon Hardware monitor for temperature (input)
+node_memory_MemAvailable_bytes gauge - Memory information field MemAvailable_bytes.
+node_memory_MemFree_bytes gauge - Memory information field MemFree_bytes.
+node_memory_MemTotal_bytes gauge - Memory information field MemTotal_bytes.
+node_memory_Cached_bytes gauge - Memory information field Cached_bytes.
+node_mountstats_nfs_age_seconds_total counter mount The age of the NFS mount in seconds.
+node_mountstats_nfs_operations_major_timeouts_total counter ops Number of times a request has had a major timeout for a given operation.
+node_mountstats_nfs_operations_queue_time_seconds_total counter ops Duration all requests spent queued for transmission for a given operation before they were sent, in seconds.
+node_mountstats_nfs_operations_received_bytes_total counter ops Number of bytes received for a given operation, including RPC headers and payload.
+node_mountstats_nfs_operations_request_time_seconds_total counter ops Duration all requests took from when a request was enqueued to when it was completely handled for a given operation, in seconds.
+node_mountstats_nfs_operations_requests_total counter ops Number of requests performed for a given operation.
+node_mountstats_nfs_operations_response_time_seconds_total counter ops Duration all requests took to get a reply back after a request for a given operation was transmitted, in seconds.
+node_mountstats_nfs_operations_sent_bytes_total counter ops Number of bytes sent for a given operation, including RPC headers and payload.
+node_mountstats_nfs_operations_transmissions_total counter ops Number of times an actual RPC request has been transmitted for a given operation.
+node_mountstats_nfs_read_bytes_total counter mount Number of bytes read using the read() syscall.
+node_mountstats_nfs_transport_backlog_queue_total counter transport Total number of items added to the RPC backlog queue.
+node_mountstats_nfs_transport_bad_transaction_ids_total counter transport Number of times the NFS server sent a response with a transaction ID unknown to this client.
+node_mountstats_nfs_transport_maximum_rpc_slots gauge transport Maximum number of simultaneously active RPC requests ever used.
+node_mountstats_nfs_transport_pending_queue_total counter transport Total number of items added to the RPC transmission pending queue.
+node_mountstats_nfs_transport_receives_total counter transport Number of RPC responses for this mount received from the NFS server.
+node_mountstats_nfs_transport_sending_queue_total counter transport Total number of items added to the RPC transmission sending queue.
+node_mountstats_nfs_transport_sends_total counter transport Number of RPC requests for this mount sent to the NFS server.
+node_mountstats_nfs_write_bytes_total counter mount Number of bytes written using the write() syscall.
+node_network_receive_bytes_total counter net Network device statistic receive_bytes.
+node_network_receive_errs_total counter net Network device statistic receive_errs.
+node_network_transmit_bytes_total counter net Network device statistic transmit_bytes.
+node_nfs_requests_total counter methods Number of NFS procedures invoked.
+node_nfs_rpc_authentication_refreshes_total counter - Number of RPC authentication refreshes performed.
+node_nfs_rpc_retransmissions_total counter - Number of RPC transmissions performed.
+node_nfs_rpcs_total counter - Total number of RPCs performed.
+"""
+NODE_FAMILIES: tuple[NodeFamily, ...] = tuple(
+    NodeFamily(name, kind, help_text, _LABEL_SETS[sets])
+    for name, kind, sets, help_text in (row.split(" ", 3) for row in _NODE_TABLE.splitlines())
 )

@@ -1,0 +1,239 @@
+"""The simulated cluster: exporter-faithful pages, determinism, failures and ground truth."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as parse_openmetrics,
+)
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+from detector.errors import ConfigError
+from detector.model import FloatArray
+from detector.sim.catalog import DCGM_FIELDS, parse_dcgm_csv
+from detector.sim.trace import DEFAULT_RATES, derive_rates
+from detector.sim.workload import CHECKPOINT
+from detector.simulate import FailureSpec, Scenario, SimulatedCluster, serve, write_dump
+
+HOUR = 3600.0
+
+
+def small(**overrides: object) -> Scenario:
+    base: dict[str, object] = {
+        "nodes": 4, "gpus": 8, "days": 0.25, "seed": 3, "dcgm_fields": "all", "failure_count": 0,
+    }  # fmt: skip
+    base.update(overrides)
+    return Scenario(**base)  # type: ignore[arg-type]
+
+
+def matrix(cluster: SimulatedCluster) -> tuple[FloatArray, FloatArray]:
+    frames = list(cluster.frames())
+    return np.array([t for t, _ in frames]), np.vstack([v for _, v in frames])
+
+
+def columns(cluster: SimulatedCluster, metric: str, **labels: str) -> list[int]:
+    return [
+        i for i, (name, labs) in enumerate(cluster.series())
+        if name == metric and all(dict(labs).get(k) == v for k, v in labels.items())
+    ]  # fmt: skip
+
+
+def test_dcgm_page_is_valid_exposition_with_real_fields_and_labels() -> None:
+    """The DCGM page parses, carries every field of the CSV with its type, and real labels."""
+    cluster = SimulatedCluster(small())
+    t, values = next(iter(cluster.frames()))
+    dcgm, _ = cluster.exposition("node-02", t, values)
+    families = {f.name: f for f in parse_text(dcgm)}
+    windowed = "DCGM_EXP_XID_ERRORS_COUNT"  # only exposed after an XID
+    expected = {name: kind for name, kind, _, _ in DCGM_FIELDS if name != windowed}
+    assert expected == {name: fam.type for name, fam in families.items()}
+    sample = families["DCGM_FI_DEV_GPU_TEMP"].samples[0]
+    assert {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname",
+            "DCGM_FI_DRIVER_VERSION"} <= set(sample.labels)  # fmt: skip
+    assert ("NVIDIA B200", "node-02") == (sample.labels["modelName"], sample.labels["Hostname"])
+    assert 8 == len(families["DCGM_FI_DEV_GPU_TEMP"].samples)
+    assert 'DCGM_FI_DEV_RETIRED_SBE{gpu="0"' in dcgm
+    assert "} 9223372036854775794\n" in dcgm  # the blank sentinel, written as dcgm-exporter does
+
+
+def test_default_fields_leave_out_the_disabled_ones() -> None:
+    """dcgm_fields="default" exposes only the fields the shipped CSV enables."""
+    cluster = SimulatedCluster(small(dcgm_fields="default"))
+    names = {name for name, _ in cluster.series() if name.startswith("DCGM_")}
+    assert {name for name, _, enabled, _ in DCGM_FIELDS if enabled} == names
+
+
+def test_newer_builds_use_lowercase_hostname() -> None:
+    """hostname_label="hostname" renames the node label like newer dcgm-exporter builds."""
+    cluster = SimulatedCluster(small(hostname_label="hostname"))
+    t, values = next(iter(cluster.frames()))
+    dcgm, _ = cluster.exposition("node-01", t, values)
+    assert 'hostname="node-01"' in dcgm
+    assert "Hostname=" not in dcgm
+
+
+def test_node_page_is_a_realistic_node_exporter_subset() -> None:
+    """The node page parses, has NFS, mountstats, InfiniBand per port and ~100-200 series."""
+    cluster = SimulatedCluster(small())
+    t, values = next(iter(cluster.frames()))
+    _, page = cluster.exposition("node-03", t, values)
+    families = {f.name: f for f in parse_text(page)}
+    series = sum(len(f.samples) for f in families.values())
+    assert 100 <= series <= 200
+    backlog = families["node_mountstats_nfs_transport_backlog_queue"]
+    assert "counter" == backlog.type
+    assert {"export", "mountaddr", "protocol", "transport"} == set(backlog.samples[0].labels)
+    state = families["node_infiniband_state_id"].samples
+    ports = {(s.labels["device"], s.labels["port"]) for s in state}
+    assert 8 == len(ports)
+    assert "node_nfs_rpc_retransmissions" in families
+
+
+def test_same_seed_same_telemetry_and_events() -> None:
+    """Two clusters from one scenario are identical; another seed differs."""
+    one, two = SimulatedCluster(small(failure_count=2)), SimulatedCluster(small(failure_count=2))
+    other = SimulatedCluster(small(failure_count=2, seed=4))
+    assert one.series() == two.series()
+    assert one.events() == two.events()
+    np.testing.assert_array_equal(matrix(one)[1], matrix(two)[1])
+    assert not np.array_equal(matrix(one)[1], matrix(other)[1], equal_nan=True)
+
+
+def test_xid_gauge_takes_the_code_and_keeps_it() -> None:
+    """An ECC failure sets its GPU's sticky XID gauge to the final code until the end."""
+    spec = FailureSpec("ecc", node=1, gpu=3, at_s=2 * HOUR, lead_s=1800.0, xid=95)
+    cluster = SimulatedCluster(small(failures=(spec,), xid45_on_teardown=False))
+    times, values = matrix(cluster)
+    gauge = values[:, columns(cluster, "DCGM_FI_DEV_XID_ERRORS", Hostname="node-02", gpu="3")[0]]
+    start = cluster.scenario.start
+    assert np.all(gauge[times < start + 2 * HOUR] == 0)
+    assert np.all(gauge[times > start + 2 * HOUR + 60] == 95)
+    sbe_col = columns(cluster, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", Hostname="node-02", gpu="3")
+    sbe = values[:, sbe_col[0]]
+    during = (times > start + 1.5 * HOUR) & (times < start + 2 * HOUR)
+    assert sbe[during][-1] - sbe[during][0] > 100  # the precursor: a surge of single-bit errors
+    assert [48, 95] == [e.xid for e in cluster.events()]
+
+
+def test_xid79_gpu_falls_off_the_bus_and_its_series_vanish() -> None:
+    """After XID 79 every series of that GPU is NaN and gone from the page; peers remain."""
+    spec = FailureSpec("pcie", node=0, gpu=5, at_s=3 * HOUR, lead_s=HOUR)
+    cluster = SimulatedCluster(small(failures=(spec,)))
+    times, values = matrix(cluster)
+    mine = columns(cluster, "DCGM_FI_DEV_GPU_TEMP", Hostname="node-01", gpu="5")[0]
+    after = times >= cluster.scenario.start + 3 * HOUR
+    assert np.all(np.isnan(values[after, mine]))
+    assert not np.isnan(values[~after, mine]).any()
+    replay_col = columns(cluster, "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", gpu="5", Hostname="node-01")
+    replay = values[:, replay_col[0]]
+    assert replay[~after][-1] - replay[~after][0] > 20
+    k = int(np.flatnonzero(after)[0])
+    dcgm, _ = cluster.exposition("node-01", float(times[k]), values[k])
+    assert 'gpu="5"' not in dcgm
+    assert 'gpu="4"' in dcgm
+    assert 79 in {e.xid for e in cluster.events() if e.gpu == "5" and e.node == "node-01"}
+
+
+def test_straggler_runs_slower_than_its_peers_before_failing() -> None:
+    """A straggler GPU's SM clock drops below its node peers' before XID 43/13."""
+    spec = FailureSpec("straggler", node=0, gpu=2, at_s=4 * HOUR, lead_s=HOUR)
+    cluster = SimulatedCluster(small(failures=(spec,), jobs=None))
+    times, values = matrix(cluster)
+    clocks = values[:, columns(cluster, "DCGM_FI_DEV_SM_CLOCK", Hostname="node-01")]
+    start = cluster.scenario.start
+    late = (times > start + 3.8 * HOUR) & (times < start + 4 * HOUR)
+    peers = np.delete(clocks[late], 2, axis=1).mean(axis=1)
+    assert np.all(clocks[late, 2] < peers - 150)
+
+
+def test_checkpoint_raises_nfs_rtt_on_every_node() -> None:
+    """During any job's checkpoint, NFS RPC response time per op rises on all nodes."""
+    cluster = SimulatedCluster(small(nodes=6, days=0.5))
+    _, values = matrix(cluster)
+    ops = "node_mountstats_nfs_operations_"
+    resp = values[:, columns(cluster, ops + "response_time_seconds_total", operation="GETATTR")]
+    reqs = values[:, columns(cluster, ops + "requests_total", operation="GETATTR")]
+    rtt = np.diff(resp, axis=0) / np.maximum(np.diff(reqs, axis=0), 1)
+    busy = cluster.workload.nfs_write[1:] > 0
+    checkpointing = (cluster.workload.phase == CHECKPOINT).any(axis=0)[1:]
+    assert busy.any()
+    assert np.array_equal(busy, checkpointing)
+    assert np.all(np.median(rtt[busy], axis=0) > 1.5 * np.median(rtt[~busy], axis=0))
+
+
+def test_write_dump_gives_openmetrics_and_events_jsonl(tmp_path: Path) -> None:
+    """The dump parses as OpenMetrics with timestamps; events lines follow the contract."""
+    spec = FailureSpec("gsp", node=1, gpu=0, at_s=0.2 * HOUR)
+    scenario = small(nodes=2, days=0.02, failures=(spec,), dcgm_fields="default")
+    dump, events = tmp_path / "sim.om", tmp_path / "events.jsonl"
+    samples = write_dump(scenario, dump, events)
+    families = list(parse_openmetrics(dump.read_text()))
+    parsed = [s for f in families for s in f.samples]
+    assert samples == len(parsed)
+    assert all(s.timestamp is not None for s in parsed)
+    lines = [json.loads(line) for line in events.read_text().splitlines()]
+    assert {"time": lines[0]["time"], "node": "node-02", "gpu": "0", "xid": 119} == {
+        k: lines[0][k] for k in ("time", "node", "gpu", "xid")
+    }
+    assert all({"time", "node", "gpu", "xid"} <= set(line) for line in lines)
+    assert all(isinstance(line["xid"], int) and line["time"] > 1e9 for line in lines)
+
+
+def test_demo_has_a_dozen_failures_of_several_types() -> None:
+    """Scenario.demo(): 63 x 8, 3 days, seed 7, ~12 failures of >= 4 kinds, XID 45 floods."""
+    demo = Scenario.demo()
+    cluster = SimulatedCluster(demo)
+    assert (63, 8, 3.0, 7) == (demo.nodes, demo.gpus, demo.days, demo.seed)
+    assert 10 <= len(cluster.failures) <= 14
+    assert len({f.kind for f in cluster.failures}) >= 4
+    assert any(f.lead_s == 0 for f in cluster.failures)
+    assert any(f.lead_s > 0 for f in cluster.failures)
+    xids = [e.xid for e in cluster.events()]
+    assert xids.count(45) > 100
+    assert 79 in xids
+    assert len({f.node for f in cluster.failures}) < len(cluster.failures)  # a repeat offender
+
+
+def test_trace_rates_are_derived_from_the_real_fault_trace(shared_data: Path) -> None:
+    """derive_rates on the InfiniteHBD trace reproduces the built-in default constants."""
+    rates = derive_rates(shared_data / "faults/infinitehbd/fault_trace.json")
+    assert DEFAULT_RATES.faults_simulated == rates.faults_simulated
+    assert pytest.approx(DEFAULT_RATES.per_node_day) == rates.per_node_day
+    assert pytest.approx(DEFAULT_RATES.mix) == rates.mix
+    assert pytest.approx(DEFAULT_RATES.offender_shape, abs=1e-3) == rates.offender_shape
+
+
+def test_embedded_field_table_matches_dcgm_exporter_csvs(shared_data: Path) -> None:
+    """The embedded DCGM table is the real default-counters.csv; the DCP list is a subset."""
+    dcgm = shared_data / "exporters/dcgm"
+    assert DCGM_FIELDS == parse_dcgm_csv(dcgm / "default-counters.csv")
+    assert set(parse_dcgm_csv(dcgm / "dcp-metrics-included.csv")) <= set(DCGM_FIELDS)
+
+
+def test_bad_scenario_field_is_named() -> None:
+    """An invalid scenario raises ConfigError naming the field."""
+    with pytest.raises(ConfigError, match="dcgm_fields"):
+        Scenario(dcgm_fields="some")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"failures\[0\]"):
+        Scenario(nodes=2, failures=(FailureSpec("ecc", node=5, gpu=0, at_s=1.0),))
+
+
+def test_live_exporters_serve_per_node_paths() -> None:
+    """serve() answers /node-01/dcgm and /node-01/node with parseable pages; 404 otherwise."""
+    exporters = serve(small(nodes=2), port=0, speed=600.0)
+    try:
+        dcgm_url, node_url = exporters.urls["node-01"]
+        with httpx.Client() as client:
+            dcgm = client.get(dcgm_url)
+            node = client.get(node_url)
+            missing = client.get(dcgm_url.replace("node-01/dcgm", "nope"))
+        assert (200, 200, 404) == (dcgm.status_code, node.status_code, missing.status_code)
+        assert any(f.name == "DCGM_FI_DEV_SM_CLOCK" for f in parse_text(dcgm.text))
+        assert any(f.name == "node_load1" for f in parse_text(node.text))
+    finally:
+        exporters.close()
