@@ -11,6 +11,7 @@ import math
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pytest
@@ -30,6 +31,7 @@ def _load_bench(name: str) -> ModuleType:
 
 
 nab = _load_bench("nab_score")
+Corpus = tuple[ModuleType, list[Any], dict[str, Any]]  # harness module, NabFile list, profiles
 STANDARD = nab.CostMatrix(tp=1.0, fp=0.11, fn=1.0)
 LOW_FN = nab.CostMatrix(tp=1.0, fp=0.11, fn=2.0)
 WINDOW = (50, 59)  # rows 50..59 of a 100-row file: width 10; probation is rows 0..14
@@ -156,3 +158,42 @@ def test_published_profiles_load_with_their_weights(shared_data: Path) -> None:
     assert profiles["standard"] == STANDARD
     assert profiles["reward_low_FN_rate"] == LOW_FN
     assert profiles["reward_low_FP_rate"].fp == 0.22
+
+
+@pytest.fixture(scope="module")
+def nab_corpus(shared_data: Path) -> Corpus:
+    """The real NAB corpus (58 files, 116 windows) loaded through bench/nab.py."""
+    harness = _load_bench("nab")
+    root = shared_data / "nab"
+    return harness, harness.load_corpus(root), nab.load_profiles(root / "config" / "profiles.json")
+
+
+def test_real_corpus_null_and_perfect_detectors_score_0_and_100(
+    nab_corpus: Corpus,
+) -> None:
+    """On the 116 real windows: never firing is 0, firing on each window's first row is 100."""
+    _, corpus, profiles = nab_corpus
+    null = [nab.FileRows(f.name, np.zeros(f.values.shape[0]), f.windows) for f in corpus]
+    perfect = [
+        nab.FileRows(f.name, f.labels() * np.diff(f.labels(), prepend=0).clip(0), f.windows)
+        for f in corpus
+    ]
+    for cost in profiles.values():
+        assert nab.best_threshold(null, cost).normalized == 0.0
+        assert nab.best_threshold(perfect, cost).normalized == pytest.approx(100.0)
+
+
+def test_windowed_gaussian_baseline_reproduces_the_published_scoreboard(
+    shared_data: Path, nab_corpus: Corpus
+) -> None:
+    """NAB's windowed Gaussian, scored here, gives its published 39.65 / 20.87 / 47.41."""
+    harness, corpus, profiles = nab_corpus
+    files = [
+        nab.FileRows(f.name, harness.as_written(harness.windowed_gaussian(f)), f.windows)
+        for f in corpus
+    ]
+    published = harness.published(shared_data / "nab")["windowedGaussian"]
+    for name, cost in profiles.items():
+        assert nab.best_threshold(files, cost).normalized == pytest.approx(
+            published[name], abs=1e-6
+        )
