@@ -12,7 +12,10 @@ Detectors:
 - ``windowedGaussian``: the BASELINE, NAB's own windowed Gaussian reimplemented (window 6400
   rows, slid every 100 rows, score = Phi(|z|) = 1 - Q(|z|)). Published: 39.6 standard; getting
   that figure back checks the scorer and the harness end to end.
-- ``project``: the project's streaming scorers (detector/scorers/), see bench/nab_project.py.
+- ``project`` (max of RobustZScore and ChangePoint) and ``projectChangepoint`` (ChangePoint
+  alone): the project's streaming scorers, one column per file, configured by ``ProjectConfig``
+  (durations in observations of each file's cadence), mapped to [0, 1] by 1 - exp(-z / 10)
+  after a causal holdoff. ``--detectors windowedGaussian`` runs the baseline alone (~1 s).
 """
 
 from __future__ import annotations
