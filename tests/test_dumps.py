@@ -488,3 +488,14 @@ def test_promtool_backfills_real_node_exporter_recording(shared_data: Path, tmp_
     assert 0 == done.returncode, done.stderr
     summary = done.stdout.strip().splitlines()[-1].split()
     assert (str(2 * per_scrape), str(series)) == (summary[-4], summary[-2])  # samples, series
+
+
+def test_strict_read_refuses_a_cache_built_with_skipped_lines(tmp_path: Path) -> None:
+    """A tolerant read caches the good samples; a later strict read still names the bad line."""
+    lines = [f"up 1 {T0 + i}" for i in range(50)]
+    lines[20] = "up{ 1 1700000020"
+    path = tmp_path / "d.om"
+    path.write_text("\n".join(lines) + "\n")
+    assert 49 == len(read_rows(path))
+    with pytest.raises(DumpError, match=r"d\.om:21: "):
+        read_rows(path, strict=True)

@@ -215,6 +215,8 @@ def _from_cache(
     stats.series = len(opened.series)
     stats.bad_lines = int(opened.manifest.get("bad_lines", 0))
     stats.errors = list(opened.manifest.get("errors", []))
+    if strict and stats.bad_lines:  # the cache was built tolerantly: strict still refuses
+        raise DumpError(f"{stats.errors[0]} ({stats.bad_lines} bad lines in the dump)")
     return _stream_cache(opened, index, chunk_samples)
 
 
@@ -284,6 +286,7 @@ def _parse(
     """Read every file into sorted runs; apply the bad-line policy per file."""
     table = SeriesTable()
     stats.files, stats.samples, stats.bad_lines, stats.errors = {}, 0, 0, []
+    stats.parsed_files = 0
     for path in files:
         fmt = detect_format(path)
         report = FileReport(path, fmt)

@@ -218,7 +218,7 @@ def read_openmetrics(fh: IO[bytes], report: FileReport, table: SeriesTable) -> I
     pages may follow one another, with or without ``# EOF``: each block is parsed as
     OpenMetrics with its EOF lines blanked (line numbers kept) and one EOF appended."""
     for block, first in text_blocks(fh):
-        data = _EOF_LINES.sub(b"", block) + b"# EOF\n"
+        data = (_EOF_LINES.sub(b"", block) if b"EOF" in block else block) + b"# EOF\n"
         exp = parse_exposition(data, str(report.path), openmetrics=True)
         for err in exp.errors:
             if isinstance(err, ParseError):
