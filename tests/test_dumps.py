@@ -499,3 +499,14 @@ def test_strict_read_refuses_a_cache_built_with_skipped_lines(tmp_path: Path) ->
     assert 49 == len(read_rows(path))
     with pytest.raises(DumpError, match=r"d\.om:21: "):
         read_rows(path, strict=True)
+
+
+def test_truncated_gzip_and_missing_path_raise_dump_errors(tmp_path: Path) -> None:
+    """A cut-off .gz and a path that does not exist are DumpErrors naming the file."""
+    write_openmetrics(tmp_path / "d.om.gz", shuffled_samples(200))
+    data = (tmp_path / "d.om.gz").read_bytes()
+    (tmp_path / "cut.om.gz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(DumpError, match=r"cut\.om\.gz: unreadable \(corrupt or truncated gzip"):
+        read_rows(tmp_path / "cut.om.gz", cache=False)
+    with pytest.raises(DumpError, match=r"nope\.om: no such dump file or directory"):
+        read_rows(tmp_path / "nope.om")

@@ -116,7 +116,7 @@ def detect_format(path: Path) -> DumpFormat:
         with open_dump(path) as fh:
             head = fh.read(_SNIFF_BYTES)
     except (OSError, EOFError, zlib.error) as exc:
-        raise DumpError(f"{path}: unreadable (corrupt gzip?): {exc}") from exc
+        raise DumpError(f"{path}: unreadable (corrupt or truncated gzip?): {exc}") from exc
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if _TSDB_START.match(text):
         return "tsdb-dump"
