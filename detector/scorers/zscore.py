@@ -33,8 +33,8 @@ import math
 import numpy as np
 
 from ..errors import ConfigError, StateError
-from ..model import BoolArray, FloatArray, IntArray
-from .base import SCORE_CAP, ColumnLayout, directional
+from ..model import BoolArray, FloatArray
+from .base import SCORE_CAP, ColumnLayout
 
 MAX_ABS_VALUE = 1e150  # squares stay finite in float64
 _FORGOTTEN_WEIGHT = 1e-6  # history weight below this (~20 half-lives) means "never seen"
@@ -96,7 +96,8 @@ class RobustEWBaseline:
         self.w_mean = np.zeros(0)  # EW sum of weights behind the mean
         self.w_var = np.zeros(0)  # EW sum of weights behind the variance (skips anomalies)
         self.count = np.zeros(0)  # observations since the history was last forgotten
-        self.last_t = np.zeros(0)
+        self.last_t = np.zeros(0)  # any finite start: a zero weight makes the decay moot
+        self._scratch: dict[str, np.ndarray] = {}
 
     def __len__(self) -> int:
         return int(self.mean.shape[0])
@@ -107,50 +108,91 @@ class RobustEWBaseline:
             return
         for key in ("mean", "var", "w_mean", "w_var", "count"):
             setattr(self, key, grow(getattr(self, key), n, 0.0))
-        self.last_t = grow(self.last_t, n, -np.inf)
+        self.last_t = grow(self.last_t, n, 0.0)
 
     def sigma(self) -> FloatArray:
         """Current scale per column, floored."""
         floor = (self.var_floor_rel * self.mean) ** 2 + self.var_floor_abs
         return np.sqrt(np.maximum(self.var, floor))
 
+    def _work(self, n: int) -> dict[str, np.ndarray]:
+        """Scratch arrays reused every tick (allocating ~10 temporaries of n floats per tick
+        costs more than the arithmetic itself)."""
+        if self._scratch.get("n", np.zeros(0)).shape[0] != n:
+            floats = ("elapsed", "decay", "sigma", "resid", "z", "tmp", "bound")
+            bools = ("obs", "missing", "warm", "cold", "accept", "flag")
+            self._scratch = {k: np.empty(n) for k in floats}
+            self._scratch.update({k: np.empty(n, dtype=bool) for k in bools})
+            self._scratch["n"] = np.empty(n)
+        return self._scratch
+
     def step(self, t: float, x: FloatArray) -> tuple[FloatArray, BoolArray]:
         """Score then learn one tick. Returns (signed z before the update, 0 where unscored;
-        mask of columns that were observed and past warm-up)."""
-        self.grow(x.shape[0])
-        obs = observed(x)
+        mask of columns that were observed and past warm-up). Both are scratch arrays,
+        valid until the next call.
+
+        Unobserved columns go through the same arithmetic with decay 1 and zero increments,
+        which leaves their state bit-for-bit unchanged, instead of masking every array."""
+        n = x.shape[0]
+        self.grow(n)
+        w = self._work(n)
         with np.errstate(invalid="ignore", over="ignore"):
-            xv = np.where(obs, x, self.mean)
-            dt = np.maximum(t - self.last_t, 0.0)
-            decay = np.exp2(dt * (-1.0 / self.half_life_s))
-            w_mean = self.w_mean * decay
-            w_var = self.w_var * decay
-            count = np.where(w_mean < _FORGOTTEN_WEIGHT, 0.0, self.count)
-            warm = count >= self.warmup
-            sigma = self.sigma()
-            resid = xv - self.mean
-            z = resid / sigma
+            obs = np.less_equal(np.abs(x, out=w["tmp"]), MAX_ABS_VALUE, out=w["obs"])
+            missing = np.logical_not(obs, out=w["missing"])
+            elapsed = np.subtract(t, self.last_t, out=w["elapsed"])
+            elapsed *= obs  # unobserved: no time passes for them, decay 1
+            decay = np.maximum(elapsed, 0.0, out=w["decay"])
+            np.multiply(decay, -1.0 / self.half_life_s, out=decay)
+            np.exp2(decay, out=decay)
+            self.w_mean *= decay
+            self.w_var *= decay
+            # History with no weight left is forgotten: warm-up starts again.
+            self.count *= np.greater_equal(self.w_mean, _FORGOTTEN_WEIGHT, out=w["flag"])
+            warm = np.greater_equal(self.count, self.warmup, out=w["warm"])
+
+            sigma = np.multiply(self.mean, self.var_floor_rel, out=w["sigma"])
+            np.multiply(sigma, sigma, out=sigma)
+            sigma += self.var_floor_abs
+            np.maximum(sigma, self.var, out=sigma)
+            np.sqrt(sigma, out=sigma)
+            resid = np.subtract(x, self.mean, out=w["resid"])
+            np.copyto(resid, 0.0, where=missing)
+            z = np.divide(resid, sigma, out=w["z"])
+
             if math.isinf(self.clip):
-                resid_c = resid
                 accept = obs
             else:
-                bound = np.where(warm, self.clip * sigma, np.inf)
-                resid_c = np.clip(resid, -bound, bound)
+                cold = np.logical_not(warm, out=w["cold"])
+                bound = np.multiply(sigma, self.clip, out=w["bound"])
+                np.copyto(bound, np.inf, where=cold)  # nothing to clip with during warm-up
+                np.minimum(resid, bound, out=resid)
+                np.negative(bound, out=bound)
+                np.maximum(resid, bound, out=resid)
                 # Anomalous points keep out of the variance while it still has evidence.
-                accept = obs & ((np.abs(z) <= self.clip) | ~warm | (w_var < self.relearn_weight))
-            w_mean += 1.0
-            mean = self.mean + resid_c / w_mean
-            w_var_new = w_var + 1.0
-            b = 1.0 / w_var_new
-            var = (1.0 - b) * (self.var + b * resid_c * resid_c)
-            self.mean = np.where(obs, mean, self.mean)
-            self.w_mean = np.where(obs, w_mean, self.w_mean)
-            self.var = np.where(accept, var, self.var)
-            self.w_var = np.where(accept, w_var_new, np.where(obs, w_var, self.w_var))
-            self.count = np.where(obs, count + 1.0, self.count)
-            self.last_t = np.where(obs, t, self.last_t)
-            scored = obs & warm
-            z = np.where(scored, np.clip(z, -SCORE_CAP, SCORE_CAP), 0.0)
+                accept = np.less_equal(np.abs(z, out=w["tmp"]), self.clip, out=w["accept"])
+                accept |= cold
+                accept |= np.less(self.w_var, self.relearn_weight, out=w["flag"])
+                accept &= obs
+
+            self.w_mean += obs
+            step_mean = np.maximum(self.w_mean, 1.0, out=w["tmp"])
+            np.divide(resid, step_mean, out=step_mean)
+            self.mean += step_mean
+            self.w_var += accept
+            b = np.maximum(self.w_var, 1.0, out=w["tmp"])
+            np.divide(accept, b, out=b)
+            np.multiply(resid, resid, out=resid)  # var <- (1 - b)(var + b r²)
+            resid *= b
+            resid += self.var
+            np.subtract(1.0, b, out=b)
+            np.multiply(resid, b, out=self.var)
+            self.count += obs
+            self.last_t += elapsed  # == t where observed (to an ulp), unchanged elsewhere
+
+            np.minimum(z, SCORE_CAP, out=z)
+            np.maximum(z, -SCORE_CAP, out=z)
+            z *= warm  # resid (so z) is already 0 where unobserved
+            scored = np.logical_and(warm, obs, out=w["warm"])
         return z, scored
 
     def rebase(self, mask: BoolArray, new_mean: FloatArray, weight: FloatArray) -> None:
@@ -187,11 +229,27 @@ class RobustZScore:
         self.baseline = RobustEWBaseline(
             half_life_s, warmup, clip, var_floor_rel, var_floor_abs, relearn_weight
         )
+        self._layout: ColumnLayout | None = None
+        self._up = np.zeros(0)
+        self._down = np.zeros(0)
+        self._scratch = np.zeros(0)
 
     def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
         z, _ = self.baseline.step(t, x)
-        direction: IntArray = layout.direction
-        return directional(z, direction)
+        if layout is not self._layout:  # cache the direction fold as two 0/1 factors
+            self._up = (layout.direction >= 0).astype(np.float64)
+            self._down = -(layout.direction <= 0).astype(np.float64)
+            self._layout = layout
+        # Same as base.directional (z is already within ±SCORE_CAP), with fewer temporaries.
+        score = np.multiply(z, self._up)
+        np.maximum(score, np.multiply(z, self._down, out=self._tmp(z.shape[0])), out=score)
+        np.maximum(score, 0.0, out=score)
+        return score
+
+    def _tmp(self, n: int) -> FloatArray:
+        if self._scratch.shape[0] != n:
+            self._scratch = np.empty(n)
+        return self._scratch
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return self.baseline.state_dict()
