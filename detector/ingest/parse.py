@@ -35,6 +35,7 @@ How it is fast
 
 from __future__ import annotations
 
+import gc
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -67,8 +68,6 @@ PARSE_STATS = ParseStats()
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*+"
 _LNAME = r"[a-zA-Z_][a-zA-Z0-9_]*+"
 _LVALUE = r'"[^"\\\n]*+(?:\\[\\"n][^"\\\n]*+)*+"'
-_LABEL = rf"{_LNAME}[ \t]*+=[ \t]*+{_LVALUE}"
-_LABELS = rf"\{{[ \t]*+(?:{_LABEL}[ \t]*+(?:,[ \t]*+{_LABEL}[ \t]*+)*+(?:,[ \t]*+)?)?\}}"
 _NUMBER = (
     r"[-+]?(?:(?:\d++(?:\.\d*+)?|\.\d++)(?:[eE][-+]?\d++)?"
     r"|[Nn][Aa][Nn]|[Ii][Nn][Ff](?:[Ii][Nn][Ii][Tt][Yy])?)"
@@ -77,31 +76,47 @@ _TS_MS = r"[-+]?\d++"  # Prometheus text: integer milliseconds
 _TS_S = r"[-+]?(?:\d++(?:\.\d*+)?|\.\d++)(?:[eE][-+]?\d++)?"  # OpenMetrics: seconds
 _TYPES = "counter|gauge|histogram|summary|untyped|unknown|info|stateset|gaugehistogram"
 _KEYWORDS = r"(?:TYPE|HELP|UNIT|EOF)(?:[ \t]|\r?$)"
+_BLANKS = r"[ \t]++"  # a separator, in the tolerant grammar
+_PAD = r"[ \t]*+"  # optional blanks, in the tolerant grammar
 
 
-def _line_pattern(ts: str) -> str:
-    """One line of exposition; groups: key, value, timestamp, TYPE name, TYPE type."""
-    exemplar = rf"[ \t]++#[ \t]++{_LABELS}[ \t]++{_NUMBER}(?:[ \t]++{_TS_S})?"
-    sample = rf"({_NAME}(?:{_LABELS})?)[ \t]++({_NUMBER})(?:[ \t]++({ts}))?(?:{exemplar})?"
+def _labels_pattern(pad: str) -> str:
+    label = rf"{_LNAME}{pad}={pad}{_LVALUE}"
+    return rf"\{{{pad}(?:{label}{pad}(?:,{pad}{label}{pad})*+(?:,{pad})?)?\}}"
+
+
+_LABELS = _labels_pattern(_PAD)
+
+
+def _line_pattern(ts: str, *, canonical: bool) -> str:
+    """One line of exposition; groups: key, value, timestamp, TYPE name, TYPE type.
+
+    The canonical grammar is the tolerant one minus the blanks real exporters never write
+    (leading, inside label sets, runs of separators): ~12% faster to run, and any line it
+    accepts the tolerant grammar accepts with the same groups.
+    """
+    sep, pad = (" ", "") if canonical else (_BLANKS, _PAD)
+    labels = _labels_pattern(pad)
+    exemplar = rf"{sep}#{sep}{labels}{sep}{_NUMBER}(?:{sep}{_TS_S})?"
+    sample = rf"({_NAME}(?:{labels})?){sep}({_NUMBER})(?:{sep}({ts}))?(?:{exemplar})?"
     comment = (
-        rf"#[ \t]++HELP[ \t]++{_NAME}(?:[ \t][^\n]*+)?"
-        rf"|#[ \t]++TYPE[ \t]++({_NAME})[ \t]++({_TYPES})"
-        rf"|#[ \t]++UNIT[ \t]++{_NAME}(?:[ \t][^\n]*+)?"
+        rf"#{sep}HELP{sep}{_NAME}(?:[ \t][^\n]*+)?"
+        rf"|#{sep}TYPE{sep}({_NAME}){sep}({_TYPES})"
+        rf"|#{sep}UNIT{sep}{_NAME}(?:[ \t][^\n]*+)?"
         # EOF only as the last non-blank line: one earlier sends the payload to the slow path,
         # which detects OpenMetrics and reports what follows the EOF.
-        rf"|#[ \t]++EOF(?=[ \t\r\n]*+\Z)"
+        rf"|#{sep}EOF(?=[ \t\r\n]*+\Z)"
         rf"|#(?![ \t]+{_KEYWORDS})[^\n]*+"
     )
-    return rf"^[ \t]*+(?:{sample}|{comment})?[ \t]*+\r?$"
+    return rf"^{pad}(?:{sample}|{comment})?{_PAD}\r?$"
 
 
-# The fast path reads timestamps with the OpenMetrics grammar (a superset of integer ms) and
-# checks Prometheus-mode timestamps are integers when converting; the per-line path is exact.
-_LINES = re.compile(_line_pattern(_TS_S), re.MULTILINE)
-_PROM_LINES = re.compile(_line_pattern(_TS_MS), re.MULTILINE)
-_KEY = re.compile(rf"({_NAME})(?:\{{(.*)\}})?", re.DOTALL)
-_LABELS_FULL = re.compile(_LABELS)
-_LABEL_PAIR = re.compile(rf'({_LNAME})[ \t]*+=[ \t]*+"((?:[^"\\\n]|\\.)*+)"')
+# The bulk passes read timestamps with the OpenMetrics grammar (a superset of integer ms) and
+# check Prometheus-mode timestamps are integers when converting; the per-line path is exact.
+_CANONICAL_LINES = re.compile(_line_pattern(_TS_S, canonical=True), re.MULTILINE)
+_LINES = re.compile(_line_pattern(_TS_S, canonical=False), re.MULTILINE)
+_PROM_LINES = re.compile(_line_pattern(_TS_MS, canonical=False), re.MULTILINE)
+_LABEL_PAIR = re.compile(rf'({_LNAME})[ \t]*+=[ \t]*+"([^"\\\n]*+(?:\\.[^"\\\n]*+)*+)"')
 _UNESCAPE = re.compile(r"\\(.)")
 _UNESCAPED = {"\\": "\\", '"': '"', "n": "\n"}
 _EOF_LINE = re.compile(r"#[ \t]++EOF[ \t]*+\r?")
@@ -130,21 +145,19 @@ def split_series(key: str) -> tuple[str, Labels]:
     Cached: the series index calls it once per new raw key. Raises ParseError (source
     "series", line 0) on a malformed key or a label name given twice.
     """
-    match = _KEY.fullmatch(key)
-    if match is None:
+    brace = key.find("{")
+    if _NAME_AT.fullmatch(key, 0, brace if brace >= 0 else len(key)) is None:
         raise ParseError("series", 0, key, "invalid metric name")
-    name, body = match.group(1), match.group(2)
-    if body is None:
-        return name, ()
-    if _LABELS_FULL.fullmatch(key, match.start(2) - 1) is None:
+    if brace < 0:
+        return key, ()
+    if _LABELS_AT.fullmatch(key, brace) is None:
         raise ParseError("series", 0, key, "invalid label set")
-    pairs = _LABEL_PAIR.findall(body)
-    labels = {}
-    for label, value in pairs:
-        if label in labels:
-            raise ParseError("series", 0, key, f"label {label!r} given twice")
-        labels[label] = _UNESCAPE.sub(_unescape, value) if "\\" in value else value
-    return name, tuple(sorted(labels.items()))
+    pairs = _LABEL_PAIR.findall(key, brace)
+    if "\\" in key:
+        pairs = [(k, _UNESCAPE.sub(_unescape, v)) if "\\" in v else (k, v) for k, v in pairs]
+    if len({label for label, _ in pairs}) != len(pairs):
+        raise ParseError("series", 0, key, "a label name is given twice")
+    return key[:brace], tuple(sorted(pairs))
 
 
 def iter_samples(exp: Exposition) -> Iterator[Sample]:
@@ -208,10 +221,20 @@ def parse_exposition(
     text = _decode(data, source, errors) if isinstance(data, bytes) else data
     if openmetrics is None and _ends_with_eof(text):
         openmetrics = True
-    exp = _parse(text, source, openmetrics, errors)
-    if exp is None:  # timestamps present and format undecided: decide, then parse exactly
-        exp = _parse(text, source, _looks_like_openmetrics(text), errors)
-        assert exp is not None
+    # The fast path allocates one tuple per line and drops them all before returning. With the
+    # collector on, those short-lived tuples trigger young (and now and then full) collections
+    # that cost ~15% of the parse; paused, they are freed before any collection sees them.
+    # Restored on exit; a caller that had the collector off keeps it off.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        exp = _parse(text, source, openmetrics, errors)
+        if exp is None:  # timestamps present and format undecided: decide, then parse exactly
+            exp = _parse(text, source, _looks_like_openmetrics(text), errors)
+            assert exp is not None
+    finally:
+        if collecting:
+            gc.enable()
     if len(exp.errors) > 1:
         exp.errors.sort(key=lambda e: e.line if isinstance(e, ParseError) else 0)
     return exp
@@ -260,10 +283,13 @@ def _parse(
 
 def _fast_rows(text: str, lines: int, exp: Exposition) -> list[Row] | None:
     """Sample rows if all ``lines`` lines are valid (one findall in C), else None. Sets
-    ``types``. Each line yields exactly one match (the grammar is anchored at both ends)."""
-    found = _LINES.findall(text)
+    ``types``. Each valid line yields exactly one match: the grammar is anchored at both ends,
+    so an invalid line yields none and the count tells."""
+    found = _CANONICAL_LINES.findall(text)
     if len(found) != lines:
-        return None
+        found = _LINES.findall(text)  # blanks where exporters rarely put them
+        if len(found) != lines:
+            return None
     exp.types = {row[3]: row[4] for row in found if row[3]}
     return [row for row in found if row[0]]
 
