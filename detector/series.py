@@ -44,21 +44,21 @@ class LabelRules:
         {
             "instance",
             "job",
-            "uuid",
-            "pci_bus_id",
-            "device",
-            "modelName",
             "Hostname",
             "hostname",
             "node",
-            "DCGM_FI_DRIVER_VERSION",
             "pod",
             "namespace",
             "container",
-            "err_msg",
             "exported_job",
             "exported_instance",
+            "exported_node",
         }
+    )
+    # Context only on GPU series (dcgm-exporter's descriptive labels); on other series, e.g.
+    # node_network_*{device="eth0"}, they are identity.
+    gpu_context_labels: frozenset[str] = frozenset(
+        {"uuid", "pci_bus_id", "device", "modelName", "DCGM_FI_DRIVER_VERSION", "err_msg"}
     )
 
 
@@ -88,7 +88,8 @@ def normalize(name: str, labels: Labels, rules: LabelRules) -> tuple[str, Labels
     node = ""
     for key in rules.node_labels:
         value = raw.get(key, "")
-        if value:
+        # node-exporter's NUMA series carry node="0": a number is never a host name.
+        if value and not value.isdigit():
             node = _host_part(value) if key == "instance" else value
             break
     gpu = ""
@@ -101,7 +102,11 @@ def normalize(name: str, labels: Labels, rules: LabelRules) -> tuple[str, Labels
     for key, value in raw.items():
         if key in rules.gpu_labels:
             continue
-        (context if key in rules.context_labels else identity).append((key, value))
+        is_context = key in rules.context_labels or (gpu != "" and key in rules.gpu_context_labels)
+        if key == "node" and value.isdigit():
+            is_context = False  # a NUMA node id distinguishes series
+            key = "numa_node"
+        (context if is_context else identity).append((key, value))
     if node:
         identity.append(("node", node))
     if gpu:
@@ -139,7 +144,8 @@ class SeriesIndex:
 
     def columns(self, keys: Sequence[str], split: Splitter, extra: Labels = ()) -> IntArray:
         """Columns of raw wire keys. ``extra`` labels (e.g. the target's instance/node) are
-        added to every key's labels unless the key carries that label itself."""
+        added to every key's labels. As Prometheus does without honor_labels, a label the
+        target sets wins and the exporter's own value is kept as ``exported_<name>``."""
         lookup = self._by_raw
         out = np.empty(len(keys), dtype=np.int64)
         for i, key in enumerate(keys):
@@ -147,8 +153,11 @@ class SeriesIndex:
             if column is None:
                 name, labels = split(key)
                 if extra:
-                    have = {k for k, _ in labels}
-                    labels = labels + tuple(kv for kv in extra if kv[0] not in have)
+                    mine = dict(extra)
+                    labels = (
+                        tuple((f"exported_{k}", v) if k in mine else (k, v) for k, v in labels)
+                        + extra
+                    )
                 column = self.add(name, labels)
                 lookup[(extra, key)] = column
             out[i] = column

@@ -1,0 +1,333 @@
+"""Command line: ``detector <command>``. The only module that exits.
+
+Exit codes: 0 success, 1 internal error (a bug: please report), 2 bad input (the message names
+the file, line or field), 3 calibration could not meet the FP budget (file still written),
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__
+from .calibration import (
+    Calibration,
+    CalibrationPoint,
+    calibrate,
+    calibration_from_result,
+    candidate_thresholds,
+    load_calibration,
+    save_calibration,
+)
+from .config import Config, check_config, load_config
+from .episodes import EpisodeParams
+from .errors import ConfigError, DetectorError
+from .evaluation import evaluate
+from .pipeline import build_pipeline
+from .replay import (
+    Progress,
+    ReplayResult,
+    alerts_at_threshold,
+    dump_frames,
+    load_event_files,
+    run_replay,
+    simulated_frames,
+    summary_lines,
+)
+from .series import LabelRules, SeriesIndex
+from .simulate import Scenario, SimulatedCluster, serve, write_dump
+
+EXAMPLES = {
+    "replay": """examples:
+  detector replay                                   # the built-in simulated cluster (demo)
+  detector replay dump.om.gz --events xids.jsonl --report-json report.json
+  detector replay query_range/*.json --calibration calibration.json --scores-out scores.csv""",
+    "calibrate": """examples:
+  detector calibrate history.om --events xids.jsonl --fp-per-day 1 --out calibration.json
+  detector calibrate healthy-week.om --fp-per-day 0.5 --out calibration.json""",
+    "simulate": """examples:
+  detector simulate --nodes 63 --gpus 8 --days 3 --seed 7 --out sim.om.gz --events sim.jsonl""",
+    "check-config": """examples:
+  detector check-config /etc/detector/config.yaml""",
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="detector",
+        description="Real-time multi-signal GPU failure detector.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"detector {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            epilog=EXAMPLES.get(name),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--config", type=Path, help="daemon config YAML (DETECTOR_* env vars override)"
+    )
+    common.add_argument(
+        "--calibration", type=Path, help="calibration file written by 'detector calibrate'"
+    )
+    common.add_argument(
+        "--events", type=Path, action="append", default=[], help="failure events JSONL (repeatable)"
+    )
+    common.add_argument(
+        "--step", type=float, help="tick length in seconds (default: the data's scrape interval)"
+    )
+    common.add_argument(
+        "--seed", type=int, default=None, help="simulator seed when no DUMP is given"
+    )
+    common.add_argument(
+        "--days", type=float, default=None, help="simulated days when no DUMP is given"
+    )
+    common.add_argument(
+        "--nodes", type=int, default=None, help="simulated nodes when no DUMP is given"
+    )
+    common.add_argument("--quiet", action="store_true", help="no progress output")
+
+    rp = sub.add_parser(
+        "replay",
+        parents=[common],
+        help="replay a recorded dump (or the built-in simulated cluster)",
+        description="Drive a recorded dump through the detection pipeline and report.",
+        epilog=EXAMPLES["replay"],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    rp.add_argument(
+        "dump",
+        nargs="*",
+        type=Path,
+        help="dump files (OpenMetrics, Prometheus JSON, promtool tsdb dump; .gz ok)",
+    )
+    rp.add_argument("--report-json", type=Path, help="write the report JSON here")
+    rp.add_argument(
+        "--scores-out", type=Path, help="write fused scores (time,node,gpu,score CSV) here"
+    )
+
+    cp = sub.add_parser(
+        "calibrate",
+        parents=[common],
+        help="fit alert thresholds under a false-positives-per-day budget",
+        description="Fit the threshold that catches the most failures within an FP/day budget.",
+        epilog=EXAMPLES["calibrate"],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cp.add_argument("dump", nargs="*", type=Path)
+    cp.add_argument(
+        "--fp-per-day",
+        type=float,
+        required=True,
+        help="false positives per day allowed (whole dump)",
+    )
+    cp.add_argument("--out", type=Path, required=True, help="calibration file to write")
+
+    sp = add("simulate", "simulate a GPU cluster: write a dump + events, or serve live exporters")
+    sp.add_argument("--nodes", type=int, default=63)
+    sp.add_argument("--gpus", type=int, default=8)
+    sp.add_argument("--days", type=float, default=3.0)
+    sp.add_argument("--seed", type=int, default=7)
+    sp.add_argument("--step", type=float, default=30.0, help="seconds between samples")
+    sp.add_argument(
+        "--out", type=Path, help="dump file to write (OpenMetrics with timestamps; .gz ok)"
+    )
+    sp.add_argument("--events", type=Path, help="events JSONL to write (ground truth)")
+    sp.add_argument("--serve", action="store_true", help="serve live exporters over HTTP instead")
+    sp.add_argument("--port", type=int, default=9400, help="first port when serving")
+
+    cc = add("check-config", "validate a config file and print what it resolves to")
+    cc.add_argument("file", type=Path)
+    return parser
+
+
+def _progress(quiet: bool) -> Progress | None:
+    """A one-line progress bar on stderr when it is a terminal; silent in pipes and CI."""
+    if quiet or not sys.stderr.isatty():
+        return None
+
+    def show(fraction: float, covered_s: float) -> None:
+        bar = "#" * int(fraction * 30)
+        end = "\n" if fraction >= 1.0 else ""
+        sys.stderr.write(f"\r[{bar:<30}] {100 * fraction:5.1f}%  {covered_s / 86400:.2f} days{end}")
+        sys.stderr.flush()
+
+    return show
+
+
+def _load(args: argparse.Namespace) -> tuple[Config, Calibration | None]:
+    config = load_config(args.config)
+    path = args.calibration or config.calibration.path
+    return config, (load_calibration(path) if path is not None else None)
+
+
+def _index(config: Config) -> SeriesIndex:
+    rules = LabelRules(
+        node_labels=tuple(config.labels.node_labels), gpu_labels=tuple(config.labels.gpu_labels)
+    )
+    return SeriesIndex(rules)
+
+
+def _scenario(args: argparse.Namespace) -> Scenario:
+    scenario = Scenario.demo()
+    overrides = {
+        key: value
+        for key, value in (("seed", args.seed), ("days", args.days), ("nodes", args.nodes))
+        if value is not None
+    }
+    return dataclasses.replace(scenario, **overrides) if overrides else scenario
+
+
+def _replay(args: argparse.Namespace, *, record: bool) -> tuple[ReplayResult, str, Config]:
+    config, calibration = _load(args)
+    index = _index(config)
+    pipeline = build_pipeline(config, index, calibration)
+    events = load_event_files(args.events)
+    span: tuple[float, float] | None = None
+    if args.dump:
+        frames = dump_frames(args.dump, index, args.step)
+        label = ", ".join(str(p) for p in args.dump)
+    else:
+        scenario = _scenario(args)
+        cluster = SimulatedCluster(scenario)
+        frames = simulated_frames(cluster, index)
+        events = [*events, *cluster.events()]
+        span = (scenario.start, scenario.start + scenario.duration_s)
+        label = (
+            f"built-in simulated cluster ({scenario.nodes} nodes x {scenario.gpus} GPUs, "
+            f"{scenario.days:g} days, seed {scenario.seed})"
+        )
+    result = run_replay(
+        pipeline,
+        frames,
+        events=events,
+        horizon_s=config.evaluation.horizon_s,
+        grace_s=config.evaluation.grace_s,
+        scores_out=getattr(args, "scores_out", None),
+        record_scores=record,
+        progress=_progress(args.quiet),
+        expected_span=span,
+    )
+    return result, label, config
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    result, label, _ = _replay(args, record=False)
+    print(f"detector replay: {label}")
+    for line in summary_lines(result):
+        print(line)
+    if args.report_json is not None:
+        args.report_json.write_text(json.dumps(result.evaluation.to_json(), indent=2) + "\n")
+        print(f"report written to {args.report_json}")
+    return 0
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    if not args.fp_per_day >= 0:
+        raise ConfigError(f"--fp-per-day must be >= 0 (got {args.fp_per_day})")
+    result, label, config = _replay(args, record=True)
+    scores = result.node_scores
+    finite = scores[np.isfinite(scores)]
+    if finite.size == 0:
+        raise DetectorError(f"{label}: no scores were produced; nothing to calibrate")
+    days = max((result.end - result.start) / 86400.0, 1e-9)
+    al = config.alerts
+
+    def evaluate_at(threshold: float) -> CalibrationPoint:
+        params = EpisodeParams(threshold, al.clear_ratio, al.min_duration_s, al.cooldown_s)
+        alerts = alerts_at_threshold(result.times, scores, result.node_names, params)
+        ev = evaluate(
+            alerts,
+            result.failures,
+            start=result.start,
+            end=result.end,
+            horizon_s=config.evaluation.horizon_s,
+            grace_s=config.evaluation.grace_s,
+        )
+        s = ev.summary
+        return CalibrationPoint(
+            threshold, s.detected, s.detected_before_failure, s.false_positives, s.fp_per_day
+        )
+
+    found = calibrate(
+        evaluate_at,
+        candidate_thresholds(finite).tolist(),
+        fp_budget_per_day=args.fp_per_day,
+        failures=len(result.failures),
+    )
+    cal = calibration_from_result(found, dump=label, days=days, failures=len(result.failures))
+    save_calibration(args.out, cal)
+    p = found.point
+    print(f"detector calibrate: {label}")
+    print(
+        f"threshold {p.threshold:.4f} ({found.mode}): "
+        f"detected {p.detected}/{len(result.failures)}, "
+        f"before the XID {p.detected_before}, false positives {p.false_positives} "
+        f"({p.fp_per_day:.2f}/day, budget {args.fp_per_day:g}/day) over {days:.2f} days"
+    )
+    print(f"calibration written to {args.out}")
+    return 0 if found.within_budget else 3
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    scenario = dataclasses.replace(
+        Scenario(),
+        nodes=args.nodes,
+        gpus=args.gpus,
+        days=args.days,
+        seed=args.seed,
+        step_s=args.step,
+    )
+    if args.serve:
+        serve(scenario, port=args.port)
+        return 0
+    if args.out is None or args.events is None:
+        raise ConfigError("simulate: give --out DUMP and --events EVENTS (or --serve)")
+    write_dump(scenario, args.out, args.events)
+    print(f"wrote {args.out} and {args.events}")
+    return 0
+
+
+def _cmd_check_config(args: argparse.Namespace) -> int:
+    print(check_config(args.file))
+    return 0
+
+
+COMMANDS = {
+    "replay": _cmd_replay,
+    "calibrate": _cmd_calibrate,
+    "simulate": _cmd_simulate,
+    "check-config": _cmd_check_config,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except DetectorError as exc:
+        print(f"detector: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("detector: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

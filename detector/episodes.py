@@ -1,0 +1,112 @@
+"""Alert episodes: per entity ok -> pending -> firing -> resolved, vectorized over entities.
+
+- ok -> pending when the score reaches ``threshold``;
+- pending -> firing once it has stayed at or above ``threshold`` for ``min_duration_s``
+  (the alert starts at that moment: when an operator would be told);
+- firing -> resolved when the score falls below ``threshold * clear_ratio`` (hysteresis);
+- after resolving, the entity cools down for ``cooldown_s``: crossings are ignored, so a
+  flapping entity raises one alert per episode, not one per flap.
+A NaN score (no data this tick) leaves the entity's state as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .model import FloatArray, IntArray
+
+OK, PENDING, FIRING, COOLING = 0, 1, 2, 3
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeParams:
+    threshold: float = 0.8
+    clear_ratio: float = 0.8
+    min_duration_s: float = 60.0
+    cooldown_s: float = 900.0
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeChanges:
+    started: IntArray  # entities that began firing this tick
+    ended: IntArray  # entities that resolved this tick
+    new_peak: IntArray  # pending/firing entities whose peak rose this tick
+
+
+class Episodes:
+    """State machine over a growing set of entities; see the module docstring."""
+
+    def __init__(self, params: EpisodeParams, n: int = 0) -> None:
+        self.params = params
+        self.state = np.zeros(n, dtype=np.int8)
+        self.since = np.zeros(n)  # pending since / firing since / cooling until
+        self.start = np.full(n, np.nan)  # firing start of the current episode
+        self.peak = np.zeros(n)
+        self.peak_time = np.zeros(n)
+
+    def _grow(self, n: int) -> None:
+        extra = n - self.state.shape[0]
+        if extra <= 0:
+            return
+        self.state = np.concatenate((self.state, np.zeros(extra, dtype=np.int8)))
+        self.since = np.concatenate((self.since, np.zeros(extra)))
+        self.start = np.concatenate((self.start, np.full(extra, np.nan)))
+        self.peak = np.concatenate((self.peak, np.zeros(extra)))
+        self.peak_time = np.concatenate((self.peak_time, np.zeros(extra)))
+
+    def update(self, t: float, scores: FloatArray) -> EpisodeChanges:
+        self._grow(scores.shape[0])
+        p = self.params
+        s = np.nan_to_num(scores, nan=-1.0)
+        valid = ~np.isnan(scores)
+        st = self.state
+        above = valid & (s >= p.threshold)
+        below_clear = valid & (s < p.threshold * p.clear_ratio)
+
+        cooled = (st == COOLING) & (t >= self.since)
+        st[cooled] = OK
+
+        to_pending = (st == OK) & above
+        st[to_pending] = PENDING
+        self.since[to_pending] = t
+        self.peak[to_pending] = 0.0
+
+        drop = (st == PENDING) & valid & ~above
+        st[drop] = OK
+
+        fire = (st == PENDING) & above & (t - self.since >= p.min_duration_s)
+        st[fire] = FIRING
+        self.start[fire] = t
+
+        end = (st == FIRING) & below_clear
+        st[end] = COOLING
+        self.since[end] = t + p.cooldown_s
+
+        active = (st == PENDING) | (st == FIRING)
+        rose = active & valid & (s > self.peak)
+        self.peak[rose] = s[rose]
+        self.peak_time[rose] = t
+        return EpisodeChanges(
+            started=np.flatnonzero(fire), ended=np.flatnonzero(end), new_peak=np.flatnonzero(rose)
+        )
+
+    def firing(self) -> IntArray:
+        return np.flatnonzero(self.state == FIRING)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {
+            "state": self.state.copy(),
+            "since": self.since.copy(),
+            "start": self.start.copy(),
+            "peak": self.peak.copy(),
+            "peak_time": self.peak_time.copy(),
+        }
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        self.state = state["state"].astype(np.int8)
+        self.since = state["since"].astype(np.float64)
+        self.start = state["start"].astype(np.float64)
+        self.peak = state["peak"].astype(np.float64)
+        self.peak_time = state["peak_time"].astype(np.float64)

@@ -1,0 +1,151 @@
+"""Fusion: many column scores -> one score in [0, 1] per node and per GPU, with evidence.
+
+Per column, the scorers that apply to it (from its signal rule) are combined by taking the
+largest score, then weighted. Only the excess over ``z0`` counts as evidence, so the ordinary
+jitter of hundreds of columns adds nothing. An entity's evidence is the root of the sum of
+squared weighted excesses of its columns (two signals at 5 sigma outweigh one), mapped to [0, 1]
+by ``1 - exp(-E / scale)``; monotone, so calibration can place thresholds on it.
+
+Common mode: when one signal exceeds ``common_mode_z`` on at least ``common_mode_fraction`` of
+the nodes that report it (an NFS checkpoint storm, a job restart), its columns keep only their
+peer-deviation score for this tick (a node that deviates from the crowd still counts) and the
+signal is reported as a cluster incident instead of N node alerts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from .model import BoolArray, ColumnLayout, FloatArray, IntArray
+
+PEER_SCORER = "peers"
+
+
+@dataclass(frozen=True, slots=True)
+class FusionParams:
+    z0: float = 3.0
+    scale: float = 4.0
+    common_mode_fraction: float = 0.5
+    common_mode_z: float = 3.0
+    common_mode_min_nodes: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class EntityMap:
+    """Columns -> entities. GPU entities are the distinct (node, gpu >= 0) pairs."""
+
+    gpu_entity: IntArray  # per column: GPU entity id, -1 for node-level columns
+    gpu_node: IntArray  # per GPU entity: its node id
+    gpu_label: tuple[str, ...]  # per GPU entity: the gpu label
+    signal_node_pair: IntArray  # per column: compact id of (signal, node)
+    pair_signal: IntArray  # per pair id: its signal id
+    n_nodes: int
+
+    @classmethod
+    def build(cls, layout: ColumnLayout, gpu_labels: tuple[str, ...] | None = None) -> EntityMap:
+        n_nodes = len(layout.node_names)
+        is_gpu = layout.gpu >= 0
+        keys = layout.node.astype(np.int64) * 1_000_003 + np.where(is_gpu, layout.gpu, 0)
+        uniq, inverse = np.unique(keys[is_gpu], return_inverse=True)
+        gpu_entity = np.full(len(layout), -1, dtype=np.int64)
+        gpu_entity[is_gpu] = inverse
+        gpu_node = (uniq // 1_000_003).astype(np.int64)
+        gpu_idx = (uniq % 1_000_003).astype(np.int64)
+        labels = tuple(str(g) for g in gpu_idx) if gpu_labels is None else gpu_labels
+        pair_keys = layout.signal.astype(np.int64) * max(n_nodes, 1) + layout.node
+        pairs, pair_inv = np.unique(pair_keys, return_inverse=True)
+        return cls(
+            gpu_entity=gpu_entity,
+            gpu_node=gpu_node,
+            gpu_label=labels,
+            signal_node_pair=pair_inv.astype(np.int64),
+            pair_signal=(pairs // max(n_nodes, 1)).astype(np.int64),
+            n_nodes=n_nodes,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Fused:
+    column_z: FloatArray  # per column: weighted, common-mode-damped score (z units)
+    node_score: FloatArray  # per node, in [0, 1]
+    gpu_score: FloatArray  # per GPU entity, in [0, 1]
+    common_mode_signals: IntArray  # signal ids moving cluster-wide this tick
+    common_mode_nodes: IntArray  # per such signal: how many nodes moved
+
+
+def _to_unit(evidence: FloatArray, scale: float) -> FloatArray:
+    return 1.0 - np.exp(-evidence / scale)
+
+
+def fuse(
+    scores: Mapping[str, FloatArray],
+    applies: Mapping[str, BoolArray],
+    weights: FloatArray,
+    observed: BoolArray,
+    layout: ColumnLayout,
+    entities: EntityMap,
+    params: FusionParams,
+) -> Fused:
+    """Fuse one tick. ``applies[name]`` masks the columns scorer ``name`` is meant for."""
+    n = len(layout)
+    raw = np.zeros(n)
+    for name, s in scores.items():
+        raw = np.maximum(raw, np.where(applies[name], s, 0.0))
+    peer = (
+        np.where(applies[PEER_SCORER], scores[PEER_SCORER], 0.0) if PEER_SCORER in scores else None
+    )
+
+    # common mode: share of (signal, node) pairs above common_mode_z among the observed pairs
+    n_pairs = len(entities.pair_signal)
+    n_signals = len(layout.signal_names)
+    hot_pair = (
+        np.bincount(
+            entities.signal_node_pair, weights=raw > params.common_mode_z, minlength=n_pairs
+        )
+        > 0
+    )
+    seen_pair = np.bincount(entities.signal_node_pair, weights=observed, minlength=n_pairs) > 0
+    hot = np.bincount(entities.pair_signal, weights=hot_pair, minlength=n_signals)
+    seen = np.bincount(entities.pair_signal, weights=seen_pair, minlength=n_signals)
+    common = (hot >= params.common_mode_min_nodes) & (
+        hot >= params.common_mode_fraction * np.maximum(seen, 1)
+    )
+    column_z = raw
+    if common.any():
+        damp = common[layout.signal]
+        column_z = np.where(damp, peer if peer is not None else 0.0, raw)
+    column_z = column_z * weights
+
+    excess = np.maximum(column_z - params.z0, 0.0)
+    sq = excess * excess
+    node_e = np.sqrt(np.bincount(layout.node, weights=sq, minlength=entities.n_nodes))
+    is_gpu = entities.gpu_entity >= 0
+    gpu_e = np.sqrt(
+        np.bincount(
+            entities.gpu_entity[is_gpu], weights=sq[is_gpu], minlength=len(entities.gpu_node)
+        )
+    )
+    common_ids = np.flatnonzero(common)
+    return Fused(
+        column_z=column_z,
+        node_score=_to_unit(node_e, params.scale),
+        gpu_score=_to_unit(gpu_e, params.scale),
+        common_mode_signals=common_ids.astype(np.int64),
+        common_mode_nodes=hot[common_ids].astype(np.int64),
+    )
+
+
+def top_signals(
+    column_z: FloatArray, columns: IntArray, layout: ColumnLayout, k: int
+) -> list[tuple[int, float]]:
+    """The k strongest (column, score) among ``columns`` with a positive score, strongest first."""
+    if columns.size == 0:
+        return []
+    z = column_z[columns]
+    take = min(k, columns.size)
+    best = np.argpartition(-z, take - 1)[:take]
+    best = best[np.argsort(-z[best], kind="stable")]
+    return [(int(columns[i]), float(z[i])) for i in best if z[i] > 0]

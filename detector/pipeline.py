@@ -1,0 +1,260 @@
+"""One tick of the detector, no I/O: frame -> signals -> scorers -> fusion -> episodes.
+
+The same object serves the live daemon (wall clock) and replay (the data's clock). The caller
+owns the series index (ingest fills it) and hands over one ``Frame`` per tick.
+
+Alerting is per node: a node's alert score is the larger of its node-level fused score and its
+GPUs' fused scores, and an alert names the GPU that dominated its peak (or none). A failure XID
+seen in the data (the sticky DCGM gauge) holds the node's alert score at 1 for ``xid_hold_s``,
+so operators are told about it even without a precursor; such alerts name ``xid_<code>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .calibration import Calibration
+from .config import Config
+from .episodes import EpisodeParams, Episodes
+from .fusion import EntityMap, FusionParams, fuse, top_signals
+from .model import Alert, BoolArray, ColumnLayout, FloatArray, Frame, Incident, XidEvent
+from .rules import SignalCatalog, XidCatalog, load_signal_rules, load_xid_catalog
+from .scorers.base import Scorer
+from .scorers.changepoint import ChangePoint
+from .scorers.health import TelemetryHealth
+from .scorers.peers import PeerDeviation
+from .scorers.zscore import RobustZScore
+from .series import SeriesIndex
+from .signals import SignalMap
+from .xids import XidExtractor, is_failure
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineParams:
+    fusion: FusionParams = field(default_factory=FusionParams)
+    episodes: EpisodeParams = field(default_factory=EpisodeParams)
+    top_k: int = 5
+    alert_on_xid: bool = True
+    xid_hold_s: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class TickResult:
+    time: float
+    node_names: tuple[str, ...]
+    node_score: FloatArray  # per node alert score in [0, 1]; NaN when the node sent nothing
+    gpu_node: np.ndarray  # per GPU entity: node id
+    gpu_label: tuple[str, ...]  # per GPU entity: gpu label
+    gpu_score: FloatArray  # per GPU entity in [0, 1]; NaN when the GPU sent nothing
+    started: tuple[Alert, ...]
+    ended: tuple[Alert, ...]
+    xids: tuple[XidEvent, ...]
+    incidents: tuple[Incident, ...]
+
+
+class Pipeline:
+    """Composes the stages; see the module docstring."""
+
+    def __init__(
+        self,
+        index: SeriesIndex,
+        signals: SignalCatalog,
+        xids: XidCatalog,
+        scorers: Sequence[Scorer],
+        params: PipelineParams | None = None,
+    ) -> None:
+        self.index = index
+        self.params = params or PipelineParams()
+        self.xid_catalog = xids
+        self.signal_map = SignalMap(signals, index)
+        self.xid_extractor = XidExtractor(index, xids)
+        self.scorers = list(scorers)
+        self.episodes = Episodes(self.params.episodes)
+        self._layout: ColumnLayout | None = None
+        self._entities: EntityMap | None = None
+        self._applies: dict[str, BoolArray] = {}
+        self._node_columns: list[np.ndarray] = []
+        self._xid_until = np.zeros(0)
+        self._xid_signal: dict[int, str] = {}
+        self._peak_signals: dict[int, tuple[str, ...]] = {}
+        self._peak_gpu: dict[int, str | None] = {}
+        self._open: dict[int, Alert] = {}
+
+    # -- layout -----------------------------------------------------------------------------
+    def _refresh_layout(self) -> None:
+        layout = self.signal_map.layout
+        self._layout = layout
+        self._entities = EntityMap.build(layout)
+        self._entities = EntityMap.build(layout, self._gpu_labels(self._entities))
+        self._applies = {s.name: self._scorer_mask(s.name, layout) for s in self.scorers}
+        order = np.argsort(layout.node, kind="stable")
+        bounds = np.searchsorted(layout.node[order], np.arange(len(layout.node_names) + 1))
+        self._node_columns = [
+            order[bounds[i] : bounds[i + 1]] for i in range(len(layout.node_names))
+        ]
+        grow = len(layout.node_names) - self._xid_until.shape[0]
+        if grow > 0:
+            self._xid_until = np.concatenate((self._xid_until, np.full(grow, -np.inf)))
+
+    def _gpu_labels(self, entities: EntityMap) -> tuple[str, ...]:
+        labels = [""] * len(entities.gpu_node)
+        for col in np.flatnonzero(entities.gpu_entity >= 0)[::-1].tolist():
+            labels[int(entities.gpu_entity[col])] = self.signal_map.column_names(col)[2] or ""
+        return tuple(labels)
+
+    def _scorer_mask(self, scorer: str, layout: ColumnLayout) -> BoolArray:
+        catalog = self.signal_map.catalog
+        rules = {rule.name: rule for rule in catalog.signals}
+        wanted = [
+            scorer in (rules[name].scorers if name in rules else catalog.default_rule.scorers)
+            for name in layout.signal_names
+        ]
+        return np.asarray(wanted, dtype=bool)[layout.signal]
+
+    # -- one tick ---------------------------------------------------------------------------
+    def step(self, frame: Frame) -> TickResult:
+        t = frame.time
+        if self.signal_map.sync() or self._layout is None:
+            self._refresh_layout()
+        layout, entities = self._layout, self._entities
+        assert layout is not None
+        assert entities is not None
+        x = self.signal_map.compute(t, frame.values)
+        observed = ~np.isnan(x)
+        scores = {s.name: s.update(t, x, layout) for s in self.scorers}
+        fused = fuse(
+            scores,
+            self._applies,
+            self.signal_map.weights,
+            observed,
+            layout,
+            entities,
+            self.params.fusion,
+        )
+
+        n_nodes = len(layout.node_names)
+        node_seen = np.bincount(layout.node, weights=observed, minlength=n_nodes) > 0
+        gpu_seen = (
+            np.bincount(
+                entities.gpu_entity[entities.gpu_entity >= 0],
+                weights=observed[entities.gpu_entity >= 0],
+                minlength=len(entities.gpu_node),
+            )
+            > 0
+        )
+        gpu_score = np.where(gpu_seen, fused.gpu_score, np.nan)
+        alert_score = fused.node_score.copy()
+        if entities.gpu_node.size:
+            np.maximum.at(alert_score, entities.gpu_node, fused.gpu_score)
+
+        xid_events = tuple(self.xid_extractor.update(t, frame.values))
+        if self.params.alert_on_xid:
+            for ev in xid_events:
+                if is_failure(ev, self.xid_catalog) and ev.node in layout.node_names:
+                    node = layout.node_names.index(ev.node)
+                    self._xid_until[node] = t + self.params.xid_hold_s
+                    self._xid_signal[node] = f"xid_{ev.xid}"
+            held = self._xid_until[:n_nodes] >= t
+            alert_score = np.where(held, 1.0, alert_score)
+            node_seen = node_seen | held
+        alert_score = np.where(node_seen, alert_score, np.nan)
+
+        changes = self.episodes.update(t, alert_score)
+        for node in changes.new_peak.tolist():
+            self._record_peak(node, fused.column_z, layout, entities, t)
+        started = tuple(self._start(n, t) for n in changes.started.tolist())
+        ended = tuple(self._end(n, t) for n in changes.ended.tolist())
+        incidents = tuple(
+            Incident(t, None, layout.signal_names[sig], int(cnt), int(node_seen.sum()))
+            for sig, cnt in zip(
+                fused.common_mode_signals.tolist(), fused.common_mode_nodes.tolist(), strict=True
+            )
+        )
+        return TickResult(
+            time=t,
+            node_names=layout.node_names,
+            node_score=alert_score,
+            gpu_node=entities.gpu_node,
+            gpu_label=entities.gpu_label,
+            gpu_score=gpu_score,
+            started=started,
+            ended=ended,
+            xids=xid_events,
+            incidents=incidents,
+        )
+
+    def _record_peak(
+        self, node: int, column_z: FloatArray, layout: ColumnLayout, entities: EntityMap, t: float
+    ) -> None:
+        if self._xid_until[node] >= t and node in self._xid_signal:
+            self._peak_signals[node] = (self._xid_signal[node],)
+            self._peak_gpu[node] = None
+            return
+        top = top_signals(column_z, self._node_columns[node], layout, self.params.top_k)
+        names: list[str] = []
+        for col, _ in top:
+            name = layout.signal_names[int(layout.signal[col])]
+            if name not in names:
+                names.append(name)
+        self._peak_signals[node] = tuple(names)
+        gpu_entity = int(entities.gpu_entity[top[0][0]]) if top else -1
+        self._peak_gpu[node] = entities.gpu_label[gpu_entity] if gpu_entity >= 0 else None
+
+    def _alert(self, node: int, end: float | None) -> Alert:
+        assert self._layout is not None
+        start = float(self.episodes.start[node])
+        return Alert(
+            node=self._layout.node_names[node],
+            gpu=self._peak_gpu.get(node),
+            start=start,
+            end=end,
+            peak_score=float(self.episodes.peak[node]),
+            signals=self._peak_signals.get(node, ()),
+        )
+
+    def _start(self, node: int, t: float) -> Alert:
+        alert = self._alert(node, None)
+        self._open[node] = alert
+        return alert
+
+    def _end(self, node: int, t: float) -> Alert:
+        self._open.pop(node, None)
+        return self._alert(node, t)
+
+    def open_alerts(self) -> list[Alert]:
+        """Alerts still firing, with their current peak evidence."""
+        return [self._alert(node, None) for node in sorted(self._open)]
+
+
+def build_pipeline(
+    config: Config, index: SeriesIndex, calibration: Calibration | None = None
+) -> Pipeline:
+    """The production pipeline for ``config``: built-in or configured rules, the four standard
+    scorers, and the alert threshold from (in order) the config, the calibration file, 0.8."""
+    signals = load_signal_rules(config.rules.signals)
+    if not config.rules.default_rule:
+        signals = signals.model_copy(
+            update={"default_rule": signals.default_rule.model_copy(update={"enabled": False})}
+        )
+    xids = load_xid_catalog(config.rules.xid)
+    sc = config.scoring
+    scorers: list[Scorer] = [
+        RobustZScore(half_life_s=sc.zscore_half_life_s),
+        ChangePoint(),
+        PeerDeviation(min_peers=sc.peer_min_peers),
+        TelemetryHealth(),
+    ]
+    threshold = config.alerts.threshold
+    if threshold is None:
+        threshold = calibration.threshold if calibration is not None else 0.8
+    al = config.alerts
+    params = PipelineParams(
+        fusion=FusionParams(common_mode_fraction=sc.common_mode_fraction),
+        episodes=EpisodeParams(threshold, al.clear_ratio, al.min_duration_s, al.cooldown_s),
+        top_k=sc.top_k,
+        alert_on_xid=al.alert_on_xid,
+    )
+    return Pipeline(index, signals, xids, scorers, params)

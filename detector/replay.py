@@ -1,0 +1,271 @@
+"""``detector replay``: recorded data (or the built-in simulated cluster) through the very same
+pipeline, on the data's own clock, as fast as the machine allows; then a report.
+
+Also the engine behind ``detector calibrate``: it records every node's alert score per tick so
+thresholds can be tried without re-scoring.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import time as wallclock
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from .episodes import EpisodeParams, Episodes
+from .evaluation import Evaluation, evaluate
+from .frame import frames_from_batches
+from .ingest.dumps import read_dump
+from .ingest.events import load_events
+from .model import Alert, FloatArray, Frame, XidEvent
+from .pipeline import Pipeline, TickResult
+from .series import SeriesIndex
+from .simulate import SimulatedCluster
+from .xids import dedupe_episodes, is_failure
+
+Progress = Callable[[float, float], None]  # (fraction done, data seconds covered)
+
+
+@dataclass
+class ReplayResult:
+    """Everything a replay produced."""
+
+    start: float
+    end: float
+    ticks: int
+    series: int
+    alerts: list[Alert]
+    failures: list[XidEvent]  # failure XIDs (events file + dump), deduped
+    all_xids: list[XidEvent]  # every XID episode seen, failures or not
+    incidents: int
+    evaluation: Evaluation
+    wall_s: float
+    node_names: tuple[str, ...] = ()
+    times: FloatArray = field(default_factory=lambda: np.zeros(0))
+    node_scores: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
+
+
+class ScoreRecorder:
+    """Keeps every node's alert score per tick (for calibration and reports)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.rows: list[FloatArray] = []
+
+    def add(self, tick: TickResult) -> None:
+        self.times.append(tick.time)
+        self.rows.append(tick.node_score.astype(np.float32))
+
+    def matrix(self, n_nodes: int) -> FloatArray:
+        out = np.full((len(self.rows), n_nodes), np.nan, dtype=np.float32)
+        for i, row in enumerate(self.rows):
+            out[i, : row.shape[0]] = row
+        return out.astype(np.float64)
+
+
+class ScoresCsv:
+    """``--scores-out``: time,node,gpu,score for every entity and tick (node rows: empty gpu)."""
+
+    def __init__(self, path: Path) -> None:
+        # Lives across many ticks; closed by close().
+        if path.suffix == ".gz":
+            self._fh: IO[str] = gzip.open(path, "wt", newline="")  # noqa: SIM115
+        else:
+            self._fh = path.open("w", newline="")
+        self._writer = csv.writer(self._fh)
+        self._writer.writerow(["time", "node", "gpu", "score"])
+
+    def add(self, tick: TickResult) -> None:
+        t = f"{tick.time:.3f}"
+        rows: list[tuple[str, str, str, str]] = []
+        for node, score in zip(tick.node_names, tick.node_score.tolist(), strict=False):
+            if score == score:  # not NaN
+                rows.append((t, node, "", f"{score:.4f}"))
+        for node_id, gpu, score in zip(
+            tick.gpu_node.tolist(), tick.gpu_label, tick.gpu_score.tolist(), strict=False
+        ):
+            if score == score:
+                rows.append((t, tick.node_names[node_id], gpu, f"{score:.4f}"))
+        self._writer.writerows(rows)
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def dump_frames(paths: Sequence[Path], index: SeriesIndex, step_s: float | None) -> Iterator[Frame]:
+    """Frames of a recorded dump (any supported format), in time order."""
+    return frames_from_batches(read_dump(list(paths), index), lambda: len(index), step_s)
+
+
+def simulated_frames(cluster: SimulatedCluster, index: SeriesIndex) -> Iterator[Frame]:
+    """Frames of the simulated cluster, its series placed into ``index`` columns."""
+    columns = np.array(
+        [index.add(name, labels) for name, labels in cluster.series()], dtype=np.int64
+    )
+    for t, values in cluster.frames():
+        frame = np.full(len(index), np.nan)
+        frame[columns] = values
+        yield Frame(t, frame)
+
+
+def run_replay(
+    pipeline: Pipeline,
+    frames: Iterator[Frame],
+    *,
+    events: Sequence[XidEvent] = (),
+    horizon_s: float = 3600.0,
+    grace_s: float = 300.0,
+    scores_out: Path | None = None,
+    record_scores: bool = False,
+    progress: Progress | None = None,
+    expected_span: tuple[float, float] | None = None,
+) -> ReplayResult:
+    """Drive ``frames`` through ``pipeline``; evaluate alerts against ``events`` + data XIDs."""
+    began = wallclock.perf_counter()
+    alerts: list[Alert] = []
+    data_xids: list[XidEvent] = []
+    incidents = 0
+    recorder = ScoreRecorder() if record_scores else None
+    writer = ScoresCsv(scores_out) if scores_out is not None else None
+    start = end = float("nan")
+    ticks = 0
+    in_incident = False
+    try:
+        for frame in frames:
+            tick = pipeline.step(frame)
+            if ticks == 0:
+                start = tick.time
+            end = tick.time
+            ticks += 1
+            alerts.extend(tick.ended)
+            data_xids.extend(tick.xids)
+            if tick.incidents and not in_incident:
+                incidents += 1
+            in_incident = bool(tick.incidents)
+            if recorder is not None:
+                recorder.add(tick)
+            if writer is not None:
+                writer.add(tick)
+            if progress is not None and expected_span is not None and ticks % 256 == 0:
+                lo, hi = expected_span
+                progress(min(1.0, (tick.time - lo) / max(hi - lo, 1.0)), tick.time - lo)
+    finally:
+        if writer is not None:
+            writer.close()
+    alerts.extend(pipeline.open_alerts())
+    alerts.sort(key=lambda a: (a.start, a.node))
+    catalog = pipeline.xid_catalog
+    all_xids = dedupe_episodes([*events, *data_xids], catalog)
+    failures = [ev for ev in all_xids if is_failure(ev, catalog)]
+    if ticks == 0:
+        start = end = 0.0
+    evaluation = evaluate(
+        alerts, failures, start=start, end=end, horizon_s=horizon_s, grace_s=grace_s
+    )
+    node_names = pipeline.signal_map.layout.node_names if ticks else ()
+    result = ReplayResult(
+        start=start,
+        end=end,
+        ticks=ticks,
+        series=len(pipeline.index),
+        alerts=alerts,
+        failures=failures,
+        all_xids=all_xids,
+        incidents=incidents,
+        evaluation=evaluation,
+        wall_s=wallclock.perf_counter() - began,
+        node_names=node_names,
+    )
+    if recorder is not None:
+        result.times = np.asarray(recorder.times)
+        result.node_scores = recorder.matrix(len(node_names))
+    return result
+
+
+def alerts_at_threshold(
+    times: FloatArray, scores: FloatArray, node_names: Sequence[str], params: EpisodeParams
+) -> list[Alert]:
+    """Re-run alert episodes over recorded node scores (calibration: no re-scoring needed)."""
+    episodes = Episodes(params, scores.shape[1])
+    alerts: list[Alert] = []
+    for i in range(times.shape[0]):
+        t = float(times[i])
+        changes = episodes.update(t, scores[i])
+        for node in changes.ended.tolist():
+            alerts.append(
+                Alert(
+                    node_names[node],
+                    None,
+                    float(episodes.start[node]),
+                    t,
+                    float(episodes.peak[node]),
+                    (),
+                )
+            )
+    for node in episodes.firing().tolist():
+        alerts.append(
+            Alert(
+                node_names[node],
+                None,
+                float(episodes.start[node]),
+                None,
+                float(episodes.peak[node]),
+                (),
+            )
+        )
+    return alerts
+
+
+def load_event_files(paths: Sequence[Path]) -> list[XidEvent]:
+    events: list[XidEvent] = []
+    for path in paths:
+        events.extend(load_events(path))
+    return events
+
+
+def summary_lines(result: ReplayResult) -> list[str]:
+    """A readable summary for the terminal."""
+    s: dict[str, Any] = result.evaluation.to_json()["summary"]
+    days = result.end - result.start
+    lt = s["lead_time_s"]
+
+    def fmt_lead(v: float | None) -> str:
+        return "-" if v is None else f"{v / 60:+.1f} min"
+
+    lines = [
+        f"replayed {days / 86400:.2f} days, {result.ticks} ticks, {result.series} series, "
+        f"{len(result.node_names)} nodes in {result.wall_s:.1f} s "
+        f"({days / 86400 / max(result.wall_s, 1e-9) * 60:.1f} days/min)",
+        f"failures {s['failures']}  detected {s['detected']}  "
+        f"before the XID {s['detected_before_failure']}  "
+        f"recall {_pct(s['recall'])}  precision {_pct(s['precision'])}",
+        f"alerts {len(result.alerts)}  false positives {s['false_positives']}  "
+        f"FP/day {s['fp_per_day']:.2f}  cluster incidents {result.incidents}",
+        f"lead time p25 {fmt_lead(lt['p25'])}  median {fmt_lead(lt['median'])}  "
+        f"p75 {fmt_lead(lt['p75'])}  (positive: alert before the XID)",
+    ]
+    rows = result.evaluation.to_json()["failures"]
+    if rows:
+        lines.append("")
+        header = (
+            f"{'failure time (UTC)':<20} {'node':<12} {'gpu':>3} {'xid':>4}  {'detected':<8} lead"
+        )
+        lines.append(header)
+        for row in rows:
+            when = wallclock.strftime("%Y-%m-%d %H:%M", wallclock.gmtime(row["time"]))
+            lead = "-" if row["lead_time_s"] is None else f"{row['lead_time_s'] / 60:+.1f} min"
+            gpu = "-" if row["gpu"] is None else str(row["gpu"])
+            found = "yes" if row["detected"] else "no"
+            lines.append(
+                f"{when:<20} {row['node']:<12} {gpu:>3} {row['xid']:>4}  {found:<8} {lead}"
+            )
+    return lines
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.0f}%"
