@@ -81,8 +81,8 @@ def main() -> None:
     parser.add_argument("--columns", type=int, default=30_000)
     parser.add_argument("--ticks", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--river-series", type=int, default=2_000)
-    parser.add_argument("--river-ticks", type=int, default=20)
+    parser.add_argument("--river-series", type=int, default=3_000)
+    parser.add_argument("--river-ticks", type=int, default=50)
     args = parser.parse_args()
 
     layout = cluster_layout(args.columns)
