@@ -25,7 +25,7 @@ from detector.ingest.dumps import (
 )
 from detector.ingest.dumps_store import Run, merge_runs
 from detector.ingest.parse import parse_exposition
-from detector.model import Sample
+from detector.model import Sample, SampleBatch
 from detector.series import SeriesIndex
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dumps"
@@ -510,3 +510,24 @@ def test_truncated_gzip_and_missing_path_raise_dump_errors(tmp_path: Path) -> No
         read_rows(tmp_path / "cut.om.gz", cache=False)
     with pytest.raises(DumpError, match=r"nope\.om: no such dump file or directory"):
         read_rows(tmp_path / "nope.om")
+
+
+def test_writer_add_batch_writes_indexed_columns_with_their_labels(tmp_path: Path) -> None:
+    """Batches of index columns are written with identity + context labels and read back."""
+    index = SeriesIndex()
+    hot = index.add("DCGM_FI_DEV_GPU_TEMP", (("Hostname", "n1"), ("UUID", "GPU-1"), ("gpu", "1")))
+    load = index.add("node_load1", (("instance", "n1:9100"),))
+    batch = SampleBatch(
+        np.array([T0, T0, T0 + 15]), np.array([hot, load, hot]), np.array([70.0, 0.5, 71.0])
+    )
+    with OpenMetricsWriter(tmp_path / "d.om") as writer:
+        writer.add_batch(batch, index)
+    text = (tmp_path / "d.om").read_text()
+    assert (
+        'DCGM_FI_DEV_GPU_TEMP{Hostname="n1",gpu="1",node="n1",uuid="GPU-1"} 71.0 1700000015\n'
+        in text
+    )
+    again = SeriesIndex()
+    rows = read_rows(tmp_path / "d.om", again, cache=False)
+    assert [(T0, 70.0), (T0, 0.5), (T0 + 15, 71.0)] == [(r[0], r[2]) for r in rows]
+    assert [info.labels for info in index.infos] == [info.labels for info in again.infos]
