@@ -17,8 +17,8 @@ from detector.errors import ConfigError
 from detector.model import FloatArray
 from detector.sim.catalog import DCGM_FIELDS, parse_dcgm_csv
 from detector.sim.trace import DEFAULT_RATES, derive_rates
-from detector.sim.workload import CHECKPOINT
-from detector.simulate import FailureSpec, Scenario, SimulatedCluster, serve, write_dump
+from detector.sim.workload import CHECKPOINT, TRAIN
+from detector.simulate import FailureSpec, JobSpec, Scenario, SimulatedCluster, serve, write_dump
 
 HOUR = 3600.0
 
@@ -151,6 +151,19 @@ def test_straggler_runs_slower_than_its_peers_before_failing() -> None:
     assert np.all(clocks[late, 2] < peers - 150)
 
 
+def test_nodes_of_a_job_move_together() -> None:
+    """Training steps are synchronous: power of two nodes of one job correlates more with
+    each other than with a node of another job."""
+    jobs = (JobSpec("a", (0, 1)), JobSpec("b", (2, 3)))
+    cluster = SimulatedCluster(small(jobs=jobs, days=0.5, noisy_nodes=0))
+    _, values = matrix(cluster)
+    power = values[:, columns(cluster, "DCGM_FI_DEV_POWER_USAGE")].reshape(-1, 4, 8).mean(axis=2)
+    training = (cluster.workload.phase == TRAIN).all(axis=0)
+    corr = np.corrcoef(power[training].T)
+    assert corr[0, 1] > 0.8
+    assert corr[0, 1] > corr[0, 2] + 0.3
+
+
 def test_checkpoint_raises_nfs_rtt_on_every_node() -> None:
     """During any job's checkpoint, NFS RPC response time per op rises on all nodes."""
     cluster = SimulatedCluster(small(nodes=6, days=0.5))
@@ -223,15 +236,17 @@ def test_bad_scenario_field_is_named() -> None:
         Scenario(nodes=2, failures=(FailureSpec("ecc", node=5, gpu=0, at_s=1.0),))
 
 
-def test_live_exporters_serve_per_node_paths() -> None:
-    """serve() answers /node-01/dcgm and /node-01/node with parseable pages; 404 otherwise."""
-    exporters = serve(small(nodes=2), port=0, speed=600.0)
+@pytest.mark.parametrize("per_node_ports", [False, True])
+def test_live_exporters_serve_every_node(per_node_ports: bool) -> None:
+    """serve() answers each node's DCGM and node pages (paths or ports); 404 otherwise."""
+    exporters = serve(small(nodes=2), port=0, per_node_ports=per_node_ports, speed=600.0)
     try:
-        dcgm_url, node_url = exporters.urls["node-01"]
+        assert {"node-01", "node-02"} == set(exporters.urls)
+        dcgm_url, node_url = exporters.urls["node-02"]
         with httpx.Client() as client:
             dcgm = client.get(dcgm_url)
             node = client.get(node_url)
-            missing = client.get(dcgm_url.replace("node-01/dcgm", "nope"))
+            missing = client.get(httpx.URL(dcgm_url).copy_with(path="/nope"))
         assert (200, 200, 404) == (dcgm.status_code, node.status_code, missing.status_code)
         assert any(f.name == "DCGM_FI_DEV_SM_CLOCK" for f in parse_text(dcgm.text))
         assert any(f.name == "node_load1" for f in parse_text(node.text))

@@ -22,7 +22,7 @@ def format_value(value: float) -> str:
     """Exporter-style number: integers without a fraction, the DCGM blank verbatim."""
     if value >= DCGM_BLANK_THRESHOLD:
         return str(DCGM_BLANK_VALUE)
-    if value.is_integer() and abs(value) < 1e15:
+    if value.is_integer() and abs(value) < 2.0**53:  # exactly representable integers
         return str(int(value))
     return repr(value)
 
