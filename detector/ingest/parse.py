@@ -26,11 +26,12 @@ Contract
     Each conversion is counted in ``PARSE_STATS.dcgm_blanks`` (process-wide, for self metrics).
 
 How it is fast
-    One compiled regex describes every valid line (sample, TYPE, HELP, UNIT, EOF, comment,
-    blank). ``findall`` runs it over the whole payload in C; if it matched every line, the
-    sample tuples are converted with ``map(float)`` and nothing else is done per line in
-    Python. Only when some line did not match does the per-line path run, to keep the good
-    lines and name the bad ones with a reason.
+    One anchored regex describes every valid line (sample, TYPE, HELP, UNIT, EOF, comment,
+    blank). ``findall`` runs it over the whole payload in C, first in its canonical form (the
+    blanks exporters actually write), then in the tolerant form; if every line matched, the
+    sample tuples are converted with ``map(float)`` and nothing else runs per line in Python.
+    Only when some line matches neither does the per-line path run, to keep the good lines and
+    name the bad ones with a reason. bench/parse_bench.py measures it against prometheus_client.
 """
 
 from __future__ import annotations
