@@ -6,7 +6,8 @@
 - firing -> resolved when the score falls below ``threshold * clear_ratio`` (hysteresis);
 - after resolving, the entity cools down for ``cooldown_s``: crossings are ignored, so a
   flapping entity raises one alert per episode, not one per flap.
-A NaN score (no data this tick) leaves the entity's state as it is.
+A NaN score (no data this tick) leaves the entity's state as it is; so does a score vector
+shorter than the known entities (the absent tail is no data). A longer one adds entities.
 """
 
 from __future__ import annotations
@@ -58,6 +59,10 @@ class Episodes:
 
     def update(self, t: float, scores: FloatArray) -> EpisodeChanges:
         self._grow(scores.shape[0])
+        if scores.shape[0] < self.state.shape[0]:
+            scores = np.concatenate(
+                (scores, np.full(self.state.shape[0] - scores.shape[0], np.nan))
+            )
         p = self.params
         s = np.nan_to_num(scores, nan=-1.0)
         valid = ~np.isnan(scores)

@@ -1,0 +1,157 @@
+"""Episodes: ok -> pending -> firing -> resolved, hysteresis, cooldown, NaN, growth, state."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from detector.episodes import COOLING, FIRING, OK, PENDING, EpisodeParams, Episodes
+
+PARAMS = EpisodeParams(threshold=0.8, clear_ratio=0.5, min_duration_s=60.0, cooldown_s=300.0)
+
+
+def run(episodes: Episodes, scores: list[float], step: float = 30.0, t0: float = 0.0) -> list[str]:
+    """Feed one entity's scores tick by tick; return 'start'/'end'/'' per tick."""
+    out = []
+    for i, s in enumerate(scores):
+        ch = episodes.update(t0 + i * step, np.array([s]))
+        out.append("start" if ch.started.size else "end" if ch.ended.size else "")
+    return out
+
+
+def test_fires_only_after_staying_above_threshold_for_min_duration() -> None:
+    """Pending at the crossing, firing once min_duration_s has elapsed, start = that moment."""
+    ep = Episodes(PARAMS)
+    events = run(ep, [0.1, 0.9, 0.9, 0.9, 0.9])
+    assert ["", "", "", "start", ""] == events
+    assert FIRING == ep.state[0]
+    assert 90.0 == ep.start[0]  # crossed at 30, fired at 30 + 60
+
+
+def test_short_excursion_drops_back_to_ok_without_alert() -> None:
+    """A crossing shorter than min_duration_s goes pending then back to ok, never fires."""
+    ep = Episodes(PARAMS)
+    events = run(ep, [0.9, 0.9, 0.5, 0.9, 0.9, 0.1])
+    assert "start" not in events
+    assert OK == ep.state[0]
+
+
+def test_pending_restarts_its_clock_after_dropping() -> None:
+    """Time spent pending before a dip does not count toward the next crossing."""
+    ep = Episodes(PARAMS)
+    # above at 0, 30; dip at 60; above again from 90: fires at 90 + 60 = 150, not earlier
+    events = run(ep, [0.9, 0.9, 0.1, 0.9, 0.9, 0.9])
+    assert ["", "", "", "", "", "start"] == events
+
+
+def test_zero_min_duration_fires_on_the_crossing_tick() -> None:
+    """With min_duration_s = 0 the first tick at threshold starts the alert."""
+    ep = Episodes(EpisodeParams(threshold=0.5, min_duration_s=0.0))
+    assert ["", "start"] == run(ep, [0.2, 0.5])
+
+
+def test_hysteresis_keeps_firing_between_clear_level_and_threshold() -> None:
+    """Firing survives scores below threshold but above threshold * clear_ratio (0.4)."""
+    ep = Episodes(PARAMS)
+    events = run(ep, [0.9, 0.9, 0.9, 0.7, 0.5, 0.41, 0.39])
+    assert ["", "", "start", "", "", "", "end"] == events
+    assert COOLING == ep.state[0]
+
+
+def test_cooldown_ignores_crossings_then_allows_a_new_episode() -> None:
+    """After resolving, crossings within cooldown_s raise nothing; later ones alert again."""
+    ep = Episodes(PARAMS)
+    first = run(ep, [0.9, 0.9, 0.9, 0.1])  # fires at 60, resolves at 90, cools until 390
+    assert ["", "", "start", "end"] == first
+    during = run(ep, [0.95] * 5, t0=120.0)  # 120..240, all inside the cooldown
+    assert "start" not in during
+    assert COOLING == ep.state[0]
+    after = run(ep, [0.95] * 4, t0=390.0)  # cooled at 390: pending, fires at 450
+    assert ["", "", "start", ""] == after
+    assert 450.0 == ep.start[0]
+
+
+def test_nan_score_holds_every_state() -> None:
+    """A tick with no data changes neither pending nor firing (nor resolves)."""
+    ep = Episodes(PARAMS)
+    run(ep, [0.9], t0=0.0)
+    run(ep, [np.nan, np.nan], t0=30.0)
+    assert PENDING == ep.state[0]
+    run(ep, [0.9], t0=90.0)  # pending since 0, now 90 >= 60
+    assert FIRING == ep.state[0]
+    events = run(ep, [np.nan] * 3, t0=120.0)
+    assert ["", "", ""] == events
+    assert FIRING == ep.state[0]
+
+
+def test_peak_tracks_the_highest_score_of_the_episode() -> None:
+    """peak/peak_time follow the maximum while pending/firing; a new episode resets it."""
+    ep = Episodes(PARAMS)
+    run(ep, [0.85, 0.95, 0.9, 0.99, 0.6, 0.1])
+    assert 0.99 == ep.peak[0]
+    assert 90.0 == ep.peak_time[0]
+    run(ep, [0.82, 0.83, 0.84], t0=1000.0)
+    assert 0.84 == ep.peak[0]
+
+
+def test_new_peak_reports_entities_whose_peak_rose() -> None:
+    """EpisodeChanges.new_peak names active entities whose peak rose this tick, only those."""
+    ep = Episodes(PARAMS, 3)
+    ep.update(0.0, np.array([0.9, 0.1, 0.85]))
+    ch = ep.update(30.0, np.array([0.95, 0.9, 0.8]))
+    assert [0, 1] == ch.new_peak.tolist()
+
+
+def test_entities_are_independent_and_vectorized() -> None:
+    """Each entity follows its own clock in one update call."""
+    ep = Episodes(PARAMS, 3)
+    ep.update(0.0, np.array([0.9, 0.1, 0.9]))
+    ep.update(30.0, np.array([0.9, 0.9, 0.1]))
+    ch = ep.update(60.0, np.array([0.9, 0.9, 0.9]))
+    assert [0] == ch.started.tolist()
+    ch = ep.update(90.0, np.array([0.9, 0.9, 0.9]))
+    assert [1] == ch.started.tolist()
+    assert [0, 1] == ep.firing().tolist()
+
+
+def test_entity_count_grows_with_the_score_vector() -> None:
+    """New entities start ok; existing ones keep their state."""
+    ep = Episodes(PARAMS, 1)
+    ep.update(0.0, np.array([0.9]))
+    ep.update(30.0, np.array([0.9, 0.9]))
+    ch = ep.update(60.0, np.array([0.9, 0.9, 0.9]))
+    assert [0] == ch.started.tolist()
+    assert [FIRING, PENDING, PENDING] == ep.state.tolist()
+
+
+def test_shorter_score_vector_treats_absent_entities_as_no_data() -> None:
+    """Scores for fewer entities than known: the missing tail holds its state (like NaN)."""
+    ep = Episodes(PARAMS, 2)
+    ep.update(0.0, np.array([0.9, 0.9]))
+    ch = ep.update(60.0, np.array([0.9]))
+    assert [0] == ch.started.tolist()
+    assert [FIRING, PENDING] == ep.state.tolist()
+
+
+def test_state_dict_round_trip_continues_identically() -> None:
+    """A restored copy behaves exactly like the original from then on."""
+    rng = np.random.default_rng(3)
+    scores = rng.uniform(0.0, 1.0, size=(80, 4))
+    a = Episodes(PARAMS)
+    for i in range(40):
+        a.update(i * 30.0, scores[i])
+    b = Episodes(PARAMS)
+    b.load_state_dict(a.state_dict())
+    for i in range(40, 80):
+        ca, cb = a.update(i * 30.0, scores[i]), b.update(i * 30.0, scores[i])
+        assert ca.started.tolist() == cb.started.tolist()
+        assert ca.ended.tolist() == cb.ended.tolist()
+    for key, value in a.state_dict().items():
+        np.testing.assert_array_equal(value, b.state_dict()[key])
+
+
+def test_state_dict_is_a_copy() -> None:
+    """Mutating the live machine after saving does not change the saved state."""
+    ep = Episodes(PARAMS, 1)
+    saved = ep.state_dict()
+    ep.update(0.0, np.array([0.9]))
+    assert OK == saved["state"][0]
