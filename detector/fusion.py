@@ -22,6 +22,7 @@ import numpy as np
 from .model import BoolArray, ColumnLayout, FloatArray, IntArray
 
 PEER_SCORER = "peers"
+_GPU_SPAN = 1 << 32  # above every GPU id of a ColumnLayout
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,12 +49,14 @@ class EntityMap:
     def build(cls, layout: ColumnLayout, gpu_labels: tuple[str, ...] | None = None) -> EntityMap:
         n_nodes = len(layout.node_names)
         is_gpu = layout.gpu >= 0
-        keys = layout.node.astype(np.int64) * 1_000_003 + np.where(is_gpu, layout.gpu, 0)
+        # GPU ids reach ~1e9 (signals.gpu_number hashes non-numeric labels), so the (node, gpu)
+        # key needs a span above every id; a smaller one would decode some GPUs to wrong nodes.
+        keys = layout.node.astype(np.int64) * _GPU_SPAN + np.where(is_gpu, layout.gpu, 0)
         uniq, inverse = np.unique(keys[is_gpu], return_inverse=True)
         gpu_entity = np.full(len(layout), -1, dtype=np.int64)
         gpu_entity[is_gpu] = inverse
-        gpu_node = (uniq // 1_000_003).astype(np.int64)
-        gpu_idx = (uniq % 1_000_003).astype(np.int64)
+        gpu_node = (uniq // _GPU_SPAN).astype(np.int64)
+        gpu_idx = (uniq % _GPU_SPAN).astype(np.int64)
         labels = tuple(str(g) for g in gpu_idx) if gpu_labels is None else gpu_labels
         pair_keys = layout.signal.astype(np.int64) * max(n_nodes, 1) + layout.node
         pairs, pair_inv = np.unique(pair_keys, return_inverse=True)
