@@ -1,0 +1,197 @@
+"""Fusion: max over applicable scorers, weights, excess over z0, root-sum-square per entity,
+monotone [0, 1] mapping, common mode, EntityMap and top_signals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from detector.fusion import EntityMap, Fused, FusionParams, fuse, top_signals
+from detector.model import BoolArray, ColumnLayout, FloatArray
+from detector.scorers.registry import grid_layout
+from detector.signals import gpu_number
+
+PARAMS = FusionParams(
+    z0=3.0, scale=4.0, common_mode_fraction=0.5, common_mode_z=3.0, common_mode_min_nodes=4
+)
+
+
+def unit(evidence: float, scale: float = PARAMS.scale) -> float:
+    return float(1.0 - np.exp(-evidence / scale))
+
+
+def run_fuse(
+    layout: ColumnLayout,
+    scores: dict[str, FloatArray],
+    applies: dict[str, BoolArray] | None = None,
+    weights: FloatArray | None = None,
+    observed: BoolArray | None = None,
+    params: FusionParams = PARAMS,
+) -> Fused:
+    n = len(layout)
+    applies = applies or {name: np.ones(n, dtype=bool) for name in scores}
+    weights = np.ones(n) if weights is None else weights
+    observed = np.ones(n, dtype=bool) if observed is None else observed
+    return fuse(scores, applies, weights, observed, layout, EntityMap.build(layout), params)
+
+
+def test_column_score_is_the_largest_applicable_scorer() -> None:
+    """A scorer that does not apply to a column is ignored even when it is larger."""
+    layout = grid_layout(1, 0, (), ("a", "b"))
+    scores = {"zscore": np.array([5.0, 2.0]), "changepoint": np.array([9.0, 4.0])}
+    applies = {"zscore": np.array([True, True]), "changepoint": np.array([False, True])}
+    fused = run_fuse(layout, scores, applies)
+    assert [5.0, 4.0] == fused.column_z.tolist()
+
+
+def test_weights_scale_column_scores_before_the_excess() -> None:
+    """column_z is score * weight; a weight that brings 6 sigma under z0 removes the evidence."""
+    layout = grid_layout(1, 0, (), ("a", "b"))
+    fused = run_fuse(layout, {"zscore": np.array([6.0, 6.0])}, weights=np.array([0.5, 2.0]))
+    assert [3.0, 12.0] == fused.column_z.tolist()
+    assert unit(9.0) == pytest.approx(fused.node_score[0])
+
+
+def test_jitter_below_z0_adds_no_evidence() -> None:
+    """Hundreds of columns at or below z0 leave the node score at exactly 0."""
+    layout = grid_layout(1, 0, (), tuple(f"s{i}" for i in range(300)))
+    fused = run_fuse(layout, {"zscore": np.full(300, 3.0)})
+    assert 0.0 == fused.node_score[0]
+
+
+def test_evidence_is_root_sum_square_of_excesses() -> None:
+    """Two columns at z0 + 3 equal one at z0 + 3*sqrt(2); both beat a single z0 + 3."""
+    layout = grid_layout(3, 0, (), ("a", "b"))
+    z = np.array([6.0, 6.0, 3.0 + 3.0 * np.sqrt(2.0), 0.0, 6.0, 0.0])
+    fused = run_fuse(layout, {"zscore": z})
+    assert unit(3.0 * np.sqrt(2.0)) == pytest.approx(fused.node_score[0])
+    assert fused.node_score[0] == pytest.approx(fused.node_score[1])
+    assert fused.node_score[0] > fused.node_score[2] == pytest.approx(unit(3.0))
+
+
+def test_score_is_in_unit_interval_and_monotone_in_evidence() -> None:
+    """More excess never lowers the score; huge evidence stays within [0, 1]."""
+    z = np.array([0.0, 3.0, 3.5, 5.0, 10.0, 100.0, 1e6])
+    layout = grid_layout(len(z), 0, (), ("a",))
+    solo = FusionParams(common_mode_min_nodes=100)  # each node on its own, no common mode
+    scores = run_fuse(layout, {"zscore": z}, params=solo).node_score
+    assert np.all(np.diff(scores) >= 0)
+    assert np.all((scores >= 0) & (scores <= 1))
+    assert scores[-1] > 0.999
+
+
+def test_gpu_score_uses_only_its_own_columns_and_node_score_all() -> None:
+    """A hot GPU raises its GPU score and its node's score, not its neighbour GPU's."""
+    layout = grid_layout(2, 2, ("temp",), ("load",))  # per node: temp g0, temp g1, load
+    z = np.zeros(len(layout))
+    z[1] = 7.0  # node 0, GPU 1
+    z[5] = 5.0  # node 1, node-level load
+    fused = run_fuse(layout, {"zscore": z})
+    assert pytest.approx([0.0, unit(4.0), 0.0, 0.0]) == fused.gpu_score.tolist()
+    assert pytest.approx([unit(4.0), unit(2.0)]) == fused.node_score.tolist()
+
+
+def test_common_mode_signal_keeps_only_peer_scores_and_is_reported() -> None:
+    """A signal hot on 6 of 8 nodes: reported with its node count; columns take peer scores."""
+    layout = grid_layout(8, 0, (), ("nfs", "temp"))
+    z = np.zeros(len(layout))
+    z[0:12:2] = 8.0  # nfs hot on nodes 0..5
+    z[14] = 8.0  # nfs on node 7 ...
+    peer = np.zeros(len(layout))
+    peer[14] = 6.0  # ... which also deviates from the crowd
+    z[3] = 9.0  # temp on node 1 alone: not common mode
+    fused = run_fuse(layout, {"zscore": z, "peers": peer})
+    assert [0] == fused.common_mode_signals.tolist()
+    assert [7] == fused.common_mode_nodes.tolist()
+    assert 0.0 == fused.node_score[0]
+    assert unit(6.0) == pytest.approx(fused.node_score[1])  # its temp still counts
+    assert unit(3.0) == pytest.approx(fused.node_score[7])  # peer score 6 - z0
+
+
+def test_common_mode_without_peer_scorer_silences_the_signal() -> None:
+    """No peer scores at all: a cluster-wide move contributes nothing to any node."""
+    layout = grid_layout(5, 0, (), ("nfs",))
+    fused = run_fuse(layout, {"zscore": np.full(5, 9.0)})
+    assert [0] == fused.common_mode_signals.tolist()
+    assert np.all(fused.node_score == 0.0)
+
+
+def test_common_mode_needs_min_nodes_and_fraction() -> None:
+    """3 hot nodes (< min 4) or 4 of 10 (< 50%) are individual deviations, not common mode."""
+    few = grid_layout(3, 0, (), ("nfs",))
+    fused = run_fuse(few, {"zscore": np.full(3, 9.0)})
+    assert 0 == fused.common_mode_signals.size
+    assert np.all(fused.node_score > 0)
+    many = grid_layout(10, 0, (), ("nfs",))
+    z = np.zeros(10)
+    z[:4] = 9.0
+    assert 0 == run_fuse(many, {"zscore": z}).common_mode_signals.size
+    z[4] = 9.0  # 5 of 10 = the fraction
+    assert [5] == run_fuse(many, {"zscore": z}).common_mode_nodes.tolist()
+
+
+def test_common_mode_fraction_counts_only_nodes_that_report_the_signal() -> None:
+    """4 hot nodes out of 4 observed (6 silent) is common mode."""
+    layout = grid_layout(10, 0, (), ("nfs",))
+    z = np.zeros(10)
+    z[:4] = 9.0
+    observed = np.zeros(10, dtype=bool)
+    observed[:4] = True
+    assert [0] == run_fuse(layout, {"zscore": z}, observed=observed).common_mode_signals.tolist()
+
+
+def test_common_mode_counts_nodes_not_gpu_columns() -> None:
+    """One node with 8 hot GPUs on a signal is one hot node, not eight."""
+    layout = grid_layout(4, 8, ("temp",))
+    z = np.zeros(len(layout))
+    z[:8] = 9.0
+    fused = run_fuse(layout, {"zscore": z})
+    assert 0 == fused.common_mode_signals.size
+    assert fused.node_score[0] > 0.9
+
+
+def test_entity_map_gives_one_entity_per_node_gpu_pair() -> None:
+    """GPU columns of one (node, gpu) share an entity; node-level columns have none."""
+    layout = grid_layout(2, 2, ("temp", "power"), ("load",))
+    em = EntityMap.build(layout)
+    # per node: temp g0, temp g1, power g0, power g1, load
+    assert [0, 1, 0, 1, -1, 2, 3, 2, 3, -1] == em.gpu_entity.tolist()
+    assert [0, 0, 1, 1] == em.gpu_node.tolist()
+    assert ("0", "1", "0", "1") == em.gpu_label
+    assert 2 == em.n_nodes
+    # (signal, node) pairs: columns of the same signal on the same node share one
+    pairs = em.signal_node_pair
+    assert pairs[0] == pairs[1] != pairs[2]
+    assert em.pair_signal[pairs].tolist() == layout.signal.tolist()
+
+
+def test_entity_map_keeps_nodes_right_for_hashed_gpu_labels() -> None:
+    """Non-numeric GPU labels become large ints (gpu_number); entities stay on their node."""
+    labels = ["GPU-aaaa", "GPU-bbbb", "GPU-cccc"]
+    gpu = np.array([gpu_number(label) for label in labels] * 2, dtype=np.int64)
+    assert gpu.max() > 2_000_000  # hashed labels are far beyond small GPU ids
+    node = np.repeat(np.arange(2, dtype=np.int64), 3)
+    layout = ColumnLayout(
+        signal=np.zeros(6, dtype=np.int64),
+        node=node,
+        gpu=gpu,
+        cohort=np.zeros(6, dtype=np.int64),
+        direction=np.zeros(6, dtype=np.int64),
+        signal_names=("temp",),
+        node_names=("n0", "n1"),
+    )
+    em = EntityMap.build(layout)
+    assert 6 == len(em.gpu_node)
+    assert node.tolist() == em.gpu_node[em.gpu_entity].tolist()
+    assert 6 == len(set(em.gpu_entity.tolist()))
+
+
+def test_top_signals_lists_strongest_positive_columns_first() -> None:
+    """At most k (column, score) pairs, descending, among the given columns, positives only."""
+    layout = grid_layout(1, 0, (), tuple("abcdef"))
+    z = np.array([1.0, 5.0, 0.0, 3.0, 9.0, 2.0])
+    cols = np.array([0, 1, 2, 3, 5], dtype=np.int64)  # column 4 is another entity's
+    assert [(1, 5.0), (3, 3.0), (5, 2.0)] == top_signals(z, cols, layout, 3)
+    assert [(1, 5.0), (3, 3.0), (5, 2.0), (0, 1.0)] == top_signals(z, cols, layout, 10)
+    assert [] == top_signals(z, np.array([2], dtype=np.int64), layout, 3)
+    assert [] == top_signals(z, np.array([], dtype=np.int64), layout, 3)
