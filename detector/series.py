@@ -52,9 +52,10 @@ class LabelRules:
             "container",
             "exported_job",
             "exported_instance",
-            "exported_node",
         }
     )
+    # exported_node is identity: a target that sets node= renames the exporter's own node label
+    # (NUMA ids, drbd's local/remote), which is what tells those series apart.
     # Context only on GPU series (dcgm-exporter's descriptive labels); on other series, e.g.
     # node_network_*{device="eth0"}, they are identity.
     gpu_context_labels: frozenset[str] = frozenset(
@@ -103,7 +104,7 @@ def normalize(name: str, labels: Labels, rules: LabelRules) -> tuple[str, Labels
         if key in rules.gpu_labels:
             continue
         is_context = key in rules.context_labels or (gpu != "" and key in rules.gpu_context_labels)
-        if key == "node" and value.isdigit():
+        if key in ("node", "exported_node") and value.isdigit():
             is_context = False  # a NUMA node id distinguishes series
             key = "numa_node"
         (context if is_context else identity).append((key, value))
