@@ -92,20 +92,26 @@ def test_gpu_score_uses_only_its_own_columns_and_node_score_all() -> None:
 
 
 def test_common_mode_signal_keeps_only_peer_scores_and_is_reported() -> None:
-    """A signal hot on 6 of 8 nodes: reported with its node count; columns take peer scores."""
-    layout = grid_layout(8, 0, (), ("nfs", "temp"))
+    """A signal hot on 6 of 8 nodes: reported with its node count; its columns lose their own
+    score, a GPU that deviates from its node's other GPUs keeps that peer score, and another
+    signal on a hot node still counts."""
+    layout = grid_layout(8, 2, ("temp",), ("nfs", "load"))  # per node: temp g0, g1, nfs, load
     z = np.zeros(len(layout))
-    z[0:12:2] = 8.0  # nfs hot on nodes 0..5
-    z[14] = 8.0  # nfs on node 7 ...
     peer = np.zeros(len(layout))
-    peer[14] = 6.0  # ... which also deviates from the crowd
-    z[3] = 9.0  # temp on node 1 alone: not common mode
+    nfs = np.arange(8) * 4 + 2
+    z[nfs[:6]] = 8.0  # nfs hot on nodes 0..5: common mode
+    temp = np.arange(8) * 4
+    z[temp[:5]] = 9.0  # temp of GPU 0 hot on nodes 0..4: common mode ...
+    peer[temp[4]] = 6.0  # ... node 4's GPU 0 also deviates from its node's other GPU
+    z[4 * 1 + 3] = 9.0  # load on node 1 alone: not common mode
     fused = run_fuse(layout, {"zscore": z, "peers": peer})
-    assert [0] == fused.common_mode_signals.tolist()
-    assert [7] == fused.common_mode_nodes.tolist()
+    assert [0, 1] == fused.common_mode_signals.tolist()  # temp, nfs
+    assert [5, 6] == fused.common_mode_nodes.tolist()
     assert 0.0 == fused.node_score[0]
-    assert unit(6.0) == pytest.approx(fused.node_score[1])  # its temp still counts
-    assert unit(3.0) == pytest.approx(fused.node_score[7])  # peer score 6 - z0
+    assert unit(6.0) == pytest.approx(fused.node_score[1])  # its load still counts
+    assert unit(3.0) == pytest.approx(fused.node_score[4])  # peer score 6 - z0
+    assert unit(3.0) == pytest.approx(fused.gpu_score[8])  # node 4, GPU 0
+    assert 0.0 == fused.gpu_score[0]
 
 
 def test_common_mode_without_peer_scorer_silences_the_signal() -> None:
