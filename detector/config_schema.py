@@ -184,7 +184,7 @@ class ScoringConfig(_Section):
     changepoint_half_life_s: float = Field(default=900.0, gt=0)
     warmup_s: float = Field(default=900.0, ge=0)
     peer_min_peers: int = Field(default=3, ge=1)
-    common_mode_fraction: float = Field(default=0.5, gt=0, le=1)
+    common_mode_fraction: float = Field(default=0.05, gt=0, le=1)
     top_k: int = Field(default=5, ge=1)
 
 

@@ -34,6 +34,7 @@ class EpisodeChanges:
     started: IntArray  # entities that began firing this tick
     ended: IntArray  # entities that resolved this tick
     new_peak: IntArray  # pending/firing entities whose peak rose this tick
+    opened: IntArray  # entities that became pending this tick (a new episode's evidence)
 
 
 class Episodes:
@@ -94,7 +95,10 @@ class Episodes:
         self.peak[rose] = s[rose]
         self.peak_time[rose] = t
         return EpisodeChanges(
-            started=np.flatnonzero(fire), ended=np.flatnonzero(end), new_peak=np.flatnonzero(rose)
+            started=np.flatnonzero(fire),
+            ended=np.flatnonzero(end),
+            new_peak=np.flatnonzero(rose),
+            opened=np.flatnonzero(to_pending),
         )
 
     def firing(self) -> IntArray:

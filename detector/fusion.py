@@ -6,10 +6,13 @@ jitter of hundreds of columns adds nothing. An entity's evidence is the root of 
 squared weighted excesses of its columns (two signals at 5 sigma outweigh one), mapped to [0, 1]
 by ``1 - exp(-E / scale)``; monotone, so calibration can place thresholds on it.
 
-Common mode: when one signal exceeds ``common_mode_z`` on at least ``common_mode_fraction`` of
-the nodes that report it (an NFS checkpoint storm, a job restart), its columns keep only their
-peer-deviation score for this tick (a node that deviates from the crowd still counts) and the
-signal is reported as a cluster incident instead of N node alerts.
+Common mode: when one signal exceeds ``common_mode_z`` on at least ``common_mode_min_nodes``
+nodes and at least ``common_mode_fraction`` of the nodes that report it, in the same tick (an NFS
+checkpoint storm, one job's checkpoint or restart, a switch hiccup), it is a group event, not N
+node faults: GPU columns keep only their within-node peer score (a GPU that deviates from its
+node's other GPUs still counts), node columns drop out for the tick, and the signal is reported
+as a cluster incident. Real GPU faults are independent across nodes; several nodes moving on
+the same signal in the same tick almost never are.
 """
 
 from __future__ import annotations
@@ -29,9 +32,9 @@ _GPU_SPAN = 1 << 32  # above every GPU id of a ColumnLayout
 class FusionParams:
     z0: float = 3.0
     scale: float = 4.0
-    common_mode_fraction: float = 0.5
+    common_mode_fraction: float = 0.05
     common_mode_z: float = 3.0
-    common_mode_min_nodes: int = 4
+    common_mode_min_nodes: int = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +99,7 @@ def fuse(
     n = len(layout)
     raw = np.zeros(n)
     for name, s in scores.items():
-        raw = np.maximum(raw, np.where(applies[name], s, 0.0))
+        raw = np.fmax(raw, np.where(applies[name], s, 0.0))
     peer = (
         np.where(applies[PEER_SCORER], scores[PEER_SCORER], 0.0) if PEER_SCORER in scores else None
     )
@@ -118,8 +121,11 @@ def fuse(
     )
     column_z = raw
     if common.any():
+        # GPU columns keep their within-node peer score (independent of the crowd); node
+        # columns' peers are the very crowd that moved, so they drop out for this tick.
         damp = common[layout.signal]
-        column_z = np.where(damp, peer if peer is not None else 0.0, raw)
+        keep = peer if peer is not None else 0.0
+        column_z = np.where(damp, np.where(layout.gpu >= 0, keep, 0.0), raw)
     column_z = column_z * weights
 
     excess = np.maximum(column_z - params.z0, 0.0)
@@ -142,13 +148,14 @@ def fuse(
 
 
 def top_signals(
-    column_z: FloatArray, columns: IntArray, layout: ColumnLayout, k: int
+    column_z: FloatArray, columns: IntArray, layout: ColumnLayout, k: int, floor: float = 0.0
 ) -> list[tuple[int, float]]:
-    """The k strongest (column, score) among ``columns`` with a positive score, strongest first."""
+    """The k strongest (column, score) among ``columns`` scoring above ``floor`` (pass the
+    fusion's ``z0`` to list only columns that contributed evidence), strongest first."""
     if columns.size == 0:
         return []
     z = column_z[columns]
     take = min(k, columns.size)
     best = np.argpartition(-z, take - 1)[:take]
     best = best[np.argsort(-z[best], kind="stable")]
-    return [(int(columns[i]), float(z[i])) for i in best if z[i] > 0]
+    return [(int(columns[i]), float(z[i])) for i in best if z[i] > floor]

@@ -138,3 +138,15 @@ class ColumnLayout:
 
     def __len__(self) -> int:
         return int(self.signal.shape[0])
+
+    def subset(self, columns: IntArray) -> ColumnLayout:
+        """The layout of ``columns`` only (ids and names unchanged), in the given order."""
+        return ColumnLayout(
+            signal=self.signal[columns],
+            node=self.node[columns],
+            gpu=self.gpu[columns],
+            cohort=self.cohort[columns],
+            direction=self.direction[columns],
+            signal_names=self.signal_names,
+            node_names=self.node_names,
+        )

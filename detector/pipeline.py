@@ -24,6 +24,7 @@ from .model import Alert, BoolArray, ColumnLayout, FloatArray, Frame, Incident, 
 from .rules import SignalCatalog, XidCatalog, load_signal_rules, load_xid_catalog
 from .scorers.base import Scorer
 from .scorers.changepoint import ChangePoint
+from .scorers.counts import CountBurst
 from .scorers.health import TelemetryHealth
 from .scorers.peers import PeerDeviation
 from .scorers.zscore import RobustZScore
@@ -76,9 +77,12 @@ class Pipeline:
         self._layout: ColumnLayout | None = None
         self._entities: EntityMap | None = None
         self._applies: dict[str, BoolArray] = {}
+        self._subsets: dict[str, np.ndarray] = {}
+        self._sublayouts: dict[str, ColumnLayout] = {}
         self._node_columns: list[np.ndarray] = []
         self._xid_until = np.zeros(0)
         self._xid_signal: dict[int, str] = {}
+        self._xid_gpu: dict[int, str | None] = {}
         self._peak_signals: dict[int, tuple[str, ...]] = {}
         self._peak_gpu: dict[int, str | None] = {}
         self._open: dict[int, Alert] = {}
@@ -90,6 +94,10 @@ class Pipeline:
         self._entities = EntityMap.build(layout)
         self._entities = EntityMap.build(layout, self._gpu_labels(self._entities))
         self._applies = {s.name: self._scorer_mask(s.name, layout) for s in self.scorers}
+        # Each scorer sees only the columns it is meant for (its state covers those alone);
+        # columns are only appended, so a scorer's subset only grows at its end.
+        self._subsets = {name: np.flatnonzero(mask) for name, mask in self._applies.items()}
+        self._sublayouts = {name: layout.subset(idx) for name, idx in self._subsets.items()}
         order = np.argsort(layout.node, kind="stable")
         bounds = np.searchsorted(layout.node[order], np.arange(len(layout.node_names) + 1))
         self._node_columns = [
@@ -124,7 +132,12 @@ class Pipeline:
         assert entities is not None
         x = self.signal_map.compute(t, frame.values)
         observed = ~np.isnan(x)
-        scores = {s.name: s.update(t, x, layout) for s in self.scorers}
+        scores: dict[str, FloatArray] = {}
+        for scorer in self.scorers:
+            idx = self._subsets[scorer.name]
+            full = np.zeros(x.shape[0])
+            full[idx] = scorer.update(t, x[idx], self._sublayouts[scorer.name])
+            scores[scorer.name] = full
         fused = fuse(
             scores,
             self._applies,
@@ -157,12 +170,16 @@ class Pipeline:
                     node = layout.node_names.index(ev.node)
                     self._xid_until[node] = t + self.params.xid_hold_s
                     self._xid_signal[node] = f"xid_{ev.xid}"
+                    self._xid_gpu[node] = ev.gpu
             held = self._xid_until[:n_nodes] >= t
             alert_score = np.where(held, 1.0, alert_score)
             node_seen = node_seen | held
         alert_score = np.where(node_seen, alert_score, np.nan)
 
         changes = self.episodes.update(t, alert_score)
+        for node in changes.opened.tolist():  # a new episode: no evidence yet
+            self._peak_signals.pop(node, None)
+            self._peak_gpu.pop(node, None)
         for node in changes.new_peak.tolist():
             self._record_peak(node, fused.column_z, layout, entities, t)
         started = tuple(self._start(n, t) for n in changes.started.tolist())
@@ -187,13 +204,25 @@ class Pipeline:
         )
 
     def _record_peak(
-        self, node: int, column_z: FloatArray, layout: ColumnLayout, entities: EntityMap, t: float
+        self,
+        node: int,
+        column_z: FloatArray,
+        layout: ColumnLayout,
+        entities: EntityMap,
+        t: float,
     ) -> None:
+        """Remember the evidence at a new peak. An XID hold (score 1) keeps the precursor
+        evidence the episode already had and adds the XID behind it."""
         if self._xid_until[node] >= t and node in self._xid_signal:
-            self._peak_signals[node] = (self._xid_signal[node],)
-            self._peak_gpu[node] = None
+            xid = self._xid_signal[node]
+            before = tuple(s for s in self._peak_signals.get(node, ()) if not s.startswith("xid_"))
+            self._peak_signals[node] = (*before, xid)
+            if not before:
+                self._peak_gpu[node] = self._xid_gpu.get(node)
             return
-        top = top_signals(column_z, self._node_columns[node], layout, self.params.top_k)
+        top = top_signals(
+            column_z, self._node_columns[node], layout, self.params.top_k, self.params.fusion.z0
+        )
         names: list[str] = []
         for col, _ in top:
             name = layout.signal_names[int(layout.signal[col])]
@@ -246,6 +275,7 @@ def build_pipeline(
         ChangePoint(),
         PeerDeviation(min_peers=sc.peer_min_peers),
         TelemetryHealth(),
+        CountBurst(),
     ]
     threshold = config.alerts.threshold
     if threshold is None:

@@ -28,7 +28,7 @@ DEFAULT_RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
 Transform = Literal["level", "rate", "edge", "presence"]
 Entity = Literal["gpu", "node"]
 Direction = Literal["up", "down", "both"]
-ScorerName = Literal["zscore", "changepoint", "peers", "health"]
+ScorerName = Literal["zscore", "changepoint", "peers", "health", "counts"]
 Severity = Literal["critical", "warning", "info"]
 
 # Presence signals are computed per entity by signals.py, not read from one series.
@@ -86,6 +86,9 @@ class DefaultRule(_Strict):
     """How series that no rule names are scored (gauges: level, counters: rate)."""
 
     enabled: bool = True
+    # Node-level series too? Off by default: without cohort labels (job, rack) every node is
+    # compared with every other, and nodes running different jobs differ for no fault.
+    node_level: bool = False
     weight: float = Field(default=0.3, ge=0.0)
     direction: Direction = "both"
     scorers: tuple[ScorerName, ...] = DEFAULT_SCORERS

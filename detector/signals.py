@@ -181,6 +181,8 @@ class SignalMap:
             return
         if verdict == "default":
             rule = self.catalog.default_rule
+            if not info.gpu and not rule.node_level:
+                return
             counter = self.catalog.is_counter(info.metric, self._declared_type(info.metric))
             kind = RATE if counter else LEVEL
             fields = {"direction": rule.direction, "weight": rule.weight}

@@ -42,7 +42,7 @@ def test_empty_file_is_valid_with_production_defaults(tmp_path: Path) -> None:
     assert 32 * 1024 * 1024 == config.scrape.body_limit_bytes
     assert ["node", "hostname", "Hostname", "instance"] == config.labels.node_labels
     assert "0.0.0.0:9108" == config.server.listen
-    assert (0.5, 5) == (config.scoring.common_mode_fraction, config.scoring.top_k)
+    assert (0.05, 5) == (config.scoring.common_mode_fraction, config.scoring.top_k)
     assert (3600.0, 300.0) == (config.evaluation.horizon_s, config.evaluation.grace_s)
     assert False is config.kmsg.enabled  # fleet mode: no local kernel log
 

@@ -16,6 +16,7 @@ import pytest
 from detector.model import FloatArray
 from detector.scorers.base import SCORE_CAP, ColumnLayout, Scorer
 from detector.scorers.changepoint import ChangePoint
+from detector.scorers.counts import CountBurst
 from detector.scorers.health import TelemetryHealth
 from detector.scorers.peers import PeerDeviation
 from detector.scorers.registry import grid_layout
@@ -88,6 +89,10 @@ def _lone_gpu(x: FloatArray) -> None:
     x[PLANT_AT:, column(LAYOUT, "gpu_power", 2, 5)] += 80.0
 
 
+def _burst(x: FloatArray) -> None:
+    x[PLANT_AT, column(LAYOUT, "gpu_temp", 1, 3)] += 30.0
+
+
 def _node_down(x: FloatArray) -> None:
     x[PLANT_AT:, column(LAYOUT, "health_up", 4)] = 0.0
 
@@ -111,10 +116,21 @@ CASES = [
     ),
     Case(
         "peers",
-        lambda s: PeerDeviation(smooth_half_life_s=10 * s, scale_half_life_s=600 * s),
+        lambda s: PeerDeviation(
+            smooth_half_life_s=10 * s, scale_half_life_s=600 * s, baseline_half_life_s=3000 * s
+        ),
         column(LAYOUT, "gpu_power", 2, 5),
         _lone_gpu,
         5.0,
+    ),
+    Case(
+        "counts",
+        lambda s: CountBurst(
+            half_life_s=3000 * s, prior_time_s=30 * s, prior_interval_s=300 * s, warmup_s=500 * s
+        ),
+        column(LAYOUT, "gpu_temp", 1, 3),
+        _burst,
+        6.0,
     ),
     Case(
         "health",
@@ -210,7 +226,10 @@ def test_appended_columns_leave_existing_gpu_scores_unchanged(case: Case) -> Non
 
 
 def test_scores_depend_on_elapsed_seconds_not_tick_count(case: Case) -> None:
-    """Irregular gaps: stretching the clock and every time constant alike changes nothing."""
+    """Irregular gaps: stretching the clock and every time constant alike changes nothing
+    (except for counts, whose events per tick are dimensionful by nature: see counts.py)."""
+    if case.name == "counts":
+        return
     x = normal_stream(LAYOUT, 300, seed=8)
     case.plant(x)
     gaps = np.random.default_rng(9).exponential(TICK_S, size=300)

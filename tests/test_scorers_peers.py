@@ -48,12 +48,12 @@ def test_node_level_columns_are_compared_within_their_cohort() -> None:
     layout = grid_layout(10, 0, (), ("load",), cohorts=2)  # even nodes cohort 0, odd cohort 1
     rng = np.random.default_rng(1)
     scorer = PeerDeviation(smooth_half_life_s=0.0)
-    for i in range(20):
+    for i in range(40):  # past the peer and habit warm-ups
         row = np.where(layout.cohort == 0, 10.0, 100.0) + rng.normal(size=10)
         scores = scorer.update(i * TICK_S, row, layout)
         assert scores.max() < 6.0
     row[2] = 30.0  # a cohort-0 node at a cohort-1-ish level
-    scores = scorer.update(20 * TICK_S, row, layout)
+    scores = scorer.update(40 * TICK_S, row, layout)
     assert scores[2] > 10.0
     assert np.delete(scores, 2).max() < 6.0
 
@@ -108,3 +108,22 @@ def test_every_column_lands_in_exactly_one_group_row() -> None:
             cols = row[row >= 0]
             assert np.unique(layout.signal[cols]).shape[0] == 1
             assert np.unique(layout.gpu[cols] >= 0).shape[0] == 1
+
+
+def test_a_column_that_always_stands_out_stops_scoring_once_its_habit_is_learnt() -> None:
+    """A GPU slot that always runs 8 C hotter than its peers is its habit, not an anomaly;
+    a further 8 C on top of the habit is."""
+    layout = grid_layout(1, 8, ("temp",))
+    rng = np.random.default_rng(3)
+    scorer = PeerDeviation(smooth_half_life_s=0.0, baseline_half_life_s=600.0)
+    offset = np.zeros(8)
+    offset[5] = 8.0
+    scores = np.zeros(8)
+    for i in range(400):
+        row = 60.0 + offset + rng.normal(size=8)
+        if i == 399:
+            row[5] += 8.0
+        scores = scorer.update(i * TICK_S, row, layout)
+        if 300 <= i < 399:
+            assert scores.max() < 5.0
+    assert scores[5] > 5.0

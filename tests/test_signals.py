@@ -39,12 +39,19 @@ def gpu_labels(gpu: str, node: str = "n1") -> Labels:
     return (("Hostname", node), ("UUID", f"GPU-{node}-{gpu}"), ("gpu", gpu))
 
 
+def node_level_defaults() -> SignalCatalog:
+    """The built-in catalog with the default rule scoring node-level series too."""
+    catalog = load_signal_rules()
+    default = catalog.default_rule.model_copy(update={"node_level": True})
+    return catalog.model_copy(update={"default_rule": default})
+
+
 class Cluster:
     """An index plus a helper that turns {(metric, labels): value} into a frame vector."""
 
     def __init__(self, catalog: SignalCatalog | None = None) -> None:
         self.index = SeriesIndex()
-        self.signals = SignalMap(catalog or load_signal_rules(), self.index)
+        self.signals = SignalMap(catalog or node_level_defaults(), self.index)
 
     def frame(self, values: dict[tuple[str, Labels], float]) -> FloatArray:
         columns = {key: self.index.add(*key) for key in values}
@@ -183,7 +190,7 @@ def test_default_counter_is_rated_and_can_be_disabled() -> None:
     cluster.tick(0, {key: 100.0})
     out = cluster.tick(10, {key: 200.0})
     assert 10.0 == out[cluster.column("node_context_switches_total")]
-    catalog = load_signal_rules()
+    catalog = node_level_defaults()
     off = catalog.model_copy(
         update={"default_rule": catalog.default_rule.model_copy(update={"enabled": False})}
     )
@@ -195,7 +202,7 @@ def test_default_counter_is_rated_and_can_be_disabled() -> None:
 def test_declared_counter_type_is_honoured() -> None:
     """A declared counter without _total (DCGM style) is rated by the default rule."""
     index = SeriesIndex()
-    signals = SignalMap(load_signal_rules(), index, metric_types={"my_odd_counter": "counter"})
+    signals = SignalMap(node_level_defaults(), index, metric_types={"my_odd_counter": "counter"})
     col = index.add("my_odd_counter", (("instance", "n1:1"),))
     frame = np.full(1, np.nan)
     frame[col] = 5.0
@@ -339,3 +346,18 @@ def test_node_exporter_fixture_maps_onto_signals(shared_data: Path) -> None:
     assert 0.2 == pytest.approx(second[rate_col])
     level_col = next(i for i in range(len(signals)) if signals.column_names(i)[0] == "node_load")
     assert second[level_col] == first[level_col] + 3.0
+
+
+def test_default_rule_leaves_node_level_series_alone_unless_asked() -> None:
+    """Built-in default: an unnamed node-level series gets no column; an unnamed GPU series does."""
+    cluster = Cluster(load_signal_rules())
+    cluster.tick(
+        0,
+        {
+            ("DCGM_FI_DEV_ENC_UTIL", gpu_labels("0")): 0.0,
+            ("node_context_switches_total", (("instance", "n1:9100"),)): 1e6,
+        },
+    )
+    names = {cluster.signals.column_names(i)[0] for i in range(len(cluster.signals))}
+    assert "DCGM_FI_DEV_ENC_UTIL" in names
+    assert "node_context_switches_total" not in names

@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..model import FloatArray, IntArray
 from .base import SCORE_CAP, ColumnLayout, directional
-from .zscore import check_state, grow, observed
+from .zscore import RobustEWBaseline, check_state, grow, observed
 
 MAD_SCALE = 1.4826  # MAD -> sigma for Gaussian noise
 
@@ -78,6 +78,7 @@ class PeerDeviation:
 
     name = "peers"
     _KEYS = ("smoothed", "scale_var", "scale_w", "count", "last_t")
+    _BASELINE = "baseline."
 
     def __init__(
         self,
@@ -87,6 +88,8 @@ class PeerDeviation:
         mad_floor_rel: float = 1e-3,
         warmup: int = 5,
         mad_floor_abs: float = 1e-6,
+        baseline_half_life_s: float | None = 6 * 3600.0,
+        baseline_warmup: int = 20,
     ) -> None:
         if min_peers < 2:
             raise ConfigError(f"min_peers must be >= 2, got {min_peers}")
@@ -107,6 +110,16 @@ class PeerDeviation:
         self.last_t = np.zeros(0)
         self._layout: ColumnLayout | None = None
         self._groups: list[IntArray] = []
+        # Each column's usual deviation from its peers (a slot that always runs 3 C hotter, a
+        # node whose config value differs): scored is the departure from that habit, in peer
+        # sigmas (variance floor 1), so standing out only counts when it is new.
+        self.baseline = (
+            None
+            if baseline_half_life_s is None
+            else RobustEWBaseline(
+                baseline_half_life_s, baseline_warmup, 4.0, var_floor_rel=0.0, var_floor_abs=1.0
+            )
+        )
 
     def group_stats(self, x: FloatArray, layout: ColumnLayout) -> tuple[FloatArray, FloatArray]:
         """Per column, its group's median and floored MAD sigma over the members observed this
@@ -162,12 +175,21 @@ class PeerDeviation:
             warm = self.count >= self.warmup
             self.count = np.where(scored, self.count + 1.0, self.count)
             self.last_t = np.where(scored, t, self.last_t)
+            if self.baseline is not None:
+                habit_z, habit_scored = self.baseline.step(t, np.where(scored & warm, z, np.nan))
+                z = np.where(habit_scored, habit_z, 0.0)
         return np.where(scored & warm, directional(np.nan_to_num(z), layout.direction), 0.0)
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        return {k: getattr(self, k).copy() for k in self._KEYS}
+        state = {k: getattr(self, k).copy() for k in self._KEYS}
+        if self.baseline is not None:
+            state.update(self.baseline.state_dict(self._BASELINE))
+        return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        check_state(state, self._KEYS, "peers")
+        own = {k: state[k] for k in self._KEYS if k in state}
+        check_state(own, self._KEYS, "peers")
         for k in self._KEYS:
-            setattr(self, k, np.array(state[k], dtype=np.float64))
+            setattr(self, k, np.array(own[k], dtype=np.float64))
+        if self.baseline is not None:
+            self.baseline.load_state_dict(state, self._BASELINE)

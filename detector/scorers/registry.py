@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import ConfigError
 from .base import ColumnLayout, Scorer
 from .changepoint import ChangePoint
+from .counts import CountBurst
 from .health import TelemetryHealth
 from .peers import PeerDeviation
 from .zscore import RobustZScore
@@ -23,6 +24,7 @@ SCORERS: Mapping[str, Callable[..., Scorer]] = {
     ChangePoint.name: ChangePoint,
     PeerDeviation.name: PeerDeviation,
     TelemetryHealth.name: TelemetryHealth,
+    CountBurst.name: CountBurst,
 }
 
 

@@ -118,7 +118,7 @@ class RobustEWBaseline:
     def _work(self, n: int) -> dict[str, np.ndarray]:
         """Scratch arrays reused every tick (allocating ~10 temporaries of n floats per tick
         costs more than the arithmetic itself)."""
-        if self._scratch.get("n", np.zeros(0)).shape[0] != n:
+        if "n" not in self._scratch or self._scratch["n"].shape[0] != n:
             floats = ("elapsed", "decay", "sigma", "resid", "z", "tmp", "bound")
             bools = ("obs", "missing", "warm", "cold", "accept", "flag")
             self._scratch = {k: np.empty(n) for k in floats}

@@ -1,0 +1,111 @@
+"""Event-count bursts: a Poisson surprise score for counters of rare events.
+
+Error counters (ECC, PCIe replay, NVLink CRC, InfiniBand symbol errors, NFS retransmissions) sit
+at zero most of the time, so a variance-based z-score either explodes on the first increment
+(zero variance) or never settles. This scorer models each column as a Poisson process with an
+exponentially weighted rate, and scores the number of events seen in a tick by how unlikely it
+is under that rate.
+
+Input is the per-second rate the signal stage produces for a counter; the events of a tick are
+``round(rate * dt)`` with ``dt`` the time since the column's previous observation. The learnt
+rate is ``max(E / T, (E + prior_events) / (T + prior_time_s))``, where ``E`` and ``T`` are
+exponentially weighted sums of events and elapsed time (half-life ``half_life_s``). The prior
+(one event per ``prior_interval_s``, worth ``prior_time_s`` of history) means a first event on a
+quiet counter is noticed but not alarming, while a burst is. A tick's events add to ``E``
+clipped at ``mean + learn_clip * sqrt(mean) + 1``: a burst barely moves the learnt rate, a
+lasting higher rate is learnt over a few half-lives (so a persistently erroring device keeps
+scoring for hours, then becomes the new normal).
+
+The score is the upper-tail probability ``P(X >= k | mu)`` expressed in z units with the
+Wilson-Hilferty approximation ``z = 3 sqrt(k) (1 - 1/(9k) - (mu/k)^(1/3))``, reported when it
+reaches one sigma (0 otherwise, and when k = 0).
+Only increases are anomalous; the column's direction is not consulted. A column scores 0 until
+it has ``warmup_s`` of observed time, during which it learns every event unclipped. Counts are
+dimensionful (events per tick), so unlike the other scorers the scores are not invariant to
+stretching the clock and every time constant together.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ConfigError, StateError
+from ..model import FloatArray
+from .base import SCORE_CAP, ColumnLayout
+from .zscore import grow
+
+
+class CountBurst:
+    """Scorer: Poisson surprise of a tick's event count (see module docstring)."""
+
+    name = "counts"
+    _KEYS = ("events", "elapsed", "last_t", "observed_s")
+
+    def __init__(
+        self,
+        half_life_s: float = 86400.0,
+        prior_interval_s: float = 86400.0,
+        prior_time_s: float = 21600.0,
+        learn_clip: float = 3.0,
+        warmup_s: float = 3600.0,
+    ) -> None:
+        if not (half_life_s > 0 and prior_interval_s > 0 and prior_time_s > 0 and learn_clip >= 0):
+            raise ConfigError(
+                "counts needs half_life_s, prior_interval_s, prior_time_s > 0 and learn_clip >= 0"
+            )
+        self.half_life_s = float(half_life_s)
+        self.prior_events = float(prior_time_s) / float(prior_interval_s)
+        self.prior_time_s = float(prior_time_s)
+        self.learn_clip = float(learn_clip)
+        self.warmup_s = float(warmup_s)
+        self.observed_s = np.zeros(0)
+        self.events = np.zeros(0)
+        self.elapsed = np.zeros(0)
+        self.last_t = np.full(0, np.nan)
+
+    def _grow(self, n: int) -> None:
+        if n > self.events.shape[0]:
+            self.events = grow(self.events, n, 0.0)
+            self.elapsed = grow(self.elapsed, n, 0.0)
+            self.last_t = grow(self.last_t, n, np.nan)
+            self.observed_s = grow(self.observed_s, n, 0.0)
+
+    def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
+        n = x.shape[0]
+        self._grow(n)
+        with np.errstate(invalid="ignore", over="ignore"):
+            obs = np.isfinite(x) & (x >= 0.0)
+            first = obs & np.isnan(self.last_t)
+            dt = np.where(obs & ~first, t - self.last_t, 0.0)
+            dt = np.maximum(dt, 0.0)
+            k = np.where(dt > 0, np.rint(x * dt), 0.0)
+            # The prior keeps a quiet counter's rate above zero; a busy counter's own rate wins
+            # (the prior would bias it low, and with thousands of events a tick that matters).
+            rate = np.maximum(
+                (self.events + self.prior_events) / (self.elapsed + self.prior_time_s),
+                np.where(self.elapsed > 0, self.events / np.maximum(self.elapsed, 1e-300), 0.0),
+            )
+            mu = rate * dt
+            kk = np.maximum(k, 1.0)
+            z = 3.0 * np.sqrt(kk) * (1.0 - 1.0 / (9.0 * kk) - np.cbrt(mu / kk))
+            warm = self.observed_s >= self.warmup_s
+            # Below one sigma of surprise is ordinary counting noise: report nothing.
+            score = np.where((k > 0) & warm & (z >= 1.0), np.minimum(z, SCORE_CAP), 0.0)
+            decay = np.exp2(-dt / self.half_life_s)
+            clipped = np.minimum(k, mu + self.learn_clip * np.sqrt(mu) + 1.0)
+            learn = np.where(warm, clipped, k)  # warm-up learns everything it sees
+            self.observed_s = self.observed_s + dt
+            self.events = self.events * decay + learn
+            self.elapsed = self.elapsed * decay + dt
+            self.last_t = np.where(obs, t, self.last_t)
+        return np.nan_to_num(score, nan=0.0, posinf=SCORE_CAP, neginf=0.0)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {k: getattr(self, k).copy() for k in self._KEYS}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        shapes = {np.asarray(state[k]).shape for k in self._KEYS if k in state}
+        if len(shapes) != 1 or any(k not in state for k in self._KEYS):
+            raise StateError(f"counts state: need 1-D arrays {self._KEYS} of one length")
+        for k in self._KEYS:
+            setattr(self, k, np.array(state[k], dtype=np.float64))
