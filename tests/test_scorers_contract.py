@@ -17,7 +17,10 @@ from detector.model import FloatArray
 from detector.scorers.base import SCORE_CAP, ColumnLayout, Scorer
 from detector.scorers.changepoint import ChangePoint
 from detector.scorers.counts import CountBurst
+from detector.scorers.forecast import ForecastError
 from detector.scorers.health import TelemetryHealth
+from detector.scorers.likelihood import AnomalyLikelihood
+from detector.scorers.novelty import RangeNovelty
 from detector.scorers.peers import PeerDeviation
 from detector.scorers.registry import grid_layout
 from detector.scorers.zscore import RobustZScore
@@ -93,6 +96,10 @@ def _burst(x: FloatArray) -> None:
     x[PLANT_AT, column(LAYOUT, "gpu_temp", 1, 3)] += 30.0
 
 
+def _jump(x: FloatArray) -> None:
+    x[PLANT_AT:, column(LAYOUT, "gpu_temp", 1, 3)] += 6.0
+
+
 def _node_down(x: FloatArray) -> None:
     x[PLANT_AT:, column(LAYOUT, "health_up", 4)] = 0.0
 
@@ -139,6 +146,28 @@ CASES = [
         _node_down,
         10.0,
     ),
+    Case(
+        "forecast",
+        lambda s: ForecastError(
+            level_half_lives_s=(5 * s, 20 * s, 80 * s), scale_half_life_s=600 * s, warmup=10
+        ),
+        column(LAYOUT, "gpu_temp", 1, 3),
+        _spike,
+        8.0,
+    ),
+    Case(
+        "likelihood",
+        lambda s: AnomalyLikelihood(
+            ForecastError(level_half_lives_s=(40 * s, 160 * s), scale_half_life_s=3000 * s),
+            short_half_life_s=30 * s,
+            long_half_life_s=3000 * s,
+            warmup=50,
+        ),
+        column(LAYOUT, "gpu_temp", 1, 3),
+        _jump,
+        5.0,
+    ),
+    Case("range", lambda s: RangeNovelty(), column(LAYOUT, "gpu_temp", 1, 3), _spike, 6.0),
 ]
 
 
