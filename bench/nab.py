@@ -16,6 +16,12 @@ Detectors:
   alone): the project's streaming scorers, one column per file, configured by ``ProjectConfig``
   (durations in observations of each file's cadence), mapped to [0, 1] by 1 - exp(-z / 10)
   after a causal holdoff. ``--detectors windowedGaussian`` runs the baseline alone (~1 s).
+- ``likelihood`` (group ``predictive``): max of AnomalyLikelihood(ForecastError) and
+  RangeNovelty, Numenta's recipe (likelihood of a prediction error, plus "spatial" novelty)
+  with the project's streaming scorers, configured by ``LikelihoodConfig``; the same pass also
+  writes its ablations ``likelihoodOnly`` (no range novelty) and ``forecastRaw`` (the raw
+  forecast z, no likelihood, no range novelty) and ``rangeOnly``. Same holdoff and score map
+  as ``project``.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 from bench import nab_score
 from detector.errors import ConfigError
 from detector.model import ColumnLayout
+from detector.scorers.base import Scorer
 
 FloatArray = NDArray[np.float64]
 
@@ -230,6 +237,113 @@ def project_detectors(f: NabFile, cfg: ProjectConfig = ProjectConfig()) -> dict[
     }
 
 
+@dataclass(frozen=True, slots=True)
+class LikelihoodConfig:
+    """The ONE configuration of the predictive detectors for the whole corpus (observations).
+
+    Chosen from principles before scoring (see bench/RESULTS.md "## NAB"): forecast levels on a
+    x4 ladder from "the last value" to "the mean of ~100 values"; Numenta's likelihood windows
+    (10-sample average -> EW half-life 3.5 samples; 8640-sample history -> EW half-life 3000);
+    Numenta's 5 % spatial tolerance; the holdoff and score map of ``ProjectConfig``.
+    """
+
+    cadence_rows: int = 32
+    level_half_lives: tuple[float, ...] = (0.25, 1.0, 4.0, 16.0, 64.0)
+    forecast_scale_half_life: float = 1000.0
+    forecast_warmup: int = 20
+    short_half_life: float = 3.5
+    long_half_life: float = 3000.0
+    likelihood_warmup: int = 100
+    range_tolerance: float = 0.05
+    holdoff_rows: int = 300
+    score_scale: float = 10.0
+
+
+class _Tap:
+    """Pass-through scorer that remembers its inner scorer's last output (raw scores)."""
+
+    def __init__(self, inner: Scorer) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.last = np.zeros(1)
+
+    def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
+        self.last = self.inner.update(t, x, layout)
+        return self.last
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        self.inner.load_state_dict(state)
+
+
+def cadence_of(f: NabFile, rows: int) -> float:
+    """Median positive step of the first ``rows`` rows (seconds per observation)."""
+    head = np.diff(f.times[: rows + 1])
+    return float(np.median(head[head > 0])) if np.any(head > 0) else 1.0
+
+
+def predictive_z(
+    f: NabFile, cfg: LikelihoodConfig = LikelihoodConfig()
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Stream one file through ForecastError -> AnomalyLikelihood, and RangeNovelty.
+
+    Returns the raw forecast z, the likelihood z and the range-novelty z per row."""
+    from detector.scorers.forecast import ForecastError
+    from detector.scorers.likelihood import AnomalyLikelihood
+    from detector.scorers.novelty import RangeNovelty
+
+    cadence = cadence_of(f, cfg.cadence_rows)
+    forecast = _Tap(
+        ForecastError(
+            level_half_lives_s=tuple(h * cadence for h in cfg.level_half_lives),
+            scale_half_life_s=cfg.forecast_scale_half_life * cadence,
+            warmup=cfg.forecast_warmup,
+        )
+    )
+    likelihood = AnomalyLikelihood(
+        forecast,
+        short_half_life_s=cfg.short_half_life * cadence,
+        long_half_life_s=cfg.long_half_life * cadence,
+        skip=cfg.forecast_warmup,
+        warmup=cfg.likelihood_warmup,
+    )
+    novelty = RangeNovelty(tolerance=cfg.range_tolerance)
+    layout = _one_column_layout()
+    n = f.values.shape[0]
+    raw, lik, rng = np.zeros(n), np.zeros(n), np.zeros(n)
+    clock = -math.inf
+    for i in range(n):
+        clock = max(clock, float(f.times[i]))
+        x = f.values[i : i + 1]
+        lik[i] = likelihood.update(clock, x, layout)[0]
+        raw[i] = forecast.last[0]
+        rng[i] = novelty.update(clock, x, layout)[0]
+    for out in (raw, lik, rng):
+        out[: cfg.cadence_rows] = 0.0
+    return raw, lik, rng
+
+
+def predictive_detectors(
+    f: NabFile, cfg: LikelihoodConfig = LikelihoodConfig()
+) -> dict[str, FloatArray]:
+    """``likelihood``: max(likelihood of forecast error, range novelty) (the main candidate);
+    ablations: ``likelihoodOnly`` (no range novelty), ``forecastRaw`` (the raw forecast z),
+    ``rangeOnly`` (range novelty alone)."""
+    raw, lik, rng = predictive_z(f, cfg)
+    mapped = {
+        "likelihood": np.maximum(lik, rng),
+        "likelihoodOnly": lik,
+        "forecastRaw": raw,
+        "rangeOnly": rng,
+    }
+    return {
+        name: 1.0 - np.exp(-holdoff(s, cfg.holdoff_rows) / cfg.score_scale)
+        for name, s in mapped.items()
+    }
+
+
 def baseline_detectors(f: NabFile) -> dict[str, FloatArray]:
     return {"windowedGaussian": windowed_gaussian(f)}
 
@@ -237,6 +351,7 @@ def baseline_detectors(f: NabFile) -> dict[str, FloatArray]:
 DETECTORS: dict[str, Callable[[NabFile], dict[str, FloatArray]]] = {
     "windowedGaussian": baseline_detectors,
     "project": project_detectors,
+    "predictive": predictive_detectors,
 }
 
 
