@@ -249,7 +249,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
     def evaluate_at(threshold: float) -> CalibrationPoint:
         params = EpisodeParams(threshold, al.clear_ratio, al.min_duration_s, al.cooldown_s)
-        alerts = alerts_at_threshold(result.times, scores, result.node_names, params)
+        alerts = alerts_at_threshold(
+            result.times, scores, result.node_names, params, result.xid_held
+        )
         ev = evaluate(
             alerts,
             result.failures,

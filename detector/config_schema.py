@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 MiB = 1024 * 1024
-DEFAULT_THRESHOLD = 0.8
+DEFAULT_THRESHOLD = 0.6
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 # bcrypt ($2a$/$2b$/$2y$, cost, 53 chars of salt+hash) or "sha256:<64 hex>"; never plain text.
 _PASSWORD_HASH = re.compile(r"\$2[aby]\$\d{2}\$[./A-Za-z0-9]{53}|sha256:[0-9a-fA-F]{64}")
@@ -196,7 +196,7 @@ class StormConfig(_Section):
 
 
 class AlertsConfig(_Section):
-    """Alert state machine and delivery. ``threshold`` None: calibration file, else 0.8."""
+    """Alert state machine and delivery. ``threshold`` None: calibration file, else 0.6."""
 
     threshold: float | None = Field(default=None, gt=0, le=1)
     clear_ratio: float = Field(default=0.8, gt=0, le=1)
@@ -227,7 +227,7 @@ class AlertsConfig(_Section):
         return xids
 
     def resolve_threshold(self, calibrated: float | None) -> float:
-        """The firing threshold: explicit config, else the calibration file's, else 0.8."""
+        """The firing threshold: explicit config, else the calibration file's, else 0.6."""
         if self.threshold is not None:
             return self.threshold
         return calibrated if calibrated is not None else DEFAULT_THRESHOLD

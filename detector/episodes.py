@@ -16,14 +16,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .model import FloatArray, IntArray
+from .model import BoolArray, FloatArray, IntArray
 
 OK, PENDING, FIRING, COOLING = 0, 1, 2, 3
 
 
 @dataclass(frozen=True, slots=True)
 class EpisodeParams:
-    threshold: float = 0.8
+    threshold: float = 0.6
     clear_ratio: float = 0.8
     min_duration_s: float = 60.0
     cooldown_s: float = 900.0
@@ -58,20 +58,26 @@ class Episodes:
         self.peak = np.concatenate((self.peak, np.zeros(extra)))
         self.peak_time = np.concatenate((self.peak_time, np.zeros(extra)))
 
-    def update(self, t: float, scores: FloatArray) -> EpisodeChanges:
+    def update(
+        self, t: float, scores: FloatArray, force: BoolArray | None = None
+    ) -> EpisodeChanges:
+        """One tick. ``force`` marks entities that fire now whatever their score (a failure
+        XID was seen): no minimum duration, no cooldown, and no resolving while forced."""
         self._grow(scores.shape[0])
-        if scores.shape[0] < self.state.shape[0]:
-            scores = np.concatenate(
-                (scores, np.full(self.state.shape[0] - scores.shape[0], np.nan))
-            )
+        n = self.state.shape[0]
+        if scores.shape[0] < n:
+            scores = np.concatenate((scores, np.full(n - scores.shape[0], np.nan)))
+        forced = np.zeros(n, dtype=bool)
+        if force is not None:
+            forced[: force.shape[0]] = force[:n]
         p = self.params
-        s = np.nan_to_num(scores, nan=-1.0)
-        valid = ~np.isnan(scores)
+        s = np.where(forced, 1.0, np.nan_to_num(scores, nan=-1.0))
+        valid = ~np.isnan(scores) | forced
         st = self.state
-        above = valid & (s >= p.threshold)
-        below_clear = valid & (s < p.threshold * p.clear_ratio)
+        above = valid & ((s >= p.threshold) | forced)
+        below_clear = valid & (s < p.threshold * p.clear_ratio) & ~forced
 
-        cooled = (st == COOLING) & (t >= self.since)
+        cooled = (st == COOLING) & ((t >= self.since) | forced)
         st[cooled] = OK
 
         to_pending = (st == OK) & above
@@ -82,7 +88,7 @@ class Episodes:
         drop = (st == PENDING) & valid & ~above
         st[drop] = OK
 
-        fire = (st == PENDING) & above & (t - self.since >= p.min_duration_s)
+        fire = (st == PENDING) & above & ((t - self.since >= p.min_duration_s) | forced)
         st[fire] = FIRING
         self.start[fire] = t
 

@@ -1,10 +1,13 @@
 """Fusion: many column scores -> one score in [0, 1] per node and per GPU, with evidence.
 
 Per column, the scorers that apply to it (from its signal rule) are combined by taking the
-largest score, then weighted. Only the excess over ``z0`` counts as evidence, so the ordinary
-jitter of hundreds of columns adds nothing. An entity's evidence is the root of the sum of
-squared weighted excesses of its columns (two signals at 5 sigma outweigh one), mapped to [0, 1]
-by ``1 - exp(-E / scale)``; monotone, so calibration can place thresholds on it.
+largest score, then weighted. Only the excess over ``z0`` counts, so the ordinary jitter of
+hundreds of columns adds nothing, and with diminishing returns: a column's evidence is
+``log1p(z - z0)`` (a 50-sigma column is worth about 4, not 47: extreme z values usually mean a
+tiny learnt variance, while independent signals agreeing is real evidence). An entity's evidence
+``E`` is the root of the sum of its columns' squared evidence (two signals at 10 sigma outweigh
+one at 20), mapped to [0, 1] by ``1 - exp(-E / scale)``: monotone, so calibration can place
+thresholds on it, and far from saturating (one column at 50 sigma scores 0.86).
 
 Common mode: when one signal exceeds ``common_mode_z`` on at least ``common_mode_min_nodes``
 nodes and at least ``common_mode_fraction`` of the nodes that report it, in the same tick (an NFS
@@ -31,7 +34,7 @@ _GPU_SPAN = 1 << 32  # above every GPU id of a ColumnLayout
 @dataclass(frozen=True, slots=True)
 class FusionParams:
     z0: float = 3.0
-    scale: float = 4.0
+    scale: float = 2.0
     common_mode_fraction: float = 0.05
     common_mode_z: float = 3.0
     common_mode_min_nodes: int = 3
@@ -128,8 +131,8 @@ def fuse(
         column_z = np.where(damp, np.where(layout.gpu >= 0, keep, 0.0), raw)
     column_z = column_z * weights
 
-    excess = np.maximum(column_z - params.z0, 0.0)
-    sq = excess * excess
+    evidence = np.log1p(np.maximum(column_z - params.z0, 0.0))
+    sq = evidence * evidence
     node_e = np.sqrt(np.bincount(layout.node, weights=sq, minlength=entities.n_nodes))
     is_gpu = entities.gpu_entity >= 0
     gpu_e = np.sqrt(

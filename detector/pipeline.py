@@ -5,8 +5,9 @@ owns the series index (ingest fills it) and hands over one ``Frame`` per tick.
 
 Alerting is per node: a node's alert score is the larger of its node-level fused score and its
 GPUs' fused scores, and an alert names the GPU that dominated its peak (or none). A failure XID
-seen in the data (the sticky DCGM gauge) holds the node's alert score at 1 for ``xid_hold_s``,
-so operators are told about it even without a precursor; such alerts name ``xid_<code>``.
+seen in the data (the sticky DCGM gauge) holds the node's alert for ``xid_hold_s``, so operators
+are told about it even without a precursor: the alert is forced (whatever the threshold;
+calibration tunes the statistical threshold only) and names ``xid_<code>``.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class TickResult:
     time: float
     node_names: tuple[str, ...]
     node_score: FloatArray  # per node alert score in [0, 1]; NaN when the node sent nothing
+    xid_held: BoolArray  # per node: a failure XID forces its alert this tick
     gpu_node: np.ndarray  # per GPU entity: node id
     gpu_label: tuple[str, ...]  # per GPU entity: gpu label
     gpu_score: FloatArray  # per GPU entity in [0, 1]; NaN when the GPU sent nothing
@@ -171,12 +173,10 @@ class Pipeline:
                     self._xid_until[node] = t + self.params.xid_hold_s
                     self._xid_signal[node] = f"xid_{ev.xid}"
                     self._xid_gpu[node] = ev.gpu
-            held = self._xid_until[:n_nodes] >= t
-            alert_score = np.where(held, 1.0, alert_score)
-            node_seen = node_seen | held
+        held = (self._xid_until[:n_nodes] >= t) if self.params.alert_on_xid else np.zeros(0, bool)
         alert_score = np.where(node_seen, alert_score, np.nan)
 
-        changes = self.episodes.update(t, alert_score)
+        changes = self.episodes.update(t, alert_score, held)
         for node in changes.opened.tolist():  # a new episode: no evidence yet
             self._peak_signals.pop(node, None)
             self._peak_gpu.pop(node, None)
@@ -194,6 +194,7 @@ class Pipeline:
             time=t,
             node_names=layout.node_names,
             node_score=alert_score,
+            xid_held=np.resize(held, n_nodes) if held.size else np.zeros(n_nodes, dtype=bool),
             gpu_node=entities.gpu_node,
             gpu_label=entities.gpu_label,
             gpu_score=gpu_score,
@@ -262,7 +263,8 @@ def build_pipeline(
     config: Config, index: SeriesIndex, calibration: Calibration | None = None
 ) -> Pipeline:
     """The production pipeline for ``config``: built-in or configured rules, the four standard
-    scorers, and the alert threshold from (in order) the config, the calibration file, 0.8."""
+    scorers, and the alert threshold from (in order) the config, the calibration file, 0.6
+    (uncalibrated: about one signal at 8 sigma, or three at 5)."""
     signals = load_signal_rules(config.rules.signals)
     if not config.rules.default_rule:
         signals = signals.model_copy(
@@ -277,9 +279,9 @@ def build_pipeline(
         TelemetryHealth(),
         CountBurst(),
     ]
-    threshold = config.alerts.threshold
-    if threshold is None:
-        threshold = calibration.threshold if calibration is not None else 0.8
+    threshold = config.alerts.resolve_threshold(
+        calibration.threshold if calibration is not None else None
+    )
     al = config.alerts
     params = PipelineParams(
         fusion=FusionParams(common_mode_fraction=sc.common_mode_fraction),

@@ -48,6 +48,7 @@ class ReplayResult:
     node_names: tuple[str, ...] = ()
     times: FloatArray = field(default_factory=lambda: np.zeros(0))
     node_scores: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
+    xid_held: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool))
 
 
 class ScoreRecorder:
@@ -56,16 +57,21 @@ class ScoreRecorder:
     def __init__(self) -> None:
         self.times: list[float] = []
         self.rows: list[FloatArray] = []
+        self.held: list[np.ndarray] = []
 
     def add(self, tick: TickResult) -> None:
         self.times.append(tick.time)
         self.rows.append(tick.node_score.astype(np.float32))
+        self.held.append(tick.xid_held.copy())
 
-    def matrix(self, n_nodes: int) -> FloatArray:
+    def matrix(self, n_nodes: int) -> tuple[FloatArray, np.ndarray]:
+        """(scores, xid-held mask), ticks x nodes."""
         out = np.full((len(self.rows), n_nodes), np.nan, dtype=np.float32)
-        for i, row in enumerate(self.rows):
+        held = np.zeros((len(self.rows), n_nodes), dtype=bool)
+        for i, (row, h) in enumerate(zip(self.rows, self.held, strict=True)):
             out[i, : row.shape[0]] = row
-        return out.astype(np.float64)
+            held[i, : h.shape[0]] = h
+        return out.astype(np.float64), held
 
 
 class ScoresCsv:
@@ -183,19 +189,24 @@ def run_replay(
     )
     if recorder is not None:
         result.times = np.asarray(recorder.times)
-        result.node_scores = recorder.matrix(len(node_names))
+        result.node_scores, result.xid_held = recorder.matrix(len(node_names))
     return result
 
 
 def alerts_at_threshold(
-    times: FloatArray, scores: FloatArray, node_names: Sequence[str], params: EpisodeParams
+    times: FloatArray,
+    scores: FloatArray,
+    node_names: Sequence[str],
+    params: EpisodeParams,
+    held: np.ndarray | None = None,
 ) -> list[Alert]:
-    """Re-run alert episodes over recorded node scores (calibration: no re-scoring needed)."""
+    """Re-run alert episodes over recorded node scores (calibration: no re-scoring needed);
+    ``held`` (ticks x nodes) marks where a failure XID forced the alert."""
     episodes = Episodes(params, scores.shape[1])
     alerts: list[Alert] = []
     for i in range(times.shape[0]):
         t = float(times[i])
-        changes = episodes.update(t, scores[i])
+        changes = episodes.update(t, scores[i], None if held is None else held[i])
         for node in changes.ended.tolist():
             alerts.append(
                 Alert(

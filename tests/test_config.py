@@ -238,9 +238,9 @@ def test_tls_cert_and_key_go_together() -> None:
 
 
 def test_threshold_resolution_order() -> None:
-    """Explicit threshold, else the calibrated one, else 0.8; clearing uses clear_ratio."""
+    """Explicit threshold, else the calibrated one, else 0.6; clearing uses clear_ratio."""
     alerts = load_config(None, {}).alerts
-    assert (0.8, 0.7) == (alerts.resolve_threshold(None), alerts.resolve_threshold(0.7))
+    assert (0.6, 0.7) == (alerts.resolve_threshold(None), alerts.resolve_threshold(0.7))
     explicit = load_config(None, {"DETECTOR_ALERTS__THRESHOLD": "0.9"}).alerts
     assert 0.9 == explicit.resolve_threshold(0.7)
     assert pytest.approx(0.72) == explicit.clear_threshold(0.9)
