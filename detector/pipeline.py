@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -21,7 +22,16 @@ from .calibration import Calibration
 from .config import Config
 from .episodes import EpisodeParams, Episodes
 from .fusion import EntityMap, FusionParams, fuse, top_signals
-from .model import Alert, BoolArray, ColumnLayout, FloatArray, Frame, Incident, XidEvent
+from .model import (
+    Alert,
+    BoolArray,
+    ColumnLayout,
+    FloatArray,
+    Frame,
+    Incident,
+    SeriesInfo,
+    XidEvent,
+)
 from .rules import SignalCatalog, XidCatalog, load_signal_rules, load_xid_catalog
 from .scorers.base import Scorer
 from .scorers.changepoint import ChangePoint
@@ -290,3 +300,84 @@ def build_pipeline(
         alert_on_xid=al.alert_on_xid,
     )
     return Pipeline(index, signals, xids, scorers, params)
+
+
+STATE_VERSION = 1
+
+
+def pipeline_state(pipeline: Pipeline) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Everything a restart needs to carry on without re-warming: (arrays, JSON metadata).
+
+    The series index is saved in column order, so restoring it rebuilds the same signal
+    columns, which the scorers' arrays are aligned to."""
+    p = pipeline
+    arrays: dict[str, np.ndarray] = {}
+    parts: dict[str, dict[str, np.ndarray]] = {
+        "signals": p.signal_map.state_dict(),
+        "xids": p.xid_extractor.state_dict(),
+        "episodes": p.episodes.state_dict(),
+        **{f"scorer.{s.name}": s.state_dict() for s in p.scorers},
+    }
+    for prefix, part in parts.items():
+        arrays.update({f"{prefix}/{key}": value for key, value in part.items()})
+    arrays["pipeline/xid_until"] = p._xid_until.copy()
+    meta: dict[str, Any] = {
+        "version": STATE_VERSION,
+        "series": [
+            [i.metric, [list(kv) for kv in i.labels], i.node, i.gpu, [list(kv) for kv in i.context]]
+            for i in p.index.infos
+        ],
+        "node_names": list(p.signal_map.layout.node_names) if len(p.index) else [],
+        "open": {str(n): [a.start, a.peak_score] for n, a in p._open.items()},
+        "peak_signals": {str(n): list(v) for n, v in p._peak_signals.items()},
+        "peak_gpu": {str(n): v for n, v in p._peak_gpu.items()},
+        "xid_signal": {str(n): v for n, v in p._xid_signal.items()},
+        "xid_gpu": {str(n): v for n, v in p._xid_gpu.items()},
+    }
+    return arrays, meta
+
+
+def restore_pipeline(
+    pipeline: Pipeline, arrays: dict[str, np.ndarray], meta: dict[str, Any]
+) -> None:
+    """Load ``pipeline_state`` output into a freshly built pipeline with an empty index.
+
+    Raises ValueError (with what is wrong) for a state of another version or shape; callers
+    treat that as "start clean"."""
+    p = pipeline
+    if meta.get("version") != STATE_VERSION:
+        raise ValueError(f"state version {meta.get('version')!r}, expected {STATE_VERSION}")
+    if len(p.index):
+        raise ValueError("restore needs a pipeline whose series index is still empty")
+    infos = [
+        SeriesInfo(
+            column,
+            metric,
+            tuple((k, v) for k, v in labels),
+            node,
+            gpu,
+            tuple((k, v) for k, v in ctx),
+        )
+        for column, (metric, labels, node, gpu, ctx) in enumerate(meta["series"])
+    ]
+    p.index.extend_from(infos)
+    p.signal_map.sync()
+    p._refresh_layout()
+
+    def part(prefix: str) -> dict[str, np.ndarray]:
+        return {k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith(prefix + "/")}
+
+    p.signal_map.load_state_dict(part("signals"))
+    p.xid_extractor.load_state_dict(part("xids"))
+    p.episodes.load_state_dict(part("episodes"))
+    for scorer in p.scorers:
+        scorer.load_state_dict(part(f"scorer.{scorer.name}"))
+    until = arrays.get("pipeline/xid_until")
+    if until is not None:
+        n = min(until.shape[0], p._xid_until.shape[0])
+        p._xid_until[:n] = until[:n]
+    p._peak_signals = {int(n): tuple(v) for n, v in meta.get("peak_signals", {}).items()}
+    p._peak_gpu = {int(n): v for n, v in meta.get("peak_gpu", {}).items()}
+    p._xid_signal = {int(n): v for n, v in meta.get("xid_signal", {}).items()}
+    p._xid_gpu = {int(n): v for n, v in meta.get("xid_gpu", {}).items()}
+    p._open = {int(n): p._alert(int(n), None) for n in meta.get("open", {})}
