@@ -67,8 +67,14 @@ def calibrate(
     *,
     fp_budget_per_day: float,
     failures: int | None = None,
+    early_first: bool = False,
 ) -> CalibrationResult:
     """Pick a threshold from ``candidates`` (module docstring has the objective).
+
+    ``early_first`` ranks failures caught before their XID ahead of failures caught at all: the
+    right objective when failure XIDs alert by themselves (the daemon's ``alert_on_xid``), so
+    every failure is caught at its XID whatever the threshold and the threshold's only job is
+    to catch them earlier.
 
     ``failures=0`` says the history is healthy: the suffix scan is skipped and the budget
     boundary returned directly. Each threshold is evaluated at most once.
@@ -101,7 +107,10 @@ def calibrate(
     if failures == 0:
         return _result(boundary, "budget", True, fp_budget_per_day, cache)
     feasible = [p for p in (at(i) for i in range(lo, len(thresholds))) if within(p)]
-    best = max(feasible, key=lambda p: (p.detected, p.detected_before, p.threshold))
+    if early_first:
+        best = max(feasible, key=lambda p: (p.detected_before, p.detected, p.threshold))
+    else:
+        best = max(feasible, key=lambda p: (p.detected, p.detected_before, p.threshold))
     if best.detected == 0:
         return _result(boundary, "budget", True, fp_budget_per_day, cache)
     return _result(best, "best", True, fp_budget_per_day, cache)

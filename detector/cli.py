@@ -19,23 +19,19 @@ import numpy as np
 from . import __version__
 from .calibration import (
     Calibration,
-    CalibrationPoint,
-    calibrate,
     calibration_from_result,
-    candidate_thresholds,
     load_calibration,
     save_calibration,
 )
 from .config import Config, check_config, load_config
 from .episodes import EpisodeParams
 from .errors import ConfigError, DetectorError
-from .evaluation import evaluate
 from .pipeline import build_pipeline
 from .replay import (
     Progress,
     ReplayResult,
-    alerts_at_threshold,
     dump_frames,
+    fit_threshold,
     load_event_files,
     run_replay,
     simulated_frames,
@@ -240,36 +236,18 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     if not args.fp_per_day >= 0:
         raise ConfigError(f"--fp-per-day must be >= 0 (got {args.fp_per_day})")
     result, label, config = _replay(args, record=True)
-    scores = result.node_scores
-    finite = scores[np.isfinite(scores)]
-    if finite.size == 0:
+    if not np.isfinite(result.node_scores).any():
         raise DetectorError(f"{label}: no scores were produced; nothing to calibrate")
     days = max((result.end - result.start) / 86400.0, 1e-9)
     al = config.alerts
-
-    def evaluate_at(threshold: float) -> CalibrationPoint:
-        params = EpisodeParams(threshold, al.clear_ratio, al.min_duration_s, al.cooldown_s)
-        alerts = alerts_at_threshold(
-            result.times, scores, result.node_names, params, result.xid_held
-        )
-        ev = evaluate(
-            alerts,
-            result.failures,
-            start=result.start,
-            end=result.end,
-            horizon_s=config.evaluation.horizon_s,
-            grace_s=config.evaluation.grace_s,
-        )
-        s = ev.summary
-        return CalibrationPoint(
-            threshold, s.detected, s.detected_before_failure, s.false_positives, s.fp_per_day
-        )
-
-    found = calibrate(
-        evaluate_at,
-        candidate_thresholds(finite).tolist(),
-        fp_budget_per_day=args.fp_per_day,
-        failures=len(result.failures),
+    base = EpisodeParams(0.0, al.clear_ratio, al.min_duration_s, al.cooldown_s)
+    found = fit_threshold(
+        result,
+        base,
+        args.fp_per_day,
+        config.evaluation.horizon_s,
+        config.evaluation.grace_s,
+        early_first=al.alert_on_xid,
     )
     cal = calibration_from_result(found, dump=label, days=days, failures=len(result.failures))
     save_calibration(args.out, cal)

@@ -331,3 +331,15 @@ def test_calibrate_over_real_evaluation_picks_the_exhaustive_optimum() -> None:
     assert result.point == exhaustive
     assert result.mode == "best"
     assert result.point.detected >= 1
+
+
+def test_early_first_prefers_catching_failures_before_their_xid() -> None:
+    """With early_first, a threshold catching 3 failures early beats one catching 5 at the XID."""
+    table = {
+        0.5: CalibrationPoint(0.5, 5, 3, 1, 0.5),
+        0.9: CalibrationPoint(0.9, 6, 0, 0, 0.0),
+    }
+    early = calibrate(table.__getitem__, list(table), fp_budget_per_day=1.0, early_first=True)
+    plain = calibrate(table.__getitem__, list(table), fp_budget_per_day=1.0)
+    assert 0.5 == early.point.threshold
+    assert 0.9 == plain.point.threshold
