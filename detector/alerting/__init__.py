@@ -1,0 +1,4 @@
+"""Alert delivery internals: the policy (what Alertmanager should see) and the coalescing queue.
+
+Import ``detector.alerts`` (the sender); these modules are pure and do no I/O.
+"""

@@ -1,0 +1,306 @@
+"""Alert policy: which notifications Alertmanager should get this tick, and with which labels.
+
+Pure (no I/O, clock passed in). ``AlertPolicy.update`` turns the pipeline's alert episodes,
+cluster incidents and the set of nodes under maintenance into ``Notification`` records:
+
+- a node alert is ``GPUFailureSuspected`` with labels alertname, node, gpu (when known),
+  severity, cluster (when configured) and signal (the leading signal). ``severity`` is
+  ``critical`` when the evidence names ``xid_<code>`` of a failure XID (the pipeline forces
+  such alerts), else ``warning``. Labels are fixed when an episode is first sent so
+  Alertmanager sees one alert per episode even as its evidence moves; an escalation to
+  critical resolves the warning alert and fires a critical one.
+- firing notifications repeat every ``resend_interval_s`` with fresh annotations; an episode
+  that ended (or vanished) is resolved once, at its end time.
+- suppression removes evidence: ``xid_<code>`` for suppressed codes and suppressed signal
+  names are dropped; an alert left with no evidence is not sent (reason "xid" or "signal").
+- a node in ``muted`` (maintenance) sends nothing, not even a resolve: its alert expires in
+  Alertmanager by its endsAt, and comes back if the episode outlives the maintenance.
+- storm breaker: when more than ``storm_fraction`` of the nodes with data (and at least
+  ``storm_min_nodes``) start alerting within ``storm_window_s``, one ``GPUClusterIncident``
+  fires instead; episodes starting while it is active are suppressed for their lifetime
+  (reason "storm") so the storm's end does not release a flood. Already sent ones stay.
+- a common-mode incident (many nodes moving together on one signal) is a
+  ``GPUClusterIncident`` (severity warning) per signal, resolved once the signal has not moved
+  together for ``storm_window_s``.
+- shadow mode: notifications are still returned (the sender does not send them); each
+  episode is counted once under "shadow".
+``suppressed`` counts episodes (not notifications) per reason.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, deque
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from ..model import Alert, Incident, Labels
+
+FAILURE_ALERT = "GPUFailureSuspected"
+INCIDENT_ALERT = "GPUClusterIncident"
+_XID_SIGNAL = re.compile(r"xid_(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    """One alert update for Alertmanager; ``labels`` identify the alert (its fingerprint)."""
+
+    labels: Labels
+    annotations: Labels
+    starts_at: float
+    ends_at: float | None  # None: firing (the sender stamps now + 4 x resend interval)
+
+
+@dataclass(slots=True)
+class _Tracked:
+    """Delivery state of one alert episode or incident."""
+
+    labels: Labels | None = None  # labels last sent; None: never sent
+    last_sent: float = float("-inf")
+    suppressed: str | None = None  # permanent suppression (storm)
+    counted: set[str] = field(default_factory=set)  # suppression reasons already counted
+    start: float = 0.0  # incidents and storms: when they began
+    last_seen: float = 0.0  # incidents: last tick the signal moved together
+    members: set[str] = field(default_factory=set)  # storm: nodes that joined it
+
+
+def _labels(**pairs: str | None) -> Labels:
+    return tuple(sorted((k, v) for k, v in pairs.items() if v))
+
+
+def xid_codes(signals: Iterable[str]) -> list[int]:
+    """The XID codes named by ``xid_<code>`` evidence."""
+    return [int(m[1]) for s in signals if (m := _XID_SIGNAL.fullmatch(s))]
+
+
+class AlertPolicy:
+    """See the module docstring. One instance per daemon; state is per episode."""
+
+    def __init__(
+        self,
+        *,
+        resend_interval_s: float = 60.0,
+        cluster: str | None = None,
+        runbook_url: str | None = None,
+        shadow: bool = False,
+        storm_fraction: float = 0.2,
+        storm_window_s: float = 300.0,
+        storm_min_nodes: int = 3,
+        suppress_xids: Collection[int] = (),
+        suppress_signals: Collection[str] = (),
+        is_failure_xid: Callable[[int], bool] | None = None,
+    ) -> None:
+        self.resend_interval_s = resend_interval_s
+        self.cluster = cluster
+        self.runbook_url = runbook_url
+        self.shadow = shadow
+        self.storm_fraction = storm_fraction
+        self.storm_window_s = storm_window_s
+        self.storm_min_nodes = storm_min_nodes
+        self.suppress_xids = frozenset(suppress_xids)
+        self.suppress_signals = frozenset(suppress_signals)
+        # The pipeline only writes xid_<code> for failure XIDs, so by default every one counts.
+        self.is_failure_xid = is_failure_xid or (lambda _code: True)
+        self.suppressed: Counter[str] = Counter()
+        self.firing: Counter[str] = Counter()  # open episodes and incidents by severity
+        self._episodes: dict[tuple[str, float], _Tracked] = {}
+        self._incidents: dict[str, _Tracked] = {}
+        self._storm: _Tracked | None = None
+        self._starts: deque[tuple[float, str]] = deque()
+
+    def update(
+        self,
+        now: float,
+        n_nodes: int,
+        open_alerts: Sequence[Alert],
+        ended: Sequence[Alert] = (),
+        incidents: Sequence[Incident] = (),
+        muted: Collection[str] = frozenset(),
+    ) -> list[Notification]:
+        """The notifications due at ``now`` (see the module docstring)."""
+        out: list[Notification] = []
+        new = [a for a in open_alerts if (a.node, a.start) not in self._episodes]
+        storm_on = self._update_storm(now, n_nodes, new, muted, out)
+        self.firing = Counter()
+        current: set[tuple[str, float]] = set()
+        for alert in open_alerts:
+            key = (alert.node, alert.start)
+            current.add(key)
+            tracked = self._episodes.get(key)
+            if tracked is None:
+                tracked = self._episodes[key] = _Tracked()
+                if storm_on and alert.node not in muted:
+                    tracked.suppressed = "storm"
+            self._node_alert(now, alert, tracked, muted, out)
+        ends = {(a.node, a.start): a.end for a in ended}
+        for key in [k for k in self._episodes if k not in current]:
+            tracked = self._episodes.pop(key)
+            end = ends.get(key)
+            if tracked.labels is not None and key[0] not in muted:
+                out.append(Notification(tracked.labels, (), key[1], now if end is None else end))
+        self._common_mode(now, incidents, out)
+        self.firing["warning"] += sum(1 for t in self._incidents.values() if t.labels)
+        self.firing["critical"] += self._storm is not None
+        return out
+
+    def _evidence(self, signals: Sequence[str]) -> tuple[tuple[str, ...], str | None]:
+        """Signals left after suppression, and the reason when suppression removed them all."""
+        kept, reason = [], None
+        for s in signals:
+            codes = xid_codes((s,))
+            if codes and codes[0] in self.suppress_xids:
+                reason = "xid"
+            elif s in self.suppress_signals:
+                reason = reason or "signal"
+            else:
+                kept.append(s)
+        return tuple(kept), (reason if signals and not kept else None)
+
+    def _severity(self, signals: Iterable[str]) -> str:
+        failing = any(self.is_failure_xid(c) for c in xid_codes(signals))
+        return "critical" if failing else "warning"
+
+    def _count(self, tracked: _Tracked, reason: str) -> None:
+        if reason not in tracked.counted:
+            tracked.counted.add(reason)
+            self.suppressed[reason] += 1
+
+    def _node_alert(
+        self,
+        now: float,
+        alert: Alert,
+        tracked: _Tracked,
+        muted: Collection[str],
+        out: list[Notification],
+    ) -> None:
+        evidence, reason = self._evidence(alert.signals)
+        severity = self._severity(evidence)
+        self.firing[severity] += 1
+        if tracked.suppressed is not None or alert.node in muted:
+            self._count(tracked, tracked.suppressed or "maintenance")
+            return
+        if reason is not None and tracked.labels is None:
+            self._count(tracked, reason)
+            return
+        labels = _labels(
+            alertname=FAILURE_ALERT,
+            node=alert.node,
+            gpu=alert.gpu,
+            severity=severity,
+            cluster=self.cluster,
+            signal=evidence[0] if evidence else None,
+        )
+        if tracked.labels is None:
+            if self.shadow:
+                self._count(tracked, "shadow")
+        elif severity == "critical" and dict(tracked.labels)["severity"] != "critical":
+            # Escalated by a failure XID: a critical alert replaces the warning one.
+            out.append(Notification(tracked.labels, (), alert.start, now))
+        else:
+            labels = tracked.labels  # frozen for the episode's lifetime
+            if not self._due(now, tracked):
+                return
+        tracked.labels, tracked.last_sent = labels, now
+        out.append(Notification(labels, self._annotations(alert, evidence), alert.start, None))
+
+    def _due(self, now: float, tracked: _Tracked) -> bool:
+        return now - tracked.last_sent >= self.resend_interval_s
+
+    def _annotations(self, alert: Alert, evidence: Sequence[str]) -> Labels:
+        where = f"GPU {alert.gpu} on node {alert.node}" if alert.gpu else f"node {alert.node}"
+        xids = xid_codes(evidence)
+        description = (
+            f"Fused failure score peaked at {alert.peak_score:.2f}. "
+            f"Top signals: {', '.join(evidence) or 'none recorded'}."
+        )
+        if xids:
+            description += f" Evidence: failure XID {', '.join(map(str, xids))} seen on the node."
+        return _labels(
+            summary=f"{where} looks like it is failing",
+            description=description,
+            runbook_url=self.runbook_url,
+        )
+
+    def _update_storm(
+        self,
+        now: float,
+        n_nodes: int,
+        new: Sequence[Alert],
+        muted: Collection[str],
+        out: list[Notification],
+    ) -> bool:
+        """Track node alert starts in the window; open, refresh or resolve the storm alert."""
+        self._starts.extend((a.start, a.node) for a in new if a.node not in muted)
+        while self._starts and self._starts[0][0] < now - self.storm_window_s:
+            self._starts.popleft()
+        nodes = {node for _, node in self._starts}
+        active = len(nodes) >= self.storm_min_nodes and len(nodes) > self.storm_fraction * n_nodes
+        storm = self._storm
+        if storm is not None and not active:
+            if storm.labels is not None:
+                out.append(Notification(storm.labels, (), storm.start, now))
+            self._storm = None
+        if not active:
+            return False
+        if storm is None:
+            leading = Counter(a.signals[0] for a in new if a.signals).most_common(1)
+            storm = self._storm = _Tracked(start=now)
+            storm.labels = _labels(
+                alertname=INCIDENT_ALERT,
+                severity="critical",
+                cluster=self.cluster,
+                signal=leading[0][0] if leading else "storm",
+            )
+            if self.shadow:
+                self._count(storm, "shadow")
+        storm.members |= nodes
+        if self._due(now, storm):
+            storm.last_sent = now
+            shown = ", ".join(sorted(storm.members)[:20])
+            annotations = _labels(
+                summary=f"{len(storm.members)} of {n_nodes} nodes started alerting together",
+                description=(
+                    f"More than {self.storm_fraction:.0%} of nodes started alerting within "
+                    f"{self.storm_window_s:g}s; per-node alerts are held back. Nodes: {shown}."
+                ),
+                runbook_url=self.runbook_url,
+            )
+            assert storm.labels is not None
+            out.append(Notification(storm.labels, annotations, storm.start, None))
+        return True
+
+    def _common_mode(
+        self, now: float, incidents: Sequence[Incident], out: list[Notification]
+    ) -> None:
+        """One alert per signal moving cluster-wide; resolved after a quiet storm window."""
+        for inc in incidents:
+            tracked = self._incidents.setdefault(inc.signal, _Tracked(start=inc.start))
+            tracked.last_seen = now
+            if inc.signal in self.suppress_signals:
+                self._count(tracked, "signal")
+                continue
+            if tracked.labels is None:
+                tracked.labels = _labels(
+                    alertname=INCIDENT_ALERT,
+                    severity="warning",
+                    cluster=self.cluster,
+                    signal=inc.signal,
+                )
+                if self.shadow:
+                    self._count(tracked, "shadow")
+            elif not self._due(now, tracked):
+                continue
+            tracked.last_sent = now
+            annotations = _labels(
+                summary=f"{inc.nodes_affected} of {inc.nodes_total} nodes moved together "
+                f"on {inc.signal}",
+                description="A cluster-wide (common-mode) movement, reported once instead of "
+                "per-node alerts: a shared cause such as storage or a job restart.",
+                runbook_url=self.runbook_url,
+            )
+            out.append(Notification(tracked.labels, annotations, tracked.start, None))
+        quiet = [s for s, t in self._incidents.items() if now - t.last_seen > self.storm_window_s]
+        for signal in quiet:
+            tracked = self._incidents.pop(signal)
+            if tracked.labels is not None:
+                out.append(Notification(tracked.labels, (), tracked.start, now))
