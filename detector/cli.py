@@ -37,12 +37,14 @@ from .replay import (
     simulated_frames,
     summary_lines,
 )
+from .report import render_html
 from .series import LabelRules, SeriesIndex
 from .simulate import Scenario, SimulatedCluster, serve, write_dump
 
 EXAMPLES = {
     "replay": """examples:
   detector replay                                   # the built-in simulated cluster (demo)
+  detector replay --html report.html                # the demo, with an HTML report
   detector replay dump.om.gz --events xids.jsonl --report-json report.json
   detector replay query_range/*.json --calibration calibration.json --scores-out scores.csv""",
     "calibrate": """examples:
@@ -114,6 +116,9 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--report-json", type=Path, help="write the report JSON here")
     rp.add_argument(
         "--scores-out", type=Path, help="write fused scores (time,node,gpu,score CSV) here"
+    )
+    rp.add_argument(
+        "--html", type=Path, help="write a self-contained HTML report (charts, tables) here"
     )
 
     cp = sub.add_parser(
@@ -222,13 +227,20 @@ def _replay(args: argparse.Namespace, *, record: bool) -> tuple[ReplayResult, st
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    result, label, _ = _replay(args, record=False)
+    result, label, config = _replay(args, record=args.html is not None)
     print(f"detector replay: {label}")
     for line in summary_lines(result):
         print(line)
     if args.report_json is not None:
         args.report_json.write_text(json.dumps(result.evaluation.to_json(), indent=2) + "\n")
         print(f"report written to {args.report_json}")
+    if args.html is not None:
+        _, calibration = _load(args)  # the threshold the pipeline used (config, calibration)
+        threshold = config.alerts.resolve_threshold(
+            calibration.threshold if calibration is not None else None
+        )
+        args.html.write_text(render_html(result, threshold=threshold, label=label))
+        print(f"HTML report written to {args.html}")
     return 0
 
 
