@@ -12,7 +12,7 @@ calibration tunes the statistical threshold only) and names ``xid_<code>``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,6 +98,7 @@ class Pipeline:
         self._peak_signals: dict[int, tuple[str, ...]] = {}
         self._peak_gpu: dict[int, str | None] = {}
         self._open: dict[int, Alert] = {}
+        self._injected: list[XidEvent] = []
 
     # -- layout -----------------------------------------------------------------------------
     def _refresh_layout(self) -> None:
@@ -133,6 +134,11 @@ class Pipeline:
             for name in layout.signal_names
         ]
         return np.asarray(wanted, dtype=bool)[layout.signal]
+
+    def inject_xids(self, events: Iterable[XidEvent]) -> None:
+        """XIDs seen outside the frames (the kernel log): they join the next ``step``'s
+        ``xids`` and force their node's alert exactly like XIDs found in the data."""
+        self._injected.extend(events)
 
     # -- one tick ---------------------------------------------------------------------------
     def step(self, frame: Frame) -> TickResult:
@@ -175,7 +181,8 @@ class Pipeline:
         if entities.gpu_node.size:
             np.maximum.at(alert_score, entities.gpu_node, fused.gpu_score)
 
-        xid_events = tuple(self.xid_extractor.update(t, frame.values))
+        xid_events = (*self.xid_extractor.update(t, frame.values), *self._injected)
+        self._injected = []
         if self.params.alert_on_xid:
             for ev in xid_events:
                 if is_failure(ev, self.xid_catalog) and ev.node in layout.node_names:
