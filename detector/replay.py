@@ -31,6 +31,7 @@ from .simulate import SimulatedCluster
 from .xids import dedupe_episodes, is_failure
 
 Progress = Callable[[float, float], None]  # (fraction done, data seconds covered)
+INCIDENT_GAP_S = 900.0  # a signal quiet this long ends its cluster incident
 
 
 @dataclass
@@ -142,7 +143,7 @@ def run_replay(
     writer = ScoresCsv(scores_out) if scores_out is not None else None
     start = end = float("nan")
     ticks = 0
-    in_incident = False
+    last_seen: dict[str, float] = {}  # signal -> last tick it moved cluster-wide
     try:
         for frame in frames:
             tick = pipeline.step(frame)
@@ -152,9 +153,11 @@ def run_replay(
             ticks += 1
             alerts.extend(tick.ended)
             data_xids.extend(tick.xids)
-            if tick.incidents and not in_incident:
-                incidents += 1
-            in_incident = bool(tick.incidents)
+            for incident in tick.incidents:
+                # one incident per signal until it has been quiet for INCIDENT_GAP_S
+                if tick.time - last_seen.get(incident.signal, -np.inf) > INCIDENT_GAP_S:
+                    incidents += 1
+                last_seen[incident.signal] = tick.time
             if recorder is not None:
                 recorder.add(tick)
             if writer is not None:
