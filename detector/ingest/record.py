@@ -1,0 +1,207 @@
+"""``detector record``: scrape the targets on the scrape interval and write rotating dumps.
+
+Contract
+    :func:`record` scrapes every ``interval_s`` until ``stop_event`` is set and writes what
+    the targets expose, unmodified except for the target labels added to every series as
+    Prometheus adds them (``instance``, ``node`` and any configured target label; an exposed
+    label of the same name is kept as ``exported_<name>``), plus Prometheus' per-target
+    ``up``, ``scrape_duration_seconds`` and ``scrape_samples_scraped``. Samples carry the
+    scrape's wall-clock time unless the exporter gave their own timestamp.
+
+    Output: OpenMetrics files in ``out_dir`` (written by
+    :class:`~detector.ingest.dumps_writer.OpenMetricsWriter`), named
+    ``<prefix>-<UTC time of the first scrape>-<sequence>.om`` so that name order is time
+    order (``detector replay DIR`` reads a directory in name order). A file is closed and a
+    new one started when its estimated size reaches ``rotate_bytes`` or its first scrape is
+    ``rotate_s`` old. Every file is complete on its own (``# EOF``, sorted series): each
+    one can be given to ``detector replay`` or ``promtool tsdb create-blocks-from
+    openmetrics``. A file appears atomically when closed; stopping (event, cancellation, an
+    error) closes the current file with everything scraped so far. No empty file is written.
+
+    A tick that overruns the interval skips the ticks it missed (logged) rather than
+    scraping in a burst.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Protocol
+
+from ..config import Config
+from ..logs import get_logger
+from ..model import Exposition, Labels, Sample
+from .dumps_writer import OpenMetricsWriter, series_text
+from .parse import split_series
+from .scrape import HEALTH_METRICS, Scraper, TargetScrape
+from .targets import Target, TargetSource
+
+__all__ = ["DEFAULT_ROTATE_BYTES", "DEFAULT_ROTATE_S", "TargetScraper", "record", "run_record"]
+
+DEFAULT_ROTATE_BYTES = 256 * 1024 * 1024
+DEFAULT_ROTATE_S = 3600.0
+_HEALTH_TYPES = dict.fromkeys(HEALTH_METRICS, "gauge")
+_LINE_OVERHEAD = 32  # bytes per written line beyond the series text: value, time, blanks
+_log = get_logger(component="record")
+
+
+class TargetScraper(Protocol):
+    """What :func:`record` needs from a scraper (``Scraper`` or a test fake)."""
+
+    async def scrape_targets(self, targets: Sequence[Target]) -> list[TargetScrape]: ...
+
+
+def relabel(key: str, target_labels: Labels) -> str:
+    """A raw series key with the target labels added; a clashing exposed label is renamed
+    ``exported_<name>`` (again while that name is taken, as Prometheus does)."""
+    name, labels = split_series(key)
+    mine = {k for k, _ in target_labels}
+    taken = mine | {k for k, _ in labels}
+    out = list(target_labels)
+    for label, value in labels:
+        if label in mine:
+            while label in taken:
+                label = f"exported_{label}"
+            taken.add(label)
+        out.append((label, value))
+    return series_text(name, tuple(sorted(out)))
+
+
+class _Segment:
+    """One output file being filled."""
+
+    def __init__(self, out_dir: Path, prefix: str, seq: int, first: float) -> None:
+        stamp = datetime.fromtimestamp(first, UTC).strftime("%Y%m%dT%H%M%SZ")
+        self.path = out_dir / f"{prefix}-{stamp}-{seq:05d}.om"
+        self.writer = OpenMetricsWriter(self.path, _HEALTH_TYPES)
+        self.first = first
+        self.bytes = 0
+
+    def add(self, result: TargetScrape, now: float, keys: dict[tuple[Labels, str], str]) -> None:
+        target_labels = result.target.labels
+        exp = result.exposition
+        if exp is not None and exp.keys:
+            relabeled = []
+            for key in exp.keys:
+                text = keys.get((target_labels, key))
+                if text is None:
+                    text = keys[(target_labels, key)] = relabel(key, target_labels)
+                relabeled.append(text)
+            out = Exposition(exp.source, relabeled, exp.values, exp.timestamps, exp.types)
+            self.writer.add_exposition(out, default_time=now)
+            self.bytes += sum(map(len, relabeled)) + _LINE_OVERHEAD * len(relabeled)
+        health = (1.0 if result.up else 0.0, result.duration_s, float(result.samples))
+        for metric, value in zip(_HEALTH_TYPES, health, strict=True):
+            self.writer.add(Sample(metric, target_labels, value, now))
+        self.bytes += 3 * (len(series_text("up", target_labels)) + _LINE_OVERHEAD)
+
+
+def _log_changes(results: Sequence[TargetScrape], last: dict[str, str]) -> None:
+    """Log a target's failure when it starts or changes reason, and its recovery."""
+    for result in results:
+        url, before = result.target.url, last.get(result.target.url, "")
+        now = result.error.reason if result.error is not None else ""
+        if now != before:
+            if now:
+                _log.warning("target down", target=url, error=str(result.error))
+            else:
+                _log.info("target up", target=url)
+            last[url] = now
+
+
+async def record(
+    targets: Sequence[Target] | Callable[[], Sequence[Target]],
+    scraper: TargetScraper,
+    out_dir: Path,
+    *,
+    interval_s: float,
+    rotate_bytes: int = DEFAULT_ROTATE_BYTES,
+    rotate_s: float = DEFAULT_ROTATE_S,
+    stop_event: asyncio.Event,
+    wall: Callable[[], float] = time.time,
+    prefix: str = "detector-record",
+) -> list[Path]:
+    """Record until ``stop_event`` is set; returns the files written, oldest first."""
+    if interval_s <= 0:
+        raise ValueError(f"interval_s must be > 0 (got {interval_s})")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    current = targets if callable(targets) else (lambda: targets)
+    loop = asyncio.get_running_loop()
+    files: list[Path] = []
+    keys: dict[tuple[Labels, str], str] = {}
+    status: dict[str, str] = {}
+    segment: _Segment | None = None
+    start, tick = loop.time(), 0
+
+    def close() -> None:
+        nonlocal segment
+        if segment is not None:
+            segment.writer.close()
+            files.append(segment.path)
+            _log.info("dump written", file=str(segment.path), samples=segment.writer.samples)
+            segment = None
+
+    try:
+        while not stop_event.is_set():
+            now = wall()
+            results = await scraper.scrape_targets(current())
+            _log_changes(results, status)
+            if results:
+                if segment is None:
+                    segment = _Segment(out_dir, prefix, len(files), now)
+                for result in results:
+                    segment.add(result, now, keys)
+                if segment.bytes >= rotate_bytes or now - segment.first >= rotate_s:
+                    close()
+            tick += 1
+            behind = int((loop.time() - start) // interval_s) + 1
+            if behind > tick:
+                _log.warning("record fell behind, ticks skipped", skipped=behind - tick)
+                tick = behind
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop_event.wait(), start + tick * interval_s - loop.time())
+    finally:
+        close()
+    return files
+
+
+def run_record(
+    config: Config,
+    out_dir: Path,
+    duration_s: float | None = None,
+    *,
+    rotate_bytes: int = DEFAULT_ROTATE_BYTES,
+    rotate_s: float = DEFAULT_ROTATE_S,
+) -> list[Path]:
+    """``detector record``: record the config's targets (file_sd reloaded, shard applied)
+    into ``out_dir`` for ``duration_s`` (None: until SIGINT/SIGTERM, which finish the
+    current file cleanly). Returns the files written."""
+
+    async def main() -> list[Path]:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            # Not available off the main thread or on some platforms: then Ctrl-C cancels,
+            # and record() still closes its file on the way out.
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(signum, stop.set)
+        if duration_s is not None:
+            loop.call_later(duration_s, stop.set)
+        source = TargetSource(config)
+        async with Scraper.from_config(config.scrape) as scraper:
+            return await record(
+                source.current,
+                scraper,
+                out_dir,
+                interval_s=config.scrape.interval_s,
+                rotate_bytes=rotate_bytes,
+                rotate_s=rotate_s,
+                stop_event=stop,
+            )
+
+    return asyncio.run(main())
