@@ -239,7 +239,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         threshold = config.alerts.resolve_threshold(
             calibration.threshold if calibration is not None else None
         )
-        args.html.write_text(render_html(result, threshold=threshold, label=label))
+        args.html.write_text(render_html(result, threshold=threshold, label=label), "utf-8")
         print(f"HTML report written to {args.html}")
     return 0
 

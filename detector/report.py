@@ -26,7 +26,7 @@ import numpy as np
 
 from .evaluation import Evaluation, FailureRow
 from .model import Alert, FloatArray, XidEvent
-from .report_charts import Mark, Span, bars_svg, heatmap_svg, timeline_svg
+from .report_charts import CSS, LEGEND, Mark, Span, bars_svg, heatmap_svg, timeline_svg
 from .report_svg import utc
 
 ZOOM_BEFORE_S = 5400.0  # a zoom panel shows 90 min before the failure (longer if the lead is)
@@ -142,7 +142,13 @@ def _failures(ev: Evaluation) -> str:
             found = "<span class=early>before</span>"
         else:
             found = "<span class=late>after</span>"
-        signals = ", ".join(row.first_alert.signals) if row.first_alert else ""
+        if row.first_alert is not None:
+            signals = escape(", ".join(row.first_alert.signals))
+        else:
+            firing = _firing_at(ev, f)
+            signals = (
+                "" if firing is None else f"(the alert of {utc(firing, '%H:%M')} still firing)"
+            )
         rows.append(
             [
                 utc(f.time, "%Y-%m-%d %H:%M:%S"),
@@ -151,7 +157,7 @@ def _failures(ev: Evaluation) -> str:
                 str(f.xid),
                 found,
                 _lead(row.lead_time_s),
-                escape(signals),
+                signals,
             ]
         )
     if not rows:
@@ -160,6 +166,16 @@ def _failures(ev: Evaluation) -> str:
         )
     header = ["time (UTC)", "node", "GPU", "XID", "detected", "lead time", "first alert's signals"]
     return f"<section id=failures><h2>Failures</h2>{_table('failures', header, rows)}</section>"
+
+
+def _firing_at(ev: Evaluation, f: XidEvent) -> float | None:
+    """Start of an alert on the failure's node already firing at its time (a miss that an
+    operator would still have seen), or None."""
+    for a in ev.alerts:
+        al = a.alert
+        if al.node == f.node and al.start < f.time and (al.end is None or al.end >= f.time):
+            return al.start
+    return None
 
 
 def _windows(times: list[float], leads: list[float]) -> list[tuple[float, float]]:
@@ -227,7 +243,7 @@ def _timelines(result: ReplayData, threshold: float) -> str:
         parts.append(
             f"<div class=node id='node-{escape(node)}'><h3>{escape(node)} <small>"
             f"{len(rows)} failure(s), {n_alerts} alert(s)</small></h3>{chart}"
-            f"{_node_signals(rows, [a.alert for a in ev.alerts if a.alert.node == node])}</div>"
+            f"{_node_signals(ev, rows, [a.alert for a in ev.alerts if a.alert.node == node])}</div>"
         )
     parts.append("</section>")
     return "".join(parts)
@@ -244,17 +260,16 @@ def _xid_title(x: XidEvent) -> str:
     return f"XID {x.xid}{gpu} at {utc(x.time, '%Y-%m-%d %H:%M:%S')} ({x.source or 'data'})"
 
 
-def _node_signals(rows: Sequence[FailureRow], alerts: Sequence[Alert]) -> str:
+def _node_signals(ev: Evaluation, rows: Sequence[FailureRow], alerts: Sequence[Alert]) -> str:
     items = []
     for row in rows:
         f, first = row.event, row.first_alert
         what = f"XID {f.xid} (GPU {escape(f.gpu or '–')}, {utc(f.time)})"
-        covering = [a for a in alerts if a.start < f.time and (a.end is None or a.end >= f.time)]
-        if first is None and covering:
-            since = utc(covering[0].start, "%H:%M")
+        firing = _firing_at(ev, f) if first is None else None
+        if firing is not None:
             items.append(
                 f"<li>{what}: <span class=miss>no new alert</span> (the alert raised at "
-                f"{since} was still firing)</li>"
+                f"{utc(firing, '%H:%M')} was still firing)</li>"
             )
         elif first is None:
             items.append(f"<li>{what}: <span class=miss>no alert</span></li>")
@@ -338,17 +353,24 @@ def _signals(ev: Evaluation) -> str:
     rows = []
     for xid, (n, detected, before) in sorted(per_xid.items()):
         counts = sorted(ev.signals_first.get(xid, {}).items(), key=lambda kv: (-kv[1], kv[0]))
-        dominant = (
-            f"<code>{escape(counts[0][0])}</code> ({counts[0][1]}/{detected})" if counts else "–"
-        )
-        others = ", ".join(f"{escape(s)} ({k})" for s, k in counts[1:5])
+        # xid_<code> signals are the XID itself forcing the alert, not a precursor.
+        precursors = [(s, k) for s, k in counts if not s.startswith("xid_")]
+        top = precursors[0][0] if precursors else None
+        if top is not None:
+            dominant = f"<code>{escape(top)}</code> ({precursors[0][1]}/{detected})"
+        elif counts:
+            dominant = "<span class=note>none: alerts raised by the XID itself</span>"
+        else:
+            dominant = "–"
+        others = ", ".join(f"{escape(s)} ({k})" for s, k in counts if s != top)
         rows.append([str(xid), str(n), str(detected), str(before), dominant, others])
-    header = ["XID", "failures", "detected", "before the XID", "dominant signal", "also"]
+    header = ["XID", "failures", "detected", "before the XID", "dominant precursor", "also"]
     table = _table("signals", header, rows) if rows else "<p>No failures.</p>"
     return (
         "<section id=signals><h2>Dominant signal per failure type</h2>"
         "<p class=note>Counted over the top signals of the earliest alert that matched each "
-        f"failure.</p>{table}</section>"
+        "failure; <code>xid_&lt;code&gt;</code> means the XID itself raised the alert.</p>"
+        f"{table}</section>"
     )
 
 
@@ -384,43 +406,3 @@ def _offenders(ev: Evaluation, limit: int = 20) -> str:
         else ""
     )
     return f"<section id=offenders><h2>Repeat offenders</h2>{table}{more}</section>"
-
-
-LEGEND = (
-    "<p class=legend><span class='sw score'></span>fused score "
-    "<span class='sw thr'></span>threshold <span class='sw tp'></span>alert that matched a "
-    "failure <span class='sw fp'></span>false-positive alert <span class='sw xid'></span>failure "
-    "XID <span class='sw xidminor'></span>other XID</p>"
-)
-
-CSS = """
-body{font:14px/1.4 system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif;
- color:#1f2937;background:#f8fafc;margin:0}
-main{max-width:1240px;margin:0 auto;padding:16px 20px 40px}
-h1{margin:4px 0}h2{margin:28px 0 8px;border-bottom:2px solid #e5e7eb}h3{margin:16px 0 2px}
-h3 small{font-weight:normal;color:#6b7280}.sub,.note{color:#4b5563}.note{font-size:12px}
-table{border-collapse:collapse;background:#fff;font-variant-numeric:tabular-nums}
-th,td{border:1px solid #e5e7eb;padding:4px 8px;text-align:left;white-space:nowrap}
-td:last-child{white-space:normal}th{background:#f1f5f9}
-tbody tr:nth-child(even){background:#f9fafb}
-table.summary td{font-size:18px;font-weight:600}
-.early{color:#15803d;font-weight:600}.late{color:#b45309;font-weight:600}
-.miss{color:#b91c1c;font-weight:600}code{font-size:12px}
-ul.signals{margin:2px 0 0;font-size:13px}
-svg{background:#fff;display:block}svg text{font-size:10px;fill:#374151}
-.plot{fill:none;stroke:#9ca3af}.grid{stroke:#eef0f3}.ylab{text-anchor:end}
-.xlab{text-anchor:middle}.score{fill:none;stroke:#1d4ed8;stroke-width:1.2}
-.thr{stroke:#111827;stroke-dasharray:5 3}.tp{fill:#f59e0b;fill-opacity:.35}
-.fp{fill:#6b7280;fill-opacity:.25}.xid{stroke:#dc2626;stroke-width:2}
-.xidminor{stroke:#a855f7;stroke-width:1;stroke-dasharray:2 2}
-.xidlab{fill:#dc2626;font-weight:600}.lead{stroke:#15803d;stroke-width:2}
-.leadlab{fill:#15803d;font-weight:600}
-.win{fill:#dbeafe;fill-opacity:.5;stroke:#60a5fa}.winlab{font-weight:600}
-.legend .sw{display:inline-block;width:18px;height:10px;margin:0 4px 0 12px;
- vertical-align:middle}
-.sw.score{border-top:2px solid #1d4ed8;height:0}.sw.thr{border-top:2px dashed #111827;height:0}
-.sw.tp{background:#f59e0b;opacity:.5}.sw.fp{background:#6b7280;opacity:.35}
-.sw.xid{border-left:3px solid #dc2626;width:0}
-.sw.xidminor{border-left:2px dashed #a855f7;width:0}
-.heat image{image-rendering:pixelated}.bar{fill:#6b7280}.avg{stroke:#dc2626;stroke-dasharray:5 3}
-"""

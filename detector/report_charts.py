@@ -203,7 +203,7 @@ def heatmap_svg(
         f'preserveAspectRatio="none" href="{image}"/>',
         ax.frame((), 12).replace('class="grid"', 'class="grid heatgrid"'),
     ]
-    every = max(1, int(np.ceil(10 / row_h)))  # label every row when there is room
+    every = max(1, int(np.ceil(8 / row_h)))  # label every row when there is room
     for i, name in enumerate(node_names):
         if i % every == 0:
             y = top + (i + 0.5) * row_h + 3
@@ -258,7 +258,7 @@ def bars_svg(
     ``mean`` is drawn as a dashed line."""
     top_v = float(max(np.max(values, initial=0.0), mean, 1e-9)) * 1.15
     ax = Axes(_LEFT, 16, TIMELINE_WIDTH - _LEFT - _RIGHT, 150, span[0], span[1], 0.0, top_v)
-    ticks = tuple(np.round(np.linspace(0.0, top_v / 1.15, 3), 1).tolist())
+    ticks = tuple(np.round(np.linspace(0.0, top_v / 1.15, 3), 0 if top_v > 10 else 1).tolist())
     body = [ax.frame(ticks, 12)]
     for t, v, text in zip(starts.tolist(), values.tolist(), labels, strict=True):
         x0, x1 = ax.xf(t), ax.xf(t + width_s)
@@ -276,3 +276,45 @@ def bars_svg(
         f"mean {mean:.2f}/day</text>"
     )
     return svg(TIMELINE_WIDTH, 190, "".join(body), cls="bars", label=label)
+
+
+# The page's style sheet: mostly the chart classes used above (one place to restyle).
+LEGEND = (
+    "<p class=legend><span class='sw score'></span>fused score "
+    "<span class='sw thr'></span>threshold <span class='sw tp'></span>alert that matched a "
+    "failure <span class='sw fp'></span>false-positive alert <span class='sw xid'></span>failure "
+    "XID <span class='sw xidminor'></span>other XID</p>"
+)
+
+CSS = """
+body{font:14px/1.4 system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif;
+ color:#1f2937;background:#f8fafc;margin:0}
+main{max-width:1240px;margin:0 auto;padding:16px 20px 40px}
+h1{margin:4px 0}h2{margin:28px 0 8px;border-bottom:2px solid #e5e7eb}h3{margin:16px 0 2px}
+h3 small{font-weight:normal;color:#6b7280}.sub,.note{color:#4b5563}.note{font-size:12px}
+table{border-collapse:collapse;background:#fff;font-variant-numeric:tabular-nums}
+th,td{border:1px solid #e5e7eb;padding:4px 8px;text-align:left;white-space:nowrap}
+td:last-child{white-space:normal}th{background:#f1f5f9}
+tbody tr:nth-child(even){background:#f9fafb}
+table.summary td{font-size:18px;font-weight:600}
+.early{color:#15803d;font-weight:600}.late{color:#b45309;font-weight:600}
+.miss{color:#b91c1c;font-weight:600}code{font-size:12px}
+ul.signals{margin:2px 0 0;font-size:13px}
+svg{background:#fff;display:block}svg text{font-size:10px;fill:#374151}
+.plot{fill:none;stroke:#9ca3af}.grid{stroke:#eef0f3}.ylab{text-anchor:end}
+.xlab{text-anchor:middle}.score{fill:none;stroke:#1d4ed8;stroke-width:1.2}
+.thr{stroke:#111827;stroke-dasharray:5 3}.tp{fill:#f59e0b;fill-opacity:.35}
+.fp{fill:#6b7280;fill-opacity:.25}.xid{stroke:#dc2626;stroke-width:2}
+.xidminor{stroke:#a855f7;stroke-width:1;stroke-dasharray:2 2}
+.xidlab{fill:#dc2626;font-weight:600}.lead{stroke:#15803d;stroke-width:2}
+.leadlab{fill:#15803d;font-weight:600}
+.win{fill:#dbeafe;fill-opacity:.5;stroke:#60a5fa}.winlab{font-weight:600}
+.legend .sw{display:inline-block;width:18px;height:10px;margin:0 4px 0 12px;
+ vertical-align:middle}
+.sw.score{border-top:2px solid #1d4ed8;height:0}.sw.thr{border-top:2px dashed #111827;height:0}
+.sw.tp{background:#f59e0b;opacity:.5}.sw.fp{background:#6b7280;opacity:.35}
+.sw.xid{border-left:3px solid #dc2626;width:0}
+.sw.xidminor{border-left:2px dashed #a855f7;width:0}
+.heat image{image-rendering:pixelated}.heat .ylab{font-size:8px}
+.bar{fill:#6b7280}.avg{stroke:#dc2626;stroke-dasharray:5 3}
+"""
