@@ -1,0 +1,299 @@
+"""The live daemon, in-process: the simulator's live exporters (fast clock, planted failure),
+a local fake Alertmanager, kernel-log XIDs from a file, systemd notifications, restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from detector.config import Config, load_config
+from detector.daemon import Daemon, run_daemon, sd_notify
+from detector.pipeline import TickResult
+from detector.simulate import FailureSpec, Scenario, serve
+
+SPEED = 200.0  # simulated seconds per wall second: one 30 s sim step per 0.15 s tick
+INTERVAL = 0.15
+SCENARIO = Scenario(
+    nodes=3,
+    gpus=2,
+    days=0.1,
+    fault_trace=None,
+    noisy_nodes=0,
+    seed=1,
+    failures=(FailureSpec("gsp", node=1, gpu=0, at_s=600.0, lead_s=0.0, xid=119),),
+    repair_cap_s=1200.0,
+)
+
+
+@dataclass
+class FakeAlertmanager:
+    """POST /api/v2/alerts on loopback; keeps every alert it was sent."""
+
+    received: list[dict[str, Any]] = field(default_factory=list)
+    server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def alerts(self, **labels: str) -> list[dict[str, Any]]:
+        return [a for a in list(self.received) if labels.items() <= a["labels"].items()]
+
+    def resolved(self, **labels: str) -> list[dict[str, Any]]:
+        # A resolve carries an end time in the past of its arrival (firing: 4 resends ahead).
+        return [a for a in self.alerts(**labels) if a["endsAt"] <= a["arrived"]]
+
+
+@pytest.fixture
+def alertmanager() -> Iterator[FakeAlertmanager]:
+    am = FakeAlertmanager()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            arrived = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sim_clock()))
+            for alert in json.loads(body):
+                alert["arrived"] = arrived + ".999Z"
+                am.received.append(alert)
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+    am.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=am.server.serve_forever, daemon=True)
+    thread.start()
+    yield am
+    am.server.shutdown()
+    am.server.server_close()
+    thread.join(5)
+
+
+_ORIGIN: list[float] = []
+
+
+def sim_clock() -> float:
+    """The simulated cluster's time (the exporters run on the same scaled clock)."""
+    return SCENARIO.start + (time.monotonic() - _ORIGIN[0]) * SPEED
+
+
+@pytest.fixture
+def exporters() -> Iterator[dict[str, tuple[str, str]]]:
+    _ORIGIN[:] = [time.monotonic()]
+    running = serve(SCENARIO, port=0, speed=SPEED, clock=time.monotonic)
+    _ORIGIN[:] = [time.monotonic()]  # serve() starts its clock at its own call; close enough
+    yield running.urls
+    running.close()
+
+
+def daemon_config(
+    tmp_path: Path, urls: dict[str, tuple[str, str]], am_url: str, **extra: Any
+) -> Config:
+    static = [
+        {"url": url, "node": node, "kind": kind}
+        for node, (dcgm, node_exp) in urls.items()
+        for url, kind in ((dcgm, "dcgm"), (node_exp, "node"))
+    ]
+    doc: dict[str, Any] = {
+        "targets": {"static": static},
+        "scrape": {"interval_s": INTERVAL, "timeout_s": 0.12, "jitter_fraction": 0.0},
+        # Statistical alerts out of the way: the planted failure's XID forces its alert.
+        "alerts": {
+            "threshold": 0.99,
+            "min_duration_s": 0,
+            "cooldown_s": 0,
+            "alertmanager_urls": [am_url],
+            "resend_interval_s": 60,
+        },
+        "state": {"path": str(tmp_path / "state.npz"), "save_interval_s": 0.5},
+        "kmsg": {"enabled": False},
+        "logging": {"level": "warning"},
+    }
+    for key, value in extra.items():
+        doc[key] = doc.get(key, {}) | value if isinstance(value, dict) else value
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return load_config(path, env={})
+
+
+async def run_until(
+    config: Config,
+    done: Callable[[Daemon, TickResult], bool],
+    *,
+    timeout_s: float = 15.0,
+    **kwargs: Any,
+) -> list[Daemon]:
+    """Run the daemon until ``done`` says so after a tick; returns the daemon (for asserts)."""
+    stop = asyncio.Event()
+    seen: list[Daemon] = []
+
+    def on_tick(daemon: Daemon, tick: TickResult) -> None:
+        if not seen:
+            seen.append(daemon)
+        if done(daemon, tick):
+            stop.set()
+
+    kwargs.setdefault("handle_signals", False)
+    await asyncio.wait_for(
+        run_daemon(config, clock=sim_clock, stop=stop, on_tick=on_tick, **kwargs), timeout_s
+    )
+    return seen
+
+
+FAILURE = {"alertname": "GPUFailureSuspected", "node": "node-02"}
+
+
+async def test_planted_failure_fires_then_resolves_at_alertmanager(
+    tmp_path: Path, exporters: dict[str, tuple[str, str]], alertmanager: FakeAlertmanager
+) -> None:
+    """The simulated XID 119 reaches Alertmanager as a critical firing alert, then resolved;
+    live accounting counts one failure, detected (at the XID: no precursor was planted)."""
+    config = daemon_config(tmp_path, exporters, alertmanager.url)
+    [daemon] = await run_until(config, lambda d, t: bool(alertmanager.resolved(**FAILURE)))
+    counts = daemon.accounting.snapshot(sim_clock())
+    assert (1, 1, 1) == (counts.failures, counts.true_positives, counts.detected_after)
+    firing = [a for a in alertmanager.alerts(**FAILURE) if a not in alertmanager.resolved()]
+    assert firing, alertmanager.received
+    assert {"severity": "critical", "gpu": "0", "signal": "xid_119"}.items() <= firing[0][
+        "labels"
+    ].items()
+    assert {a["startsAt"] for a in alertmanager.alerts(**FAILURE)} == {firing[0]["startsAt"]}
+    assert (tmp_path / "state.npz").exists()
+
+
+async def test_restart_restores_state_without_a_second_alert(
+    tmp_path: Path, exporters: dict[str, tuple[str, str]], alertmanager: FakeAlertmanager
+) -> None:
+    """Stopped while the alert fires, restarted from the state file: the same episode goes on
+    and resolves; the sticky XID gauge is not taken for a new failure."""
+    config = daemon_config(tmp_path, exporters, alertmanager.url)
+    [first] = await run_until(config, lambda d, t: bool(alertmanager.alerts(**FAILURE)))
+    assert first.pipeline.open_alerts()
+    restored_open: list[int] = []
+    new_xids: list[str] = []
+
+    def resolved(daemon: Daemon, tick: TickResult) -> bool:
+        if not restored_open:
+            restored_open.append(len(daemon.pipeline.open_alerts()))
+        new_xids.extend(e.node for e in tick.xids if e.xid == 119)
+        return bool(alertmanager.resolved(**FAILURE))
+
+    [second] = await run_until(config, resolved)
+    assert first is not second
+    assert restored_open[0] >= 1  # the firing episode came back from the state file
+    starts = {a["startsAt"] for a in alertmanager.alerts(**FAILURE)}
+    assert 1 == len(starts), alertmanager.received
+    assert [] == new_xids
+    assert 1 == second.accounting.snapshot(sim_clock()).failures  # restored, not recounted
+
+
+async def test_kernel_log_xid_forces_an_alert_on_its_gpu(
+    tmp_path: Path, exporters: dict[str, tuple[str, str]], alertmanager: FakeAlertmanager
+) -> None:
+    """An NVRM Xid 79 line appended to the followed kernel log alerts on that node's GPU."""
+    log = tmp_path / "kern.log"
+    log.write_text("")
+    config = daemon_config(
+        tmp_path,
+        exporters,
+        alertmanager.url,
+        node_name="node-03",
+        kmsg={"enabled": True, "path": str(log)},
+    )
+    wrote: list[bool] = []
+
+    def step(daemon: Daemon, tick: TickResult) -> bool:
+        if daemon.stats.ticks == 3 and not wrote:
+            with log.open("a") as fh:  # GPU 1 of the simulated HGX sits at bus 0x2A
+                fh.write(
+                    "[ 9.1] NVRM: Xid (PCI:0000:2a:00): 79, pid=77, name=python, GPU has "
+                    "fallen off the bus.\n"
+                )
+            wrote.append(True)
+        return bool(alertmanager.alerts(node="node-03"))
+
+    [daemon] = await run_until(config, step)
+    [alert] = alertmanager.alerts(node="node-03")[:1]
+    assert {"gpu": "1", "signal": "xid_79", "severity": "critical"}.items() <= alert[
+        "labels"
+    ].items()
+    assert 1 == daemon.stats.kmsg_xids
+
+
+async def test_systemd_gets_ready_watchdog_and_stopping(
+    tmp_path: Path, exporters: dict[str, tuple[str, str]], alertmanager: FakeAlertmanager
+) -> None:
+    """NOTIFY_SOCKET set: READY=1 once after the first tick, WATCHDOG=1 every tick, STOPPING=1."""
+    path = str(tmp_path / "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.setblocking(False)
+    try:
+        env = {"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "30000000", "WATCHDOG_PID": str(os.getpid())}
+        config = daemon_config(tmp_path, exporters, alertmanager.url)
+        await run_until(config, lambda d, t: d.stats.ticks == 3, environ=env)
+        messages = []
+        while True:
+            try:
+                messages.append(sock.recv(256).decode())
+            except BlockingIOError:
+                break
+    finally:
+        sock.close()
+    assert ["READY=1", "WATCHDOG=1", "WATCHDOG=1", "WATCHDOG=1", "STOPPING=1"] == messages
+
+
+def test_sd_notify_is_a_no_op_outside_systemd() -> None:
+    """Without NOTIFY_SOCKET nothing is sent; a vanished socket is reported, not raised."""
+    assert sd_notify("READY=1", {}) is False
+    assert sd_notify("READY=1", {"NOTIFY_SOCKET": "/nonexistent/notify.sock"}) is False
+
+
+async def test_sigterm_stops_gracefully_and_saves_state(
+    tmp_path: Path, exporters: dict[str, tuple[str, str]], alertmanager: FakeAlertmanager
+) -> None:
+    """SIGTERM mid-run: the tick finishes, the loop ends, the state file is written."""
+    config = daemon_config(tmp_path, exporters, alertmanager.url, state={"save_interval_s": 3600})
+
+    def terminate(daemon: Daemon, tick: TickResult) -> bool:
+        if daemon.stats.ticks == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return daemon.stats.ticks >= 20  # never reached unless SIGTERM is ignored
+
+    [daemon] = await run_until(config, terminate, handle_signals=True)
+    assert daemon.stats.ticks < 20
+    assert 2 == daemon.stats.state_saves  # the first tick's save and the shutdown save
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+async def test_state_save_failure_is_survived(
+    tmp_path: Path, exporters: dict[str, tuple[str, str]], alertmanager: FakeAlertmanager
+) -> None:
+    """A state path that cannot be written: errors counted and logged, ticks go on."""
+    (tmp_path / "file").write_text("")
+    config = daemon_config(
+        tmp_path,
+        exporters,
+        alertmanager.url,
+        state={"path": str(tmp_path / "file" / "state.npz"), "save_interval_s": 0.1},
+    )
+    [daemon] = await run_until(config, lambda d, t: d.stats.ticks == 4)
+    assert 4 == daemon.stats.ticks
+    assert 0 == daemon.stats.state_saves
+    assert daemon.stats.state_save_errors >= 2
