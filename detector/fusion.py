@@ -50,6 +50,11 @@ class EntityMap:
     signal_node_pair: IntArray  # per column: compact id of (signal, node)
     pair_signal: IntArray  # per pair id: its signal id
     n_nodes: int
+    # Derived once per layout for fuse(): columns per pair, and the columns grouped by signal
+    # (signal s owns signal_columns[signal_bounds[s] : signal_bounds[s + 1]]).
+    pair_size: IntArray
+    signal_columns: IntArray
+    signal_bounds: IntArray
 
     @classmethod
     def build(cls, layout: ColumnLayout, gpu_labels: tuple[str, ...] | None = None) -> EntityMap:
@@ -66,6 +71,10 @@ class EntityMap:
         labels = tuple(str(g) for g in gpu_idx) if gpu_labels is None else gpu_labels
         pair_keys = layout.signal.astype(np.int64) * max(n_nodes, 1) + layout.node
         pairs, pair_inv = np.unique(pair_keys, return_inverse=True)
+        signal_columns = np.argsort(layout.signal, kind="stable")
+        signal_bounds = np.searchsorted(
+            layout.signal[signal_columns], np.arange(len(layout.signal_names) + 1)
+        )
         return cls(
             gpu_entity=gpu_entity,
             gpu_node=gpu_node,
@@ -73,6 +82,9 @@ class EntityMap:
             signal_node_pair=pair_inv.astype(np.int64),
             pair_signal=(pairs // max(n_nodes, 1)).astype(np.int64),
             n_nodes=n_nodes,
+            pair_size=np.bincount(pair_inv, minlength=pairs.shape[0]).astype(np.int64),
+            signal_columns=signal_columns.astype(np.int64),
+            signal_bounds=signal_bounds.astype(np.int64),
         )
 
 
@@ -98,49 +110,59 @@ def fuse(
     entities: EntityMap,
     params: FusionParams,
 ) -> Fused:
-    """Fuse one tick. ``applies[name]`` masks the columns scorer ``name`` is meant for."""
+    """Fuse one tick. ``applies[name]`` masks the columns scorer ``name`` is meant for.
+
+    Speed (results are bit-identical to the plain formulation): masked ``fmax`` in place
+    instead of ``np.where`` temporaries; counts over the few columns that are hot or
+    unobserved instead of weighted bincounts over every column; evidence only where a column
+    exceeds ``z0`` (everywhere else it is exactly 0, and adding 0 leaves a sum unchanged)."""
     n = len(layout)
     raw = np.zeros(n)
     for name, s in scores.items():
-        raw = np.fmax(raw, np.where(applies[name], s, 0.0))
-    peer = (
-        np.where(applies[PEER_SCORER], scores[PEER_SCORER], 0.0) if PEER_SCORER in scores else None
-    )
+        # raw >= 0 throughout, so fmax(raw, 0) == raw where the scorer does not apply.
+        np.fmax(raw, s, out=raw, where=applies[name])
 
     # common mode: share of (signal, node) pairs above common_mode_z among the observed pairs
     n_pairs = len(entities.pair_signal)
     n_signals = len(layout.signal_names)
-    hot_pair = (
-        np.bincount(
-            entities.signal_node_pair, weights=raw > params.common_mode_z, minlength=n_pairs
-        )
-        > 0
-    )
-    seen_pair = np.bincount(entities.signal_node_pair, weights=observed, minlength=n_pairs) > 0
+    pair = entities.signal_node_pair
+    hot_pair = np.zeros(n_pairs, dtype=bool)
+    hot_pair[pair[raw > params.common_mode_z]] = True
+    # A pair is seen unless every one of its columns is unobserved (few are, per tick).
+    unseen = np.bincount(pair[~observed], minlength=n_pairs)
+    seen_pair = unseen < entities.pair_size
     hot = np.bincount(entities.pair_signal, weights=hot_pair, minlength=n_signals)
     seen = np.bincount(entities.pair_signal, weights=seen_pair, minlength=n_signals)
     common = (hot >= params.common_mode_min_nodes) & (
         hot >= params.common_mode_fraction * np.maximum(seen, 1)
     )
-    column_z = raw
-    if common.any():
+    common_ids = np.flatnonzero(common)
+    column_z = raw  # a fresh array: modified in place from here on
+    if common_ids.size:
         # GPU columns keep their within-node peer score (independent of the crowd); node
         # columns' peers are the very crowd that moved, so they drop out for this tick.
-        damp = common[layout.signal]
-        keep = peer if peer is not None else 0.0
-        column_z = np.where(damp, np.where(layout.gpu >= 0, keep, 0.0), raw)
-    column_z = column_z * weights
-
-    evidence = np.log1p(np.maximum(column_z - params.z0, 0.0))
-    sq = evidence * evidence
-    node_e = np.sqrt(np.bincount(layout.node, weights=sq, minlength=entities.n_nodes))
-    is_gpu = entities.gpu_entity >= 0
-    gpu_e = np.sqrt(
-        np.bincount(
-            entities.gpu_entity[is_gpu], weights=sq[is_gpu], minlength=len(entities.gpu_node)
+        bounds = entities.signal_bounds
+        damp = np.concatenate(
+            [entities.signal_columns[bounds[i] : bounds[i + 1]] for i in common_ids.tolist()]
         )
+        keep = entities.gpu_entity[damp] >= 0
+        if PEER_SCORER in scores:
+            keep &= applies[PEER_SCORER][damp]
+            column_z[damp] = np.where(keep, scores[PEER_SCORER][damp], 0.0)
+        else:
+            column_z[damp] = 0.0
+    column_z *= weights
+
+    # Evidence log1p(max(z - z0, 0)) is 0 wherever z <= z0; NaN (never expected) is kept.
+    live = np.flatnonzero(~(column_z <= params.z0))
+    evidence = np.log1p(np.maximum(column_z[live] - params.z0, 0.0))
+    sq = evidence * evidence
+    node_e = np.sqrt(np.bincount(layout.node[live], weights=sq, minlength=entities.n_nodes))
+    gpu_of = entities.gpu_entity[live]
+    is_gpu = gpu_of >= 0
+    gpu_e = np.sqrt(
+        np.bincount(gpu_of[is_gpu], weights=sq[is_gpu], minlength=len(entities.gpu_node))
     )
-    common_ids = np.flatnonzero(common)
     return Fused(
         column_z=column_z,
         node_score=_to_unit(node_e, params.scale),
