@@ -39,6 +39,7 @@ from .alerts import AlertSender
 from .calibration import load_calibration
 from .config import Config, load_config
 from .errors import DetectorError, StateError
+from .export import Exporter
 from .ingest.kmsg import KernelXids, KmsgFollower
 from .ingest.scrape import Scraper, ScrapeRound
 from .ingest.targets import TargetSource
@@ -113,6 +114,7 @@ class Daemon:
             config.alerts, client=client, clock=clock, is_failure_xid=catalog.is_failure
         )
         self.stats = DaemonStats()
+        self.exporter = Exporter(top_k=config.scoring.top_k)
         self.accounting = LiveAccounting(config.evaluation.horizon_s, config.evaluation.grace_s)
         self._recent_xids: list[XidEvent] = []
         self.kmsg = kmsg
@@ -214,6 +216,7 @@ class Daemon:
             kernel = self.kernel.events(self.kmsg.poll(), now)
             self.pipeline.inject_xids(kernel)
             self.stats.kmsg_xids += len(kernel)
+        work_began = time.perf_counter()  # exported tick duration: scoring, scrape excluded
         frame = round_.frame
         if frame.values.shape[0] < len(self.index):  # kmsg never adds columns; scrape may have
             grown = np.full(len(self.index), np.nan)
@@ -233,6 +236,7 @@ class Daemon:
             )
         for alert in tick.ended:
             _log.info("alert resolved", node=alert.node, gpu=alert.gpu)
+        self._export(tick, round_, now, time.perf_counter() - work_began)
         elapsed = time.perf_counter() - began
         stats = self.stats
         stats.ticks += 1
@@ -250,6 +254,18 @@ class Daemon:
             series=len(self.index),
         )
         return tick
+
+    def _export(self, tick: TickResult, round_: ScrapeRound, now: float, work_s: float) -> None:
+        exporter = self.exporter
+        exporter.observe_tick(tick, work_s)
+        exporter.observe_scrapes(
+            {
+                r.target.url: (r.duration_s, r.error.reason if r.error is not None else None)
+                for r in round_.targets
+            }
+        )
+        exporter.set_alert_stats(self.alerts.stats())
+        exporter.set_accounting(self.accounting.snapshot(now))
 
     def _new_failures(self, events: tuple[XidEvent, ...], now: float) -> list[XidEvent]:
         """Failure XIDs that start a new episode. The same failure can arrive twice (the DCGM

@@ -21,6 +21,7 @@ import yaml
 
 from detector.config import Config, load_config
 from detector.daemon import Daemon, run_daemon, sd_notify
+from detector.ingest.parse import parse_exposition
 from detector.pipeline import TickResult
 from detector.simulate import FailureSpec, Scenario, serve
 
@@ -156,6 +157,14 @@ async def run_until(
     return seen
 
 
+def metrics(daemon: Daemon) -> dict[str, float]:
+    """The daemon's /metrics page as {series: value}."""
+    body, _ = daemon.exporter.render()
+    page = parse_exposition(body, "detector /metrics")
+    assert [] == page.errors
+    return dict(zip(page.keys, page.values, strict=True))
+
+
 FAILURE = {"alertname": "GPUFailureSuspected", "node": "node-02"}
 
 
@@ -165,7 +174,20 @@ async def test_planted_failure_fires_then_resolves_at_alertmanager(
     """The simulated XID 119 reaches Alertmanager as a critical firing alert, then resolved;
     live accounting counts one failure, detected (at the XID: no precursor was planted)."""
     config = daemon_config(tmp_path, exporters, alertmanager.url)
-    [daemon] = await run_until(config, lambda d, t: bool(alertmanager.resolved(**FAILURE)))
+    early: list[dict[str, float]] = []
+
+    def done(daemon: Daemon, tick: TickResult) -> bool:
+        if not early:
+            early.append(metrics(daemon))
+        return bool(alertmanager.resolved(**FAILURE))
+
+    [daemon] = await run_until(config, done)
+    late = metrics(daemon)
+    for name in ("detector_alerts_total", "detector_true_positives_total"):
+        assert (0.0, 1.0) == (early[0][name], late[name])
+    assert 1.0 == late['detector_xid_events_total{xid="119"}']
+    sent = f'detector_alertmanager_sent_alerts_total{{alertmanager="{alertmanager.url}"}}'
+    assert late[sent] >= 2  # the firing and the resolve
     counts = daemon.accounting.snapshot(sim_clock())
     assert (1, 1, 1) == (counts.failures, counts.true_positives, counts.detected_after)
     firing = [a for a in alertmanager.alerts(**FAILURE) if a not in alertmanager.resolved()]
