@@ -1,0 +1,340 @@
+"""HTML replay report: structure, self-containment, chart content, and a real browser render."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import zlib
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from detector.cli import main
+from detector.evaluation import Evaluation, evaluate
+from detector.model import Alert, FloatArray, XidEvent
+from detector.report import render_html
+from detector.report_svg import encode_png, pool_max
+
+T0 = 1_735_689_600.0  # 2025-01-01 00:00 UTC
+DAY = 86400.0
+
+
+class Page(HTMLParser):
+    """Every start tag with its attributes, the enclosing section of each, and its text."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str], str]] = []  # (tag, attrs, section id)
+        self.text: dict[str, list[str]] = {}
+        self.rows: dict[str, list[list[str]]] = {}  # section id -> body rows' cell texts
+        self._section = ""
+        self._cell: list[str] | None = None
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        if tag == "section":
+            self._section = a.get("id", "")
+        elif tag == "tr":
+            self.rows.setdefault(self._section, []).append([])
+        elif tag == "td":
+            self._cell = []
+        self.tags.append((tag, a, self._section))
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "td" and self._cell is not None:
+            self.rows[self._section][-1].append("".join(self._cell).strip())
+            self._cell = None
+
+    def handle_data(self, data: str) -> None:
+        self.text.setdefault(self._section, []).append(data)
+        if self._cell is not None:
+            self._cell.append(data)
+
+    def find(
+        self, tag: str, cls: str | None = None, section: str | None = None
+    ) -> list[dict[str, str]]:
+        return [
+            a
+            for t, a, s in self.tags
+            if t == tag
+            and (cls is None or cls in a.get("class", "").split())
+            and (section is None or s == section)
+        ]
+
+    def section_text(self, section: str) -> str:
+        return "".join(self.text.get(section, []))
+
+
+def decode_png(data: bytes) -> np.ndarray:
+    """(height, width, channels) pixels of an 8-bit non-interlaced grey/RGB/RGBA PNG."""
+    assert b"\x89PNG\r\n\x1a\n" == data[:8]
+    pos, idat, header = 8, bytearray(), b""
+    while pos < len(data):
+        (n,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + n]
+        pos += 12 + n
+        if kind == b"IHDR":
+            header = body
+        elif kind == b"IDAT":
+            idat += body
+    width, height, depth, color, _, _, interlace = struct.unpack(">IIBBBBB", header)
+    assert (8, 0) == (depth, interlace)
+    bpp = {0: 1, 2: 3, 4: 2, 6: 4}[color]
+    stride = width * bpp
+    raw = zlib.decompress(bytes(idat))
+    out = np.zeros((height, stride), dtype=np.uint8)
+    prev = np.zeros(stride, dtype=np.int64)
+    for y in range(height):
+        kind = raw[y * (stride + 1)]
+        line = np.frombuffer(raw, np.uint8, stride, y * (stride + 1) + 1).astype(np.int64)
+        if kind == 1:  # Sub: a running sum along the row, per channel
+            line = np.cumsum(line.reshape(width, bpp), axis=0).reshape(stride)
+        elif kind == 2:  # Up
+            line = line + prev
+        elif kind in (3, 4):  # Average, Paeth: sequential in x
+            cur, up = line.tolist(), prev.tolist()
+            for i in range(stride):
+                a = cur[i - bpp] if i >= bpp else 0
+                b = up[i]
+                if kind == 3:
+                    cur[i] = (cur[i] + ((a + b) >> 1)) & 255
+                    continue
+                c = up[i - bpp] if i >= bpp else 0
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                cur[i] = (cur[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+            line = np.asarray(cur, dtype=np.int64)
+        prev = line & 255
+        out[y] = prev
+    return out.reshape(height, width, bpp)
+
+
+@dataclass
+class FakeReplay:
+    """A replay result built by hand (the report reads it through its ReplayData protocol)."""
+
+    alerts: list[Alert]
+    failures: list[XidEvent]
+    node_scores: FloatArray
+    node_names: tuple[str, ...]
+    start: float = T0
+    step: float = 30.0
+    all_xids: list[XidEvent] = field(default_factory=list)
+    incidents: int = 0
+    series: int = 100
+    wall_s: float = 1.0
+    times: FloatArray = field(init=False)
+    end: float = field(init=False)
+    ticks: int = field(init=False)
+    evaluation: Evaluation = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ticks = self.node_scores.shape[0]
+        self.times = self.start + self.step * np.arange(self.ticks, dtype=np.float64)
+        self.end = float(self.times[-1])
+        self.all_xids = self.all_xids or list(self.failures)
+        self.evaluation = evaluate(self.alerts, self.failures, start=self.start, end=self.end)
+
+
+def quiet_cluster(days: float, nodes: int) -> np.ndarray:
+    ticks = int(days * DAY / 30)
+    return np.full((ticks, nodes), 0.05)
+
+
+@pytest.fixture(scope="module")
+def small_replay(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, object], Path]:
+    """The built-in simulated cluster, 6 nodes for 0.1 days, with --html and --report-json."""
+    out = tmp_path_factory.mktemp("report")
+    html, report = out / "report.html", out / "report.json"
+    code = main(
+        ["replay", "--days", "0.1", "--nodes", "6", "--quiet", "--html", str(html),
+         "--report-json", str(report)]
+    )  # fmt: skip
+    assert 0 == code
+    return html.read_text("utf-8"), json.loads(report.read_text()), html
+
+
+def test_replay_html_has_every_section(small_replay: tuple[str, dict[str, object], Path]) -> None:
+    """--html writes the summary, failures, timelines, heat map, signal, FP/day, offender parts."""
+    text, _, _ = small_replay
+    page = Page(text)
+    sections = [a["id"] for a in page.find("section")]
+    assert ["summary", "failures", "timelines", "heatmap", "signals", "fp", "offenders"] == sections
+    assert 1 == len(page.find("table", "summary", "summary"))
+    assert 1 == len(page.find("svg", "heat", "heatmap"))
+    assert 1 == len(page.find("svg", "bars", "fp"))
+    for section in ("failures", "signals", "offenders"):
+        assert 1 == len(page.find("table", section, section)), section
+
+
+def test_one_timeline_per_failed_node(small_replay: tuple[str, dict[str, object], Path]) -> None:
+    """Every node with a failure XID gets exactly one timeline SVG, anchored by node name."""
+    text, report, _ = small_replay
+    failures = report["failures"]
+    assert isinstance(failures, list)
+    assert failures, "the demo slice should contain failures"
+    nodes = sorted({f["node"] for f in failures})
+    page = Page(text)
+    assert len(nodes) == len(page.find("svg", "timeline", "timelines"))
+    assert [f"node-{n}" for n in nodes] == sorted(
+        a["id"] for a in page.find("div", "node", "timelines")
+    )
+
+
+def test_summary_table_matches_report_json(
+    small_replay: tuple[str, dict[str, object], Path],
+) -> None:
+    """The HTML summary shows the same failures, alerts and FP/day as the report JSON."""
+    text, report, _ = small_replay
+    summary = report["summary"]
+    assert isinstance(summary, dict)
+    (row,) = [r for r in Page(text).rows["summary"] if r]
+    assert str(summary["failures"]) == row[0]
+    assert str(len(report["alerts"])) == row[3]  # type: ignore[arg-type]
+    assert f"{summary['fp_per_day']:.2f}" == row[6]
+
+
+def test_report_is_self_contained(small_replay: tuple[str, dict[str, object], Path]) -> None:
+    """No network resource: every src/href is a fragment or a data: URI, no script or link."""
+    text, _, _ = small_replay
+    page = Page(text)
+    refs = [a[k] for _, a, _ in page.tags for k in ("src", "href") if k in a]
+    assert refs, "the heat map image and node links should be there"
+    assert [] == [r for r in refs if not r.startswith(("#", "data:"))]
+    assert [] == page.find("script") + page.find("link") + page.find("iframe")
+    assert re.search(r"https?://", text) is None
+
+
+def test_heat_map_pixels_follow_scores() -> None:
+    """The heat map PNG has a row per node; a one-tick spike survives max-pooling as dark red."""
+    scores = quiet_cluster(3, 4)  # 8640 ticks, pooled to 1000 columns
+    scores[4321, 2] = 1.0
+    scores[:100, 3] = np.nan
+    text = render_html(
+        FakeReplay([], [], scores, ("a", "b", "c", "d")), threshold=0.6, label="fake"
+    )
+    (image,) = Page(text).find("image", section="heatmap")
+    pixels = decode_png(base64.b64decode(image["href"].split(",", 1)[1]))
+    assert (4, 1000, 3) == pixels.shape
+    hot = np.argwhere(np.all(pixels == (128, 0, 38), axis=2))
+    assert [[2, 4321 * 1000 // 8640]] == hot.tolist()
+    assert (200, 204, 212) == tuple(pixels[3, 0])  # no data
+    assert (255, 255, 255) != tuple(pixels[0, 0])  # 0.05 is tinted, not blank
+
+
+def test_timeline_shows_lead_and_misses_under_a_running_alert() -> None:
+    """A zoom panel brackets the 20 min lead and labels XIDs 2 s apart once; a failure past the
+    horizon under the same, still firing alert is explained as such."""
+    scores = quiet_cluster(1, 2)
+    fail1 = T0 + 6 * 3600  # 06:00
+    fail2 = fail1 + 5400  # 07:30, 110 min after the alert started: outside the 60 min horizon
+    alert = Alert("n1", "3", fail1 - 1200, fail2 + 600, 0.9, ("ecc_sbe_volatile",))
+    failures = [
+        XidEvent(fail1, "n1", "3", 48),
+        XidEvent(fail1 + 2, "n1", "3", 95),
+        XidEvent(fail2, "n1", "3", 79),
+    ]
+    text = render_html(
+        FakeReplay([alert], failures, scores, ("n0", "n1")), threshold=0.6, label="fake"
+    )
+    page = Page(text)
+    assert 1 == len(page.find("svg", "timeline"))
+    timeline = page.section_text("timelines")
+    assert "lead 20 min" in timeline
+    assert "XID 48, XID 95" in timeline
+    assert "no new alert (the alert raised at 05:40 was still firing)" in timeline
+    missed = page.rows["failures"][-1]
+    assert ["missed", "(the alert of 05:40 still firing)"] == [missed[4], missed[6]]
+
+
+def test_fp_per_day_counts_unmatched_alerts_by_day() -> None:
+    """FP/day bars count the alerts that matched no failure in the day they started."""
+    scores = quiet_cluster(3, 2)
+    fps = [Alert("n0", None, T0 + h * 3600, T0 + h * 3600 + 60, 0.7, ()) for h in (1, 5, 50)]
+    failure = XidEvent(T0 + 30 * 3600, "n1", None, 79)
+    hit = Alert("n1", None, failure.time - 600, failure.time + 60, 0.9, ("gpu_util",))
+    text = render_html(
+        FakeReplay([*fps, hit], [failure], scores, ("n0", "n1")), threshold=0.6, label="x"
+    )
+    bars = re.findall(r'class="bar"><title>(\d+) FP</title>', text)
+    assert ["2", "0", "1"] == bars
+    assert 1 == len(Page(text).find("svg", "bars", "fp"))
+
+
+def test_offenders_rank_nodes_by_alerts_and_failures() -> None:
+    """Repeat offenders: most alerts + failures first, false positives counted per node."""
+    scores = quiet_cluster(1, 3)
+    failure = XidEvent(T0 + 7200, "n2", "0", 79)
+    alerts = [Alert("n1", None, T0 + h * 3600, T0 + h * 3600 + 60, 0.7, ("nfs",)) for h in (3, 6)]
+    alerts.append(Alert("n2", "0", failure.time - 300, failure.time, 0.9, ("xid_79",)))
+    text = render_html(
+        FakeReplay(alerts, [failure], scores, ("n0", "n1", "n2")), threshold=0.6, label="x"
+    )
+    rows = [r for r in Page(text).rows["offenders"] if r]  # the header row has no <td>
+    assert [
+        ["1", "n1", "2", "2", "0", "–", "nfs"],
+        ["2", "n2", "1", "0", "1", "79", "xid_79"],
+    ] == rows
+
+
+def test_pool_max_keeps_spikes_and_tells_gaps_from_empty_bins() -> None:
+    """Max-pooling keeps a one-tick spike; NaN ticks make a gap, bins without ticks are flagged."""
+    times = np.arange(10_000, dtype=np.float64)
+    values = np.zeros(10_000)
+    values[1234] = 5.0
+    values[5000:5100] = np.nan
+    centers, pooled, filled = pool_max(times, values, 0.0, 9999.0, 100)
+    assert 5.0 == np.nanmax(pooled)
+    assert [12] == np.flatnonzero(pooled[:, 0] == 5.0).tolist()
+    assert [50] == np.flatnonzero(np.isnan(pooled[:, 0])).tolist()
+    assert filled.all()
+    _, sparse, filled = pool_max(times[:10], values[:10], 0.0, 9.0, 40)
+    assert 10 == int(filled.sum())
+    assert 10 == int(np.isfinite(sparse).sum())
+    assert 100 == centers.shape[0]
+
+
+def test_png_encoder_round_trips() -> None:
+    """encode_png writes pixels that a PNG decoder reads back exactly."""
+    rgb = np.random.default_rng(3).integers(0, 256, (7, 13, 3), dtype=np.uint8)
+    assert rgb.tolist() == decode_png(encode_png(rgb)).tolist()
+
+
+def _chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None and os.environ.get("CI"):
+        pytest.fail("chromium is required in CI (apt-get install chromium fonts-dejavu-core)")
+    if found is None:
+        pytest.skip("chromium not installed")
+    return found
+
+
+@pytest.mark.tools
+def test_report_renders_in_headless_chromium(
+    small_replay: tuple[str, dict[str, object], Path], tmp_path: Path
+) -> None:
+    """Chromium renders the report to a non-blank 1400x2000 screenshot with red XID marks."""
+    chromium = _chromium()
+    _, _, html = small_replay
+    png = tmp_path / "shot.png"
+    subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={png}",
+         "--window-size=1400,2000", html.as_uri()],
+        capture_output=True, timeout=180, check=True,
+    )  # fmt: skip
+    pixels = decode_png(png.read_bytes())[:, :, :3].astype(np.int64)
+    assert (2000, 1400) == pixels.shape[:2]
+    assert pixels.std() > 20  # a blank page has none
+    red = (pixels[:, :, 0] > 200) & (pixels[:, :, 1] < 80) & (pixels[:, :, 2] < 80)
+    assert red.sum() > 50  # failure XID lines and labels were drawn
