@@ -207,10 +207,10 @@ class AlertSender:
     async def run(self, stop: asyncio.Event) -> None:
         """Deliver until ``stop`` is set, waking on new updates or when a retry is due."""
         while not stop.is_set():
+            self._wake.clear()  # before delivering: an update queued meanwhile wakes us again
             await self.deliver()
             due = self.next_due()
             wait = self.resend_interval_s if due is None else max(0.05, due - self.clock())
-            self._wake.clear()
             waiters = [asyncio.ensure_future(e.wait()) for e in (self._wake, stop)]
             await asyncio.wait(waiters, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
             for w in waiters:

@@ -412,3 +412,25 @@ async def test_real_http_alertmanager_receives_alerts() -> None:
         await server.wait_closed()
     assert "POST /api/v2/alerts HTTP/1.1" == received[0][0]
     assert "n7" == received[0][1][0]["labels"]["node"]
+
+
+async def test_run_delivers_queued_updates_until_stopped() -> None:
+    """The delivery task wakes on a new update, posts it, and exits when stop is set."""
+    posted = asyncio.Event()
+    received: list[Any] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        received.append(json.loads(request.content))
+        posted.set()
+        return httpx.Response(200)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        sender = AlertSender(["http://am:9093"], client=client)
+        stop = asyncio.Event()
+        task = asyncio.create_task(sender.run(stop))
+        await asyncio.sleep(0)  # the task is now waiting: nothing pending
+        sender.update(tick(T0), [alert("n1")])
+        await asyncio.wait_for(posted.wait(), 10)
+        stop.set()
+        await asyncio.wait_for(task, 10)
+    assert ["n1"] == [a["labels"]["node"] for post in received for a in post]
