@@ -8,10 +8,11 @@ Contract
     metric types. ``scrape_targets(targets)`` is the same without the index (``detector
     record`` uses it).
 
-    Time: the whole round ends within ``timeout_s`` of its start, whatever the targets do.
-    Each target starts after a deterministic jitter of up to ``jitter_fraction * timeout_s``
-    (spreads the load on exporters; the same URL always gets the same offset) and must finish
-    by the round's deadline, so a slow or hung target costs its own scrape, never the tick.
+    Time: every download of a round ends within ``timeout_s`` of the round's start, whatever
+    the targets do (parsing the bodies then adds its CPU time). Each target starts after a
+    deterministic jitter of up to ``jitter_fraction * timeout_s`` (spreads the connects and
+    the load on exporters; the same URL always gets the same offset) and must finish by the
+    round's deadline, so a slow or hung target costs its own scrape, never the tick.
 
     Failures are per target, never raised: httpx errors are translated here (and only here)
     into :class:`~detector.errors.ScrapeError` with ``reason`` one of ``timeout``,
