@@ -1,7 +1,7 @@
 """Rule catalogs: which metrics become which signals (rules/signals.yaml) and what each XID
 code means (rules/xid.yaml). Validated by pydantic when loaded; every mistake is reported as a
 ``ConfigError`` naming the file and the field, e.g.
-``rules/signals.yaml: signals[3].transform: must be one of level, rate, edge, presence``.
+``rules/signals.yaml: signals[3].transform: must be one of level, rate, edge, presence, ratio``.
 
 Matching contract (``SignalCatalog.classify``): a metric named by a rule (exact name first, then
 the first rule whose ``pattern`` fully matches, rules in file order) belongs to that rule, even
@@ -25,7 +25,7 @@ _M = TypeVar("_M", bound=BaseModel)
 
 DEFAULT_RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
 
-Transform = Literal["level", "rate", "edge", "presence"]
+Transform = Literal["level", "rate", "edge", "presence", "ratio"]
 Entity = Literal["gpu", "node"]
 Direction = Literal["up", "down", "both"]
 ScorerName = Literal["zscore", "changepoint", "peers", "health", "counts"]
@@ -63,6 +63,9 @@ class SignalRule(_Strict):
     scale: float = 1.0  # multiplies the transformed value (e.g. ns of throttling/s -> fraction)
     scorers: tuple[ScorerName, ...] = DEFAULT_SCORERS
     truth: Literal["xid"] | None = None  # ground truth, claimed but never scored
+    # ratio: increase of this counter per increase of the ``denominator`` counter with the same
+    # labels (seconds of RTT per NFS operation, not seconds of RTT per second, which is volume)
+    denominator: str | None = None
     description: str = ""
 
     @model_validator(mode="after")
@@ -77,6 +80,8 @@ class SignalRule(_Strict):
                 raise ValueError("presence signals are computed: give no metrics or pattern")
         elif not self.metrics and self.pattern is None:
             raise ValueError("give metrics and/or pattern")
+        if (self.transform == "ratio") != (self.denominator is not None):
+            raise ValueError("transform ratio needs a denominator (and only ratio takes one)")
         if "health" in self.scorers and not self.name.startswith("health_"):
             raise ValueError("signals scored by 'health' must be named health_*")
         return self

@@ -10,6 +10,10 @@ Transforms, per column, with ``prev`` the last *observed* value of its series:
   ``dt <= 0``, and on a counter reset (a decrease): the counter's value before the reset is
   unknown, so ``value / dt`` would invent a spike at every driver reload; one lost tick is cheap.
 - edge: 1.0 when the value differs from ``prev``, else 0.0; NaN on the first observation.
+- ratio: increase of the counter per increase of its ``denominator`` counter (the series of that
+  metric with the same identity labels): NFS seconds of RTT per operation rather than per second,
+  which would only measure volume. NaN when either is unobserved, reset, or the denominator did
+  not increase; NaN until the denominator series has been seen (it may appear later).
 - presence (computed): ``health_series_missing_fraction`` per GPU = fraction of the GPU's
   previously observed series missing this tick; ``health_gpu_count`` per node = GPUs of the node
   with any series observed this tick. Both are NaN for a node with no GPU series at all this
@@ -31,8 +35,8 @@ from .model import DCGM_BLANK_THRESHOLD, BoolArray, ColumnLayout, FloatArray, In
 from .rules import SignalCatalog
 from .series import SeriesIndex
 
-LEVEL, RATE, EDGE, MISSING, GPU_COUNT = 0, 1, 2, 3, 4
-_TRANSFORM = {"level": LEVEL, "rate": RATE, "edge": EDGE}
+LEVEL, RATE, EDGE, MISSING, GPU_COUNT, RATIO = 0, 1, 2, 3, 4, 5
+_TRANSFORM = {"level": LEVEL, "rate": RATE, "edge": EDGE, "ratio": RATIO}
 _DIRECTION = {"up": 1, "down": -1, "both": 0}
 CohortOf = Callable[[SeriesInfo], str] | Mapping[str, str]
 
@@ -73,6 +77,8 @@ class SignalMap:
         self._direction: list[int] = []
         self._weight: list[float] = []
         self._entity: list[int] = []  # gpu entity id (MISSING) or node id (GPU_COUNT), else -1
+        self._denom: list[int] = []  # RATIO: series column of the denominator, -1 unknown yet
+        self._unresolved: dict[int, tuple[str, tuple[tuple[str, str], ...]]] = {}
         self.signal_names: list[str] = []
         self._signal_ids: dict[str, int] = {}
         self.node_names: list[str] = []
@@ -86,8 +92,10 @@ class SignalMap:
         # Tick state.
         self._prev_value: FloatArray = np.empty(0)
         self._prev_time: FloatArray = np.empty(0)
+        self._prev_den: FloatArray = np.empty(0)  # RATIO: the denominator's previous value
         self._seen: BoolArray = np.zeros(0, dtype=bool)  # per index series: ever observed
-        self._pending: dict[int, tuple[float, float]] = {}  # restored state for future columns
+        # restored state for columns not mapped yet
+        self._pending: dict[int, tuple[float, float, float]] = {}
         self._arrays: dict[str, np.ndarray] | None = None
         self._layout: ColumnLayout | None = None
 
@@ -140,6 +148,9 @@ class SignalMap:
         self._direction.append(_DIRECTION[rule["direction"]])
         self._weight.append(float(rule["weight"]))
         self._entity.append(int(rule.get("entity_id", -1)))
+        self._denom.append(-1)
+        if kind == RATIO:
+            self._unresolved[len(self._series) - 1] = (str(rule["denominator"]), info.labels)
 
     def sync(self) -> bool:
         """Map series added to the index since the last sync; True when columns were added."""
@@ -147,23 +158,36 @@ class SignalMap:
         infos = self.index.infos
         for info in infos[self._synced :]:
             self._map_series(info)
+        if self._synced < len(infos):  # per-series arrays (presence) grew too
+            self._arrays = None
         self._synced = len(infos)
         if self._seen.shape[0] < len(infos):
             self._seen = np.concatenate(
                 [self._seen, np.zeros(len(infos) - self._seen.shape[0], dtype=bool)]
             )
         added = len(self._series) - before
+        self._resolve_denominators()
         if added:
             fill = np.full(added, np.nan)
             self._prev_value = np.concatenate([self._prev_value, fill])
             self._prev_time = np.concatenate([self._prev_time, fill])
+            self._prev_den = np.concatenate([self._prev_den, fill])
             for col in range(before, len(self._series)):
                 restored = self._pending.pop(self._series[col], None)
                 if restored is not None and self._series[col] >= 0:
-                    self._prev_value[col], self._prev_time[col] = restored
+                    self._prev_value[col], self._prev_time[col], self._prev_den[col] = restored
             self._arrays = None
             self._layout = None
         return added > 0
+
+    def _resolve_denominators(self) -> None:
+        """Pair ratio columns with their denominator series once those are in the index."""
+        for col, (metric, labels) in list(self._unresolved.items()):
+            found = self.index.column_of(metric, labels)
+            if found is not None:
+                self._denom[col] = found
+                del self._unresolved[col]
+                self._arrays = None
 
     def _map_series(self, info: SeriesInfo) -> None:
         entity = -1
@@ -185,14 +209,26 @@ class SignalMap:
                 return
             counter = self.catalog.is_counter(info.metric, self._declared_type(info.metric))
             kind = RATE if counter else LEVEL
-            fields = {"direction": rule.direction, "weight": rule.weight}
-            self._append(info, info.column, kind, info.metric, info.gpu or None, **fields)
+            self._append(
+                info,
+                info.column,
+                kind,
+                info.metric,
+                info.gpu or None,
+                direction=rule.direction,
+                weight=rule.weight,
+            )
             return
         assert not isinstance(verdict, str)
         if verdict.truth is not None:  # ground truth (XID): read by xids.py, never scored
             return
         gpu = info.gpu if verdict.entity == "gpu" and info.gpu else None
-        fields = {"direction": verdict.direction, "weight": verdict.weight, "scale": verdict.scale}
+        fields: dict[str, Any] = {
+            "direction": verdict.direction,
+            "weight": verdict.weight,
+            "scale": verdict.scale,
+            "denominator": verdict.denominator,
+        }
         self._append(info, info.column, _TRANSFORM[verdict.transform], verdict.name, gpu, **fields)
 
     def _add_presence(self, info: SeriesInfo, entity: int, node_id: int) -> None:
@@ -208,21 +244,37 @@ class SignalMap:
 
     # ------------------------------------------------------------------ per tick
     def _frozen(self) -> dict[str, np.ndarray]:
+        """Index arrays derived from the column lists, rebuilt only when columns are added
+        (building them per tick cost more than the arithmetic)."""
         if self._arrays is None:
             kind = np.asarray(self._kind, dtype=np.int64)
             series = np.asarray(self._series, dtype=np.int64)
+            scale = np.asarray(self._scale, dtype=np.float64)
+            level = np.flatnonzero(kind == LEVEL)
+            rate = np.flatnonzero(kind == RATE)
+            series_entity = np.asarray(self._series_gpu_entity, dtype=np.int64)
+            gpu_series = np.flatnonzero(series_entity >= 0)
+            weight = np.asarray(self._weight, dtype=np.float64)
+            weight.setflags(write=False)  # handed out by ``weights`` every tick
             self._arrays = {
                 "series": series,
-                "scale": np.asarray(self._scale, dtype=np.float64),
-                "level": np.flatnonzero(kind == LEVEL),
-                "rate": np.flatnonzero(kind == RATE),
+                "scale": scale,
+                "level": level,
+                "level_scale": scale[level],
+                "rate": rate,
+                "rate_scale": scale[rate],
                 "edge": np.flatnonzero(kind == EDGE),
+                "ratio": np.flatnonzero(kind == RATIO),
+                "denom": np.asarray(self._denom, dtype=np.int64),
                 "backed": np.flatnonzero(series >= 0),
                 "missing": np.flatnonzero(kind == MISSING),
                 "count": np.flatnonzero(kind == GPU_COUNT),
                 "entity": np.asarray(self._entity, dtype=np.int64),
-                "series_entity": np.asarray(self._series_gpu_entity, dtype=np.int64),
+                "series_entity": series_entity,
+                "gpu_series": gpu_series,
+                "gpu_series_entity": series_entity[gpu_series],
                 "entity_node": np.asarray(self._gpu_entity_node, dtype=np.int64),
+                "weight": weight,
             }
         return self._arrays
 
@@ -232,48 +284,64 @@ class SignalMap:
             self.sync()
         a = self._frozen()
         n_series = self._synced
-        values = np.full(n_series, np.nan)
+        # One slot past the series holds NaN, so computed columns (series -1) gather NaN.
+        padded = np.empty(n_series + 1)
         width = min(n_series, frame_values.shape[0])
-        values[:width] = frame_values[:width]
-        values[np.abs(values) >= DCGM_BLANK_THRESHOLD] = np.nan
+        padded[:width] = frame_values[:width]
+        padded[width:] = np.nan
+        values = padded[:n_series]
+        with np.errstate(invalid="ignore"):
+            values[np.abs(values) >= DCGM_BLANK_THRESHOLD] = np.nan
 
         out = np.full(len(self._series), np.nan)
-        backed = a["backed"]
-        x = values[a["series"][backed]]
-        cur = np.full(len(self._series), np.nan)
-        cur[backed] = x
+        cur = padded[a["series"]]
         observed = ~np.isnan(cur)
         prev, prev_t = self._prev_value, self._prev_time
         have_prev = observed & ~np.isnan(prev)
 
         lv = a["level"]
-        out[lv] = cur[lv] * a["scale"][lv]
+        out[lv] = cur[lv] * a["level_scale"]
         rt = a["rate"]
         dt = t - prev_t[rt]
         dv = cur[rt] - prev[rt]
-        ok = have_prev[rt] & (dt > 0) & (dv >= 0)
+        positive = dt > 0
+        ok = have_prev[rt] & positive & (dv >= 0)
         with np.errstate(invalid="ignore", divide="ignore"):
-            out[rt] = np.where(ok, dv / np.where(dt > 0, dt, 1.0) * a["scale"][rt], np.nan)
+            np.divide(dv, dt, out=dv, where=positive)  # dv / 1.0 elsewhere: dv stays
+            dv *= a["rate_scale"]
+        dv[~ok] = np.nan
+        out[rt] = dv
         ed = a["edge"]
         out[ed] = np.where(have_prev[ed], (cur[ed] != prev[ed]).astype(np.float64), np.nan)
+        ra = a["ratio"]
+        if ra.size:
+            den_col = a["denom"][ra]
+            known = den_col >= 0
+            den = np.where(known, values[np.where(known, den_col, 0)], np.nan)
+            d_num = cur[ra] - prev[ra]
+            d_den = den - self._prev_den[ra]
+            ok = have_prev[ra] & (d_num >= 0) & (d_den > 0)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out[ra] = np.where(ok, d_num / np.where(ok, d_den, 1.0) * a["scale"][ra], np.nan)
+            den_seen = ~np.isnan(den)
+            self._prev_den[ra[den_seen]] = den[den_seen]
         self._presence_values(a, values, out)
 
-        prev[observed] = cur[observed]
-        prev_t[observed] = t
+        np.copyto(prev, cur, where=observed)
+        np.copyto(prev_t, t, where=observed)
         self._seen[:n_series] |= ~np.isnan(values)
         return out
 
     def _presence_values(
         self, a: dict[str, np.ndarray], values: FloatArray, out: FloatArray
     ) -> None:
-        series_entity = a["series_entity"]
         n_entities = a["entity_node"].shape[0]
         if n_entities == 0:
             return
-        gpu_series = series_entity >= 0
-        ent = series_entity[gpu_series]
+        gpu_series = a["gpu_series"]
+        ent = a["gpu_series_entity"]
         obs = ~np.isnan(values[gpu_series])
-        seen = self._seen[: values.shape[0]][gpu_series]
+        seen = self._seen[gpu_series]
         observed_per_gpu = np.bincount(ent[obs], minlength=n_entities)
         gpu_up = observed_per_gpu > 0
         gpus_per_node = np.bincount(
@@ -309,7 +377,10 @@ class SignalMap:
 
     @property
     def weights(self) -> FloatArray:
-        return np.asarray(self._weight, dtype=np.float64)
+        """Per-column fusion weight (read-only; cached until columns are added)."""
+        if self._synced < len(self.index):
+            self.sync()
+        return self._frozen()["weight"]
 
     def column_names(self, i: int) -> tuple[str, str, str | None, int]:
         """(signal name, node, gpu label or None, series column or -1 when computed)."""
@@ -331,6 +402,7 @@ class SignalMap:
             "series": self.series_columns(),
             "prev_value": self._prev_value.copy(),
             "prev_time": self._prev_time.copy(),
+            "prev_den": self._prev_den.copy(),
             "seen": self._seen.copy(),
         }
 
@@ -338,19 +410,21 @@ class SignalMap:
         """Restore ``state_dict`` output; columns not mapped yet are restored when they are."""
         self.sync()
         where = {int(s): i for i, s in enumerate(self._series) if s >= 0}
-        for s, v, t in zip(
+        dens = state.get("prev_den", np.full(state["series"].shape[0], np.nan)).tolist()
+        for s, v, t, d in zip(
             state["series"].tolist(),
             state["prev_value"].tolist(),
             state["prev_time"].tolist(),
+            dens,
             strict=True,
         ):
             if s < 0:
                 continue
             col = where.get(int(s))
             if col is None:
-                self._pending[int(s)] = (v, t)
+                self._pending[int(s)] = (v, t, d)
             else:
-                self._prev_value[col], self._prev_time[col] = v, t
+                self._prev_value[col], self._prev_time[col], self._prev_den[col] = v, t, d
         seen = np.asarray(state["seen"], dtype=bool)
         if seen.shape[0] > self._seen.shape[0]:
             grown = np.zeros(seen.shape[0], dtype=bool)

@@ -79,9 +79,8 @@ def test_bad_transform_names_file_and_field(tmp_path: Path) -> None:
     path = _write(tmp_path, body)
     with pytest.raises(ConfigError) as err:
         load_signal_rules(path)
-    assert f"{path}: signals[1].transform: must be one of level, rate, edge, presence" == str(
-        err.value
-    )
+    expected = "signals[1].transform: must be one of level, rate, edge, presence, ratio"
+    assert f"{path}: {expected}" == str(err.value)
 
 
 def test_negative_weight_and_unknown_field_are_named(tmp_path: Path) -> None:

@@ -361,3 +361,19 @@ def test_default_rule_leaves_node_level_series_alone_unless_asked() -> None:
     names = {cluster.signals.column_names(i)[0] for i in range(len(cluster.signals))}
     assert "DCGM_FI_DEV_ENC_UTIL" in names
     assert "node_context_switches_total" not in names
+
+
+def test_ratio_is_counter_increase_per_denominator_increase() -> None:
+    """NFS RTT per operation: seconds of RTT gained per request gained, whatever the volume;
+    NaN when no request completed and before the denominator series exists."""
+    cluster = Cluster()
+    labels = (("instance", "n1:9100"), ("export", "srv:/data"), ("operation", "READ"))
+    rtt = "node_mountstats_nfs_operations_response_time_seconds_total"
+    ops = "node_mountstats_nfs_operations_requests_total"
+    cluster.tick(0, {(rtt, labels): 10.0})  # the denominator is not known yet
+    col = cluster.column("nfs_op_rtt")
+    assert np.isnan(cluster.tick(15, {(rtt, labels): 11.0, (ops, labels): 100.0})[col])
+    assert 0.5 == cluster.tick(30, {(rtt, labels): 12.0, (ops, labels): 102.0})[col]
+    busy = cluster.tick(45, {(rtt, labels): 112.0, (ops, labels): 302.0})[col]
+    assert 0.5 == busy  # 100x the volume, same latency
+    assert np.isnan(cluster.tick(60, {(rtt, labels): 112.0, (ops, labels): 302.0})[col])
