@@ -47,6 +47,7 @@ from .logs import configure_logging, get_logger
 from .model import Frame, XidEvent
 from .pipeline import Pipeline, TickResult, build_pipeline, pipeline_state, restore_pipeline
 from .series import LabelRules, SeriesIndex
+from .server import Readiness, Server, start_server
 from .state import load_state, save_state
 from .xids import dedupe_episodes, is_failure
 
@@ -120,6 +121,7 @@ class Daemon:
         self.kmsg = kmsg
         if kmsg is None and config.kmsg.enabled:
             self.kmsg = KmsgFollower(config.kmsg.path)
+        self.server: Server | None = None  # set by run_daemon once listening
         self.last_round: ScrapeRound | None = None
         self.last_tick: TickResult | None = None
         self._last_time = float("-inf")
@@ -302,10 +304,12 @@ async def run_daemon(
     shutdown_timeout_s: float = 10.0,
     kmsg: KmsgFollower | None = None,
     on_tick: Callable[[Daemon, TickResult], None] | None = None,
+    port: int | None = None,
 ) -> None:
     """Run until ``stop`` is set (or SIGTERM/SIGINT when ``handle_signals``); see the module
     docstring. ``environ`` (default os.environ) is where NOTIFY_SOCKET/WATCHDOG_USEC are read.
-    ``on_tick`` is called after each tick (tests observe the daemon through it)."""
+    ``on_tick`` is called after each tick (tests observe the daemon through it); ``port``
+    overrides the server's listen port (0: any free port, see ``Daemon.server``)."""
     env = os.environ if environ is None else environ
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -322,8 +326,11 @@ async def run_daemon(
     daemon = Daemon(config, clock=clock, client=client, kmsg=kmsg)
     delivery: asyncio.Task[None] | None = None
     delivery_stop = asyncio.Event()
+    readiness = Readiness(interval)
+    server: Server | None = None
     try:
         daemon.restore()
+        server = daemon.server = await start_server(config, daemon.exporter, readiness, port=port)
         delivery = asyncio.create_task(daemon.alerts.run(delivery_stop), name="alert-delivery")
         _log.info(
             "daemon started",
@@ -335,6 +342,7 @@ async def run_daemon(
         next_at = loop.time()
         while not stop.is_set():
             tick = await daemon.tick()
+            readiness.tick_done()
             if on_tick is not None:
                 on_tick(daemon, tick)
             if not daemon.stats.ready:
@@ -361,6 +369,8 @@ async def run_daemon(
         except TimeoutError:
             _log.warning("alert flush timed out", timeout_s=shutdown_timeout_s)
         daemon.save()
+        if server is not None:
+            await server.close()
         await daemon.aclose()
         for sig in signals:
             loop.remove_signal_handler(sig)

@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
@@ -151,6 +152,7 @@ async def run_until(
             stop.set()
 
     kwargs.setdefault("handle_signals", False)
+    kwargs.setdefault("port", 0)
     await asyncio.wait_for(
         run_daemon(config, clock=sim_clock, stop=stop, on_tick=on_tick, **kwargs), timeout_s
     )
@@ -175,13 +177,30 @@ async def test_planted_failure_fires_then_resolves_at_alertmanager(
     live accounting counts one failure, detected (at the XID: no precursor was planted)."""
     config = daemon_config(tmp_path, exporters, alertmanager.url)
     early: list[dict[str, float]] = []
+    pending: list[threading.Thread] = []
+
+    served: list[int] = []
 
     def done(daemon: Daemon, tick: TickResult) -> bool:
         if not early:
             early.append(metrics(daemon))
+        if daemon.stats.ticks == 2:
+            assert daemon.server is not None
+            base = f"http://127.0.0.1:{daemon.server.port}"
+            fetch = threading.Thread(
+                target=lambda: served.extend(
+                    httpx.get(f"{base}{path}", timeout=5).status_code
+                    for path in ("/readyz", "/metrics")
+                )
+            )
+            fetch.start()
+            pending.append(fetch)
         return bool(alertmanager.resolved(**FAILURE))
 
     [daemon] = await run_until(config, done)
+    for thread in pending:
+        thread.join(5)
+    assert [200, 200] == served[:2]  # /readyz and /metrics answered over HTTP while running
     late = metrics(daemon)
     for name in ("detector_alerts_total", "detector_true_positives_total"):
         assert (0.0, 1.0) == (early[0][name], late[name])
