@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from detector.config import Config, load_config
-from detector.daemon import Daemon, run_daemon, sd_notify
+from detector.daemon import Daemon, main_run, run_daemon, sd_notify
 from detector.ingest.parse import parse_exposition
 from detector.pipeline import TickResult
 from detector.simulate import FailureSpec, Scenario, serve
@@ -338,3 +338,10 @@ async def test_state_save_failure_is_survived(
     assert 4 == daemon.stats.ticks
     assert 0 == daemon.stats.state_saves
     assert daemon.stats.state_save_errors >= 2
+
+
+def test_main_run_refuses_a_bad_config_with_exit_2(tmp_path: Path) -> None:
+    """`detector run --config FILE` with an invalid file: exit code 2, no daemon started."""
+    path = tmp_path / "config.yaml"
+    path.write_text("scrape:\n  timeot_s: 1\n")
+    assert 2 == main_run(path, env={})
