@@ -23,6 +23,14 @@ from ..model import FloatArray
 from .cluster import SimulatedCluster
 from .scenario import Scenario
 
+
+class _ClusterHTTPServer(ThreadingHTTPServer):
+    # A scraper opens every node's connections at once (126 for 63 nodes on one port);
+    # socketserver's default listen backlog of 5 would turn most of them into timeouts.
+    request_queue_size = 1024
+    daemon_threads = True
+
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -60,7 +68,7 @@ class LiveClock:
 class Exporters:
     """Running servers; ``urls`` maps node -> (dcgm url, node-exporter url)."""
 
-    servers: list[ThreadingHTTPServer]
+    servers: list[_ClusterHTTPServer]
     urls: dict[str, tuple[str, str]]
     threads: list[threading.Thread] = field(default_factory=list)
 
@@ -119,7 +127,7 @@ def serve(
         plans.append((port, routes))
     exporters = Exporters([], {})
     for bind_port, routes in plans:
-        server = ThreadingHTTPServer((host, bind_port), _handler(live, routes))
+        server = _ClusterHTTPServer((host, bind_port), _handler(live, routes))
         server.daemon_threads = True
         actual = server.server_address[1]
         base = f"http://{host}:{actual}"
