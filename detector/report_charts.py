@@ -306,7 +306,9 @@ svg{background:#fff;display:block}svg text{font-size:10px;fill:#374151}
 .thr{stroke:#111827;stroke-dasharray:5 3}.tp{fill:#f59e0b;fill-opacity:.35}
 .fp{fill:#6b7280;fill-opacity:.25}.xid{stroke:#dc2626;stroke-width:2}
 .xidminor{stroke:#a855f7;stroke-width:1;stroke-dasharray:2 2}
-.xidlab{fill:#dc2626;font-weight:600}.lead{stroke:#15803d;stroke-width:2}
+.xidlab{fill:#dc2626;font-weight:600}
+.xidlab,.leadlab{paint-order:stroke;stroke:#fff;stroke-width:3px}
+.lead{stroke:#15803d;stroke-width:2}
 .leadlab{fill:#15803d;font-weight:600}
 .win{fill:#dbeafe;fill-opacity:.5;stroke:#60a5fa}.winlab{font-weight:600}
 .legend .sw{display:inline-block;width:18px;height:10px;margin:0 4px 0 12px;
