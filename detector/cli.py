@@ -24,8 +24,11 @@ from .calibration import (
     save_calibration,
 )
 from .config import Config, check_config, load_config
+from .daemon import main_run
 from .episodes import EpisodeParams
 from .errors import ConfigError, DetectorError
+from .ingest.record import run_record
+from .logs import configure_logging
 from .pipeline import build_pipeline
 from .replay import (
     Progress,
@@ -54,6 +57,12 @@ EXAMPLES = {
   detector simulate --nodes 63 --gpus 8 --days 3 --seed 7 --out sim.om.gz --events sim.jsonl""",
     "check-config": """examples:
   detector check-config /etc/detector/config.yaml""",
+    "run": """examples:
+  detector run --config /etc/detector/config.yaml        # fleet or agent mode, per the config
+  NODE_NAME=gpu-017 DETECTOR_MODE=agent detector run     # agent: this node's local exporters""",
+    "record": """examples:
+  detector record --config fleet.yaml --out /var/lib/detector/dumps --duration 3600
+  detector record --config fleet.yaml --out dumps/ --rotate-mb 256 --rotate-minutes 60""",
 }
 
 
@@ -153,6 +162,20 @@ def _parser() -> argparse.ArgumentParser:
 
     cc = add("check-config", "validate a config file and print what it resolves to")
     cc.add_argument("file", type=Path)
+
+    rn = add("run", "run the live daemon: scrape, score, alert, export /metrics")
+    rn.add_argument("--config", type=Path, help="config YAML (DETECTOR_* env vars override)")
+
+    rc = add("record", "scrape the configured targets into dump files replay can read")
+    rc.add_argument("--config", type=Path, help="config YAML naming the targets")
+    rc.add_argument("--out", type=Path, required=True, help="directory for the dump files")
+    rc.add_argument("--duration", type=float, help="seconds to record (default: until stopped)")
+    rc.add_argument(
+        "--rotate-mb", type=float, default=256.0, help="start a new file past this size"
+    )
+    rc.add_argument(
+        "--rotate-minutes", type=float, default=60.0, help="start a new file this often"
+    )
     return parser
 
 
@@ -299,11 +322,34 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_run(args: argparse.Namespace) -> int:
+    return main_run(args.config)
+
+
+def _cmd_record(args: argparse.Namespace) -> int:
+    if not (args.rotate_mb > 0 and args.rotate_minutes > 0):
+        raise ConfigError("record: --rotate-mb and --rotate-minutes must be > 0")
+    config = load_config(args.config)
+    configure_logging(config.logging.level, config.logging.format)
+    files = run_record(
+        config,
+        args.out,
+        args.duration,
+        rotate_bytes=int(args.rotate_mb * 2**20),
+        rotate_s=args.rotate_minutes * 60.0,
+    )
+    for path in files:
+        print(path)
+    return 0
+
+
 COMMANDS = {
     "replay": _cmd_replay,
     "calibrate": _cmd_calibrate,
     "simulate": _cmd_simulate,
     "check-config": _cmd_check_config,
+    "run": _cmd_run,
+    "record": _cmd_record,
 }
 
 
