@@ -338,3 +338,25 @@ def test_report_renders_in_headless_chromium(
     assert pixels.std() > 20  # a blank page has none
     red = (pixels[:, :, 0] > 200) & (pixels[:, :, 1] < 80) & (pixels[:, :, 2] < 80)
     assert red.sum() > 50  # failure XID lines and labels were drawn
+
+
+def test_quiet_replay_without_scores_still_renders_every_section() -> None:
+    """No failures, no alerts and no recorded scores: every section says so instead of failing."""
+
+    @dataclass
+    class Unrecorded(FakeReplay):
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            self.node_scores = np.zeros((0, 0))
+            self.times = np.zeros(0)
+
+    text = render_html(
+        Unrecorded([], [], quiet_cluster(0.5, 3), ("a", "b", "c")), threshold=0.6, label="q"
+    )
+    page = Page(text)
+    assert 7 == len(page.find("section"))
+    assert "No failure XIDs" in page.section_text("failures")
+    assert "No node had a failure" in page.section_text("timelines")
+    assert "Scores were not recorded" in page.section_text("heatmap")
+    assert "No alerts and no failures" in page.section_text("offenders")
+    assert ["0"] * 12 == re.findall(r'class="bar"><title>(\d+) FP</title>', text)
