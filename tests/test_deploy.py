@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -377,3 +378,26 @@ def test_systemd_example_config_loads_with_unit_environment() -> None:
     assert ("agent", "gpu-node-01", False) == (config.mode, config.node_name, config.kmsg.enabled)
     assert Path("/var/lib/gpu-failure-detector/state") == config.state.path
     assert config.alerts.shadow is True
+
+
+_MDWE_REPLAY = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.prctl(65, 1, 0, 0, 0) != 0:  # PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN
+    sys.exit(77)
+import httpx, numpy, prometheus_client, river, structlog, uvloop  # noqa: F401
+from detector.cli import main
+sys.exit(main(["replay", "--days", "0.1", "--nodes", "3", "--quiet"]))
+"""
+
+
+def test_detector_runs_without_writable_executable_memory() -> None:
+    """The unit's MemoryDenyWriteExecute=yes holds: a replay runs under the kernel's
+    PR_SET_MDWE (the same W^X rule) with every runtime dependency imported."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _MDWE_REPLAY], capture_output=True, text=True, check=False
+    )
+    if proc.returncode == 77:
+        pytest.skip("kernel without PR_SET_MDWE (Linux < 6.3)")
+    assert 0 == proc.returncode, proc.stderr[-2000:]
+    assert "failure time" in proc.stdout
