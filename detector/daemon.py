@@ -226,7 +226,7 @@ class Daemon:
             frame = Frame(frame.time, grown)
         tick = self.pipeline.step(frame)
         self.last_tick = tick
-        self.alerts.update(tick, self.pipeline.open_alerts())
+        self.alerts.update(tick, self.pipeline.open_alerts(), self._muted_nodes())
         self.accounting.update(now, tick.started, self._new_failures(tick.xids, now))
         for alert in tick.started:
             _log.warning(
@@ -260,6 +260,7 @@ class Daemon:
     def _export(self, tick: TickResult, round_: ScrapeRound, now: float, work_s: float) -> None:
         exporter = self.exporter
         exporter.observe_tick(tick, work_s)
+        exporter.observe_signals(self.pipeline.evidence(tick))
         exporter.observe_scrapes(
             {
                 r.target.url: (r.duration_s, r.error.reason if r.error is not None else None)
@@ -268,6 +269,15 @@ class Daemon:
         )
         exporter.set_alert_stats(self.alerts.stats())
         exporter.set_accounting(self.accounting.snapshot(now))
+
+    def _muted_nodes(self) -> frozenset[str]:
+        """Nodes whose target carries the maintenance label (any value): they send nothing."""
+        label = self.config.alerts.maintenance_label
+        if not label:
+            return frozenset()
+        return frozenset(
+            t.node for t in self.targets.current() if any(k == label for k, _ in t.labels)
+        )
 
     def _new_failures(self, events: tuple[XidEvent, ...], now: float) -> list[XidEvent]:
         """Failure XIDs that start a new episode. The same failure can arrive twice (the DCGM

@@ -20,7 +20,6 @@ import bisect
 import math
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from importlib import metadata
 
 import numpy as np
@@ -35,6 +34,7 @@ from prometheus_client.metrics_core import (
 
 from .accounting import AccountingSnapshot
 from .alerts import AlertStats
+from .model import SignalScore
 from .pipeline import TickResult
 
 __all__ = ["LEAD_TIME_BUCKETS_S", "TICK_BUCKETS_S", "Exporter", "SignalScore"]
@@ -42,16 +42,6 @@ __all__ = ["LEAD_TIME_BUCKETS_S", "TICK_BUCKETS_S", "Exporter", "SignalScore"]
 # Lead time in seconds from 0 (detected after the XID: le="0") to 2 h.
 LEAD_TIME_BUCKETS_S = (0.0, 60.0, 300.0, 600.0, 900.0, 1800.0, 2700.0, 3600.0, 5400.0, 7200.0)
 TICK_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-
-
-@dataclass(frozen=True, slots=True)
-class SignalScore:
-    """One signal's score on one entity (``gpu`` None for node-level signals)."""
-
-    node: str
-    gpu: str | None
-    signal: str
-    score: float
 
 
 class _Histogram:

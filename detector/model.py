@@ -106,6 +106,16 @@ class Alert:
 
 
 @dataclass(frozen=True, slots=True)
+class SignalScore:
+    """One signal's fused score on one node (and GPU; None for node-level signals)."""
+
+    node: str
+    gpu: str | None
+    signal: str
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
 class Incident:
     """A cluster-wide (common-mode) movement: many nodes moving together on one signal."""
 

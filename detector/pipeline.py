@@ -30,6 +30,7 @@ from .model import (
     Frame,
     Incident,
     SeriesInfo,
+    SignalScore,
     XidEvent,
 )
 from .rules import SignalCatalog, XidCatalog, load_signal_rules, load_xid_catalog
@@ -66,6 +67,7 @@ class TickResult:
     ended: tuple[Alert, ...]
     xids: tuple[XidEvent, ...]
     incidents: tuple[Incident, ...]
+    column_z: FloatArray = field(default_factory=lambda: np.zeros(0))  # fused per-column scores
 
 
 class Pipeline:
@@ -219,6 +221,7 @@ class Pipeline:
             ended=ended,
             xids=xid_events,
             incidents=incidents,
+            column_z=fused.column_z,
         )
 
     def _record_peak(
@@ -274,6 +277,25 @@ class Pipeline:
     def open_alerts(self) -> list[Alert]:
         """Alerts still firing, with their current peak evidence."""
         return [self._alert(node, None) for node in sorted(self._open)]
+
+    def evidence(self, tick: TickResult, k: int | None = None) -> list[SignalScore]:
+        """The top ``k`` signals (above the fusion's z0) of every node with a positive score at
+        ``tick``: what the daemon exports as ``detector_signal_score``. Computed on demand, so
+        replay does not pay for it."""
+        layout, entities = self._layout, self._entities
+        if layout is None or entities is None or tick.column_z.shape[0] != len(layout):
+            return []
+        k = self.params.top_k if k is None else k
+        out: list[SignalScore] = []
+        scores = np.nan_to_num(tick.node_score, nan=0.0)
+        for node in np.flatnonzero(scores > 0).tolist():
+            columns = self._node_columns[node]
+            for col, z in top_signals(tick.column_z, columns, layout, k, self.params.fusion.z0):
+                gpu_entity = int(entities.gpu_entity[col])
+                gpu = entities.gpu_label[gpu_entity] if gpu_entity >= 0 else None
+                name = layout.signal_names[int(layout.signal[col])]
+                out.append(SignalScore(layout.node_names[node], gpu, name, z))
+        return out
 
 
 def build_pipeline(

@@ -152,3 +152,23 @@ def test_vanished_telemetry_is_caught(what: str) -> None:
         {"health_series_missing_fraction", "health_gpu_count"} if what == "gpu" else {"health_up"}
     )
     assert alerts[0].signals[0] in expected
+
+
+def test_evidence_names_the_planted_column() -> None:
+    """Pipeline.evidence lists what drives a node's score: the drifting GPU's temperature."""
+    index = SeriesIndex()
+    pipeline = build_pipeline(load_config(None, env={}), index)
+    labels = [(("Hostname", "n1"), ("gpu", str(g))) for g in range(4)]
+    cols = [index.add("DCGM_FI_DEV_GPU_TEMP", lab) for lab in labels]
+    rng = np.random.default_rng(1)
+    tick = None
+    for k in range(120):
+        values = np.full(len(index), np.nan)
+        values[cols] = 60 + rng.normal(0, 0.5, 4)
+        if k >= 100:
+            values[cols[2]] += 20.0
+        tick = pipeline.step(Frame(T0 + STEP * k, values))
+    assert tick is not None
+    found = pipeline.evidence(tick)
+    assert [("n1", "2", "gpu_temp")] == [(e.node, e.gpu, e.signal) for e in found]
+    assert found[0].score > 3.0
