@@ -43,6 +43,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from detector.config_schema import (
+    DEFAULT_THRESHOLD,
     AgentPorts,
     AlertsConfig,
     CalibrationConfig,
@@ -141,7 +142,11 @@ def check_config(path: Path, env: Mapping[str, str] | None = None) -> str:
         f"body limit {s.body_limit_bytes / (1024 * 1024):g} MiB"
     )
     a = c.alerts
-    threshold = f"{a.threshold:g}" if a.threshold is not None else "from calibration, else 0.8"
+    threshold = (
+        f"{a.threshold:g}"
+        if a.threshold is not None
+        else f"from calibration, else {DEFAULT_THRESHOLD:g}"
+    )
     sinks = ", ".join(a.alertmanager_urls) or "no Alertmanager"
     lines.append(
         f"  alerts: threshold {threshold}, clear at x{a.clear_ratio:g}, "
