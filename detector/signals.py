@@ -94,6 +94,7 @@ class SignalMap:
         self._prev_time: FloatArray = np.empty(0)
         self._prev_den: FloatArray = np.empty(0)  # RATIO: the denominator's previous value
         self._seen: BoolArray = np.zeros(0, dtype=bool)  # per index series: ever observed
+        self._known: FloatArray | None = None  # per GPU entity: its series in _seen (cache)
         # restored state for columns not mapped yet
         self._pending: dict[int, tuple[float, float, float]] = {}
         self._arrays: dict[str, np.ndarray] | None = None
@@ -256,6 +257,7 @@ class SignalMap:
             gpu_series = np.flatnonzero(series_entity >= 0)
             weight = np.asarray(self._weight, dtype=np.float64)
             weight.setflags(write=False)  # handed out by ``weights`` every tick
+            self._known = None
             self._arrays = {
                 "series": series,
                 "scale": scale,
@@ -273,6 +275,10 @@ class SignalMap:
                 "series_entity": series_entity,
                 "gpu_series": gpu_series,
                 "gpu_series_entity": series_entity[gpu_series],
+                "entity_series": np.bincount(
+                    series_entity[gpu_series], minlength=len(self._gpu_entity_node)
+                ),
+                "is_rate": kind == RATE,
                 "entity_node": np.asarray(self._gpu_entity_node, dtype=np.int64),
                 "weight": weight,
             }
@@ -293,24 +299,24 @@ class SignalMap:
         with np.errstate(invalid="ignore"):
             values[np.abs(values) >= DCGM_BLANK_THRESHOLD] = np.nan
 
-        out = np.full(len(self._series), np.nan)
         cur = padded[a["series"]]
         observed = ~np.isnan(cur)
         prev, prev_t = self._prev_value, self._prev_time
         have_prev = observed & ~np.isnan(prev)
 
-        lv = a["level"]
-        out[lv] = cur[lv] * a["level_scale"]
-        rt = a["rate"]
-        dt = t - prev_t[rt]
-        dv = cur[rt] - prev[rt]
+        # Whole-width arithmetic (contiguous) beats gathering each kind's columns: every
+        # column starts as its level value and the other kinds overwrite theirs below.
+        out: FloatArray = np.multiply(cur, a["scale"])
+        dt = np.subtract(t, prev_t)
+        dv = np.subtract(cur, prev)
         positive = dt > 0
-        ok = have_prev[rt] & positive & (dv >= 0)
+        ok = have_prev & positive
+        ok &= dv >= 0
         with np.errstate(invalid="ignore", divide="ignore"):
             np.divide(dv, dt, out=dv, where=positive)  # dv / 1.0 elsewhere: dv stays
-            dv *= a["rate_scale"]
-        dv[~ok] = np.nan
-        out[rt] = dv
+            dv *= a["scale"]
+        np.copyto(dv, np.nan, where=~ok)
+        np.copyto(out, dv, where=a["is_rate"])
         ed = a["edge"]
         out[ed] = np.where(have_prev[ed], (cur[ed] != prev[ed]).astype(np.float64), np.nan)
         ra = a["ratio"]
@@ -325,33 +331,46 @@ class SignalMap:
                 out[ra] = np.where(ok, d_num / np.where(ok, d_den, 1.0) * a["scale"][ra], np.nan)
             den_seen = ~np.isnan(den)
             self._prev_den[ra[den_seen]] = den[den_seen]
-        self._presence_values(a, values, out)
+        missing = np.isnan(values)
+        self._presence_values(a, missing, out)
 
         np.copyto(prev, cur, where=observed)
         np.copyto(prev_t, t, where=observed)
-        self._seen[:n_series] |= ~np.isnan(values)
+        np.logical_not(missing, out=missing)
+        seen = self._seen[:n_series]
+        if (missing > seen).any():  # a series observed for the first time
+            seen |= missing
+            self._known = None
         return out
 
     def _presence_values(
-        self, a: dict[str, np.ndarray], values: FloatArray, out: FloatArray
+        self, a: dict[str, np.ndarray], missing: BoolArray, out: FloatArray
     ) -> None:
+        """``missing``: per series, not observed this tick. Counts come from the few series
+        that are missing (per-entity totals are fixed per layout), not from every series."""
         n_entities = a["entity_node"].shape[0]
         if n_entities == 0:
             return
-        gpu_series = a["gpu_series"]
-        ent = a["gpu_series_entity"]
-        obs = ~np.isnan(values[gpu_series])
-        seen = self._seen[gpu_series]
-        observed_per_gpu = np.bincount(ent[obs], minlength=n_entities)
+        absent = np.flatnonzero(missing)
+        ent = a["series_entity"][absent]
+        on_gpu = ent >= 0
+        absent, ent = absent[on_gpu], ent[on_gpu]
+        observed_per_gpu = a["entity_series"] - np.bincount(ent, minlength=n_entities)
         gpu_up = observed_per_gpu > 0
         gpus_per_node = np.bincount(
             a["entity_node"], weights=gpu_up.astype(np.float64), minlength=len(self.node_names)
         )
         node_has_data = gpus_per_node > 0
-        known = np.bincount(ent[seen], minlength=n_entities).astype(np.float64)
-        missing = np.bincount(ent[seen & ~obs], minlength=n_entities).astype(np.float64)
+        if self._known is None:  # series ever observed, per entity: changes rarely
+            seen = self._seen[a["gpu_series"]]
+            self._known = np.bincount(a["gpu_series_entity"][seen], minlength=n_entities).astype(
+                np.float64
+            )
+        known = self._known
+        was_seen = self._seen[absent]
+        missing_n = np.bincount(ent[was_seen], minlength=n_entities).astype(np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
-            fraction = np.where(known > 0, missing / known, np.nan)
+            fraction = np.where(known > 0, missing_n / known, np.nan)
         fraction[~node_has_data[a["entity_node"]]] = np.nan
         mi = a["missing"]
         out[mi] = fraction[a["entity"][mi]]
@@ -431,3 +450,4 @@ class SignalMap:
             grown[: self._seen.shape[0]] = self._seen
             self._seen = grown
         self._seen[: seen.shape[0]] |= seen
+        self._known = None
