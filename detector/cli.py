@@ -1,8 +1,12 @@
 """Command line: ``detector <command>``. The only module that exits.
 
 Exit codes: 0 success, 1 internal error (a bug: please report), 2 bad input (the message names
-the file, line or field), 3 calibration could not meet the FP budget (file still written),
-130 interrupted.
+the file, line or field; also an unreadable or unwritable path, and bad arguments),
+3 calibration could not meet the FP budget (file still written), 130 interrupted.
+
+An internal error prints one line and a request to report it; ``DETECTOR_DEBUG=1`` adds the
+traceback. ``replay`` and ``calibrate`` draw a progress bar on stderr when it is a terminal
+(never in pipes, under ``CI`` or with ``--quiet``; see progress.py).
 """
 
 from __future__ import annotations
@@ -10,8 +14,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
-from collections.abc import Sequence
+import traceback
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +36,8 @@ from .errors import ConfigError, DetectorError
 from .ingest.record import run_record
 from .logs import configure_logging
 from .pipeline import build_pipeline
+from .progress import ProgressBar
 from .replay import (
-    Progress,
     ReplayResult,
     dump_frames,
     fit_threshold,
@@ -179,20 +185,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _progress(quiet: bool) -> Progress | None:
-    """A one-line progress bar on stderr when it is a terminal; silent in pipes and CI."""
-    if quiet or not sys.stderr.isatty():
-        return None
-
-    def show(fraction: float, covered_s: float) -> None:
-        bar = "#" * int(fraction * 30)
-        end = "\n" if fraction >= 1.0 else ""
-        sys.stderr.write(f"\r[{bar:<30}] {100 * fraction:5.1f}%  {covered_s / 86400:.2f} days{end}")
-        sys.stderr.flush()
-
-    return show
-
-
 def _load(args: argparse.Namespace) -> tuple[Config, Calibration | None]:
     config = load_config(args.config)
     path = args.calibration or config.calibration.path
@@ -222,8 +214,11 @@ def _replay(args: argparse.Namespace, *, record: bool) -> tuple[ReplayResult, st
     pipeline = build_pipeline(config, index, calibration)
     events = load_event_files(args.events)
     span: tuple[float, float] | None = None
+    bar = ProgressBar.for_stream(quiet=args.quiet)  # None unless stderr is a terminal
     if args.dump:
-        frames = dump_frames(args.dump, index, args.step)
+        frames = dump_frames(
+            args.dump, index, args.step, on_span=bar.set_span if bar is not None else None
+        )
         label = ", ".join(str(p) for p in args.dump)
     else:
         scenario = _scenario(args)
@@ -243,7 +238,7 @@ def _replay(args: argparse.Namespace, *, record: bool) -> tuple[ReplayResult, st
         grace_s=config.evaluation.grace_s,
         scores_out=getattr(args, "scores_out", None),
         record_scores=record,
-        progress=_progress(args.quiet),
+        progress=bar,
         expected_span=span,
     )
     return result, label, config
@@ -343,7 +338,8 @@ def _cmd_record(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {
+Command = Callable[[argparse.Namespace], int]
+COMMANDS: dict[str, Command] = {
     "replay": _cmd_replay,
     "calibrate": _cmd_calibrate,
     "simulate": _cmd_simulate,
@@ -353,18 +349,49 @@ COMMANDS = {
 }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    commands: Mapping[str, Command] = COMMANDS,
+    env: Mapping[str, str] | None = None,
+) -> int:
+    """Run one command; the exit codes are in the module docstring. ``commands`` and ``env``
+    (default: os.environ) are seams for tests."""
     args = _parser().parse_args(argv)
+    env = os.environ if env is None else env
     try:
-        return COMMANDS[args.command](args)
+        return commands[args.command](args)
     except DetectorError as exc:
         print(f"detector: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("detector: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
+    except BrokenPipeError:  # `detector replay | head`: the reader left, nothing is wrong
         return 0
+    except OSError as exc:
+        if exc.filename is None:  # not about a path the user gave: a bug like any other
+            return _internal_error(exc, env)
+        # A path the user named cannot be read or written (permissions, missing directory).
+        print(f"detector: error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # the one place a bug becomes a message
+        return _internal_error(exc, env)
+
+
+def _internal_error(exc: BaseException, env: Mapping[str, str]) -> int:
+    """Exit 1 for a bug: one line and a request to report it, not a traceback to wade through
+    (``DETECTOR_DEBUG=1`` prints it, for the report)."""
+    debug = env.get("DETECTOR_DEBUG", "").strip() not in ("", "0")
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    hint = "" if debug else " and the traceback that DETECTOR_DEBUG=1 prints"
+    print(
+        f"detector: internal error: {type(exc).__name__}: {exc}\n"
+        f"detector {__version__} hit a bug; please report it with the command line{hint}.",
+        file=sys.stderr,
+    )
+    return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -22,15 +22,16 @@ from .calibration import CalibrationPoint, CalibrationResult, calibrate, candida
 from .episodes import EpisodeParams, Episodes
 from .evaluation import Evaluation, evaluate
 from .frame import frames_from_batches
-from .ingest.dumps import read_dump
+from .ingest.dumps import DumpStats, read_dump
+from .ingest.dumps_store import load_array
 from .ingest.events import load_events
-from .model import Alert, FloatArray, Frame, XidEvent
+from .model import Alert, FloatArray, Frame, SampleBatch, XidEvent
 from .pipeline import Pipeline, TickResult
+from .progress import ProgressSink
 from .series import SeriesIndex
 from .simulate import SimulatedCluster
 from .xids import dedupe_episodes, is_failure
 
-Progress = Callable[[float, float], None]  # (fraction done, data seconds covered)
 INCIDENT_GAP_S = 900.0  # a signal quiet this long ends its cluster incident
 
 
@@ -106,9 +107,34 @@ class ScoresCsv:
         self._fh.close()
 
 
-def dump_frames(paths: Sequence[Path], index: SeriesIndex, step_s: float | None) -> Iterator[Frame]:
-    """Frames of a recorded dump (any supported format), in time order."""
-    return frames_from_batches(read_dump(list(paths), index), lambda: len(index), step_s)
+def dump_frames(
+    paths: Sequence[Path],
+    index: SeriesIndex,
+    step_s: float | None,
+    *,
+    on_span: Callable[[float, float], None] | None = None,
+) -> Iterator[Frame]:
+    """Frames of a recorded dump (any supported format), in time order. ``on_span(first,
+    last)`` is called with the dump's sample time range as soon as the reader knows it (a
+    cached dump, which is the default: before the first frame); never if it cannot know."""
+    stats = DumpStats()
+    batches = read_dump(list(paths), index, stats=stats)
+    if on_span is not None:
+        batches = _announce_span(batches, stats, on_span)
+    return frames_from_batches(batches, lambda: len(index), step_s)
+
+
+def _announce_span(
+    batches: Iterator[SampleBatch], stats: DumpStats, on_span: Callable[[float, float], None]
+) -> Iterator[SampleBatch]:
+    # Once the first batch is out the dump is parsed; if it went through the cache, the sorted
+    # times lie on disk (memory-mapped), so first and last cost two reads, not a second pass.
+    for i, batch in enumerate(batches):
+        if i == 0 and stats.cache_dir is not None:
+            times = load_array(stats.cache_dir / "times.npy")
+            if times.shape[0]:
+                on_span(float(times[0]), float(times[-1]))
+        yield batch
 
 
 def simulated_frames(cluster: SimulatedCluster, index: SeriesIndex) -> Iterator[Frame]:
@@ -131,10 +157,12 @@ def run_replay(
     grace_s: float = 300.0,
     scores_out: Path | None = None,
     record_scores: bool = False,
-    progress: Progress | None = None,
+    progress: ProgressSink | None = None,
     expected_span: tuple[float, float] | None = None,
 ) -> ReplayResult:
-    """Drive ``frames`` through ``pipeline``; evaluate alerts against ``events`` + data XIDs."""
+    """Drive ``frames`` through ``pipeline``; evaluate alerts against ``events`` + data XIDs.
+    ``progress`` hears every tick's time (and ``expected_span`` when given) and is closed
+    whether the replay ends or is interrupted."""
     began = wallclock.perf_counter()
     alerts: list[Alert] = []
     data_xids: list[XidEvent] = []
@@ -144,6 +172,8 @@ def run_replay(
     start = end = float("nan")
     ticks = 0
     last_seen: dict[str, float] = {}  # signal -> last tick it moved cluster-wide
+    if progress is not None and expected_span is not None:
+        progress.set_span(*expected_span)
     try:
         for frame in frames:
             tick = pipeline.step(frame)
@@ -162,10 +192,13 @@ def run_replay(
                 recorder.add(tick)
             if writer is not None:
                 writer.add(tick)
-            if progress is not None and expected_span is not None and ticks % 256 == 0:
-                lo, hi = expected_span
-                progress(min(1.0, (tick.time - lo) / max(hi - lo, 1.0)), tick.time - lo)
+            if progress is not None:
+                progress.update(tick.time)
+        if progress is not None:
+            progress.close(complete=True)
     finally:
+        if progress is not None:  # interrupted: end the bar's line before any message
+            progress.close()
         if writer is not None:
             writer.close()
     alerts.extend(pipeline.open_alerts())
