@@ -37,6 +37,7 @@ How it is fast
 from __future__ import annotations
 
 import gc
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -296,14 +297,25 @@ def _fast_rows(text: str, lines: int, exp: Exposition) -> list[Row] | None:
 
 
 def _timestamps(texts: tuple[str, ...], openmetrics: bool) -> list[float | None] | None:
-    """Seconds per sample (None where absent); None if a Prometheus timestamp is no integer."""
-    if openmetrics:
-        return [float(t) if t else None for t in texts]
+    """Seconds per sample (None where absent); None if a Prometheus timestamp is no integer
+    or any timestamp is out of float range (the exact path then names those lines)."""
     try:
-        # int / int is correctly rounded; float(ms) / 1000 is not always
-        return [int(t) / 1000 if t else None for t in texts]
-    except ValueError:
+        if openmetrics:
+            stamps = [float(t) if t else None for t in texts]
+        else:
+            # int / int is correctly rounded; float(ms) / 1000 is not always
+            stamps = [int(t) / 1000 if t else None for t in texts]
+    except (ValueError, OverflowError):  # OverflowError: more ms than a float holds
         return None
+    present = [t for t in stamps if t is not None]
+    if present and not (math.isfinite(max(present)) and math.isfinite(min(present))):
+        return None  # "1e999" seconds: a time no sample has
+    return stamps
+
+
+def _timestamp_ok(text: str, openmetrics: bool) -> bool:
+    """Whether one timestamp the grammar accepted converts to a finite time."""
+    return _timestamps((text,), openmetrics) is not None
 
 
 def _blank_dcgm_sentinels(keys: list[str], values: list[float]) -> None:
@@ -344,6 +356,9 @@ def _parse_lines(text: str, pattern: re.Pattern[str], source: str, exp: Expositi
             exp.errors.append(ParseError(source, number, line.strip(), reason))
             continue
         row: Row = match.groups(default="")  # type: ignore[assignment]
+        if row[2] and not _timestamp_ok(row[2], pattern is _LINES):
+            exp.errors.append(ParseError(source, number, line.strip(), "timestamp out of range"))
+            continue
         if row[0]:
             rows.append(row)
         elif row[3]:
@@ -374,6 +389,8 @@ def _diagnose(line: str, openmetrics: bool) -> str:
     if rest[:1] not in (" ", "\t"):
         return "expected a blank between the series and its value"
     parts = rest.split()
+    if not parts:
+        return "missing value"
     if not _NUMBER_FULL.fullmatch(parts[0]):
         return f"invalid value {parts[0]!r}"
     if len(parts) > 1 and parts[1] != "#":
