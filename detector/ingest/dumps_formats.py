@@ -170,7 +170,7 @@ def read_tsdb_dump(fh: IO[bytes], report: FileReport, table: SeriesTable) -> Ite
         lines = block.decode("utf-8", errors="replace").split("\n")
         try:
             chunk = _tsdb_fast(lines, table)
-        except (ValueError, ParseError):
+        except (ValueError, OverflowError, ParseError):  # Overflow: a ms count past int64
             chunk = _tsdb_slow(lines, first, report, table)
         if len(chunk):
             table.blank_dcgm(chunk.ids, chunk.values)
@@ -202,7 +202,7 @@ def _tsdb_slow(lines: list[str], first: int, report: FileReport, table: SeriesTa
                 raise ValueError("expected '{labels} value timestamp_ms'")
             value, stamp = float(parts[1]), int(parts[2]) / 1000.0
             sid = table.id_of_text(parts[0])
-        except (ValueError, ParseError) as exc:
+        except (ValueError, OverflowError, ParseError) as exc:
             reason = exc.reason if isinstance(exc, ParseError) else str(exc)
             report.bad_line(where, f"bad sample line ({reason})", line)
             continue

@@ -3,15 +3,16 @@
 Accepted: ``/api/v1/query_range`` responses (resultType matrix) and ``/api/v1/query``
 responses (vector, or matrix for a range selector); several documents may follow one another
 in a file (e.g. JSON lines from a loop of curl calls). Values are the API's strings ("NaN",
-"+Inf" included). A point that is not ``[time, "value"]`` is skipped and reported with its JSON
-path; a failed query (``"status": "error"``), invalid JSON or another result type raises
-DumpError naming the file (and the line for invalid JSON). Native-histogram samples have no
-float value and are left out.
+"+Inf" included). A point that is not ``[time, "value"]`` (or whose time is NaN or infinite)
+is skipped and reported with its JSON path; a failed query (``"status": "error"``), invalid
+JSON or another result type raises DumpError naming the file (and the line for invalid JSON).
+Native-histogram samples have no float value and are left out.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from typing import IO, Any
 
@@ -44,6 +45,8 @@ def read_prometheus_json(
             doc, pos = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as exc:
             raise DumpError(f"{report.path}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
+        except RecursionError:  # the decoder recurses per nesting level
+            raise DumpError(f"{report.path}: invalid JSON: nested too deeply") from None
         yield from _json_document(doc, number, report, table)
         number += 1
 
@@ -83,13 +86,15 @@ def _json_document(
 
 
 def _json_points(points: Any, where: str, report: FileReport) -> tuple[FloatArray, FloatArray]:
-    """``[[ts, "value"], ...]`` -> (times, values); bad points are reported and skipped."""
+    """``[[ts, "value"], ...]`` -> (times, values); bad points are reported and skipped.
+    A point is a two-element list with a finite time (a NaN time cannot be ordered)."""
     try:
-        times = np.array([p[0] for p in points], dtype=np.float64)
-        values = np.array([p[1] for p in points], dtype=np.float64)
-        if times.ndim == 1 and values.ndim == 1:
-            return times, values
-    except (TypeError, ValueError, IndexError, KeyError):
+        if all(type(p) is list and len(p) == 2 for p in points):
+            times = np.array([p[0] for p in points], dtype=np.float64)
+            values = np.array([p[1] for p in points], dtype=np.float64)
+            if times.ndim == 1 and values.ndim == 1 and np.isfinite(times).all():
+                return times, values
+    except (TypeError, ValueError, OverflowError):  # Overflow: an integer past float range
         pass
     good_t, good_v = [], []
     for j, point in enumerate(points if isinstance(points, list) else [points]):
@@ -97,7 +102,9 @@ def _json_points(points: Any, where: str, report: FileReport) -> tuple[FloatArra
             if not isinstance(point, list) or len(point) != 2:
                 raise ValueError
             stamp, value = float(point[0]), float(point[1])
-        except (TypeError, ValueError):
+            if not math.isfinite(stamp):
+                raise ValueError
+        except (TypeError, ValueError, OverflowError):
             report.bad_line(f"{where}[{j}]", 'bad point (expected [time, "value"])', repr(point))
             continue
         good_t.append(stamp)
