@@ -27,6 +27,7 @@ import gzip
 import io
 import json
 import math
+import zlib
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
@@ -59,7 +60,10 @@ def _parse_time(field: str, value: Any) -> float:
     if isinstance(value, bool):  # bool is an int subclass; true is not a time
         raise _FieldError(field, f"expected unix seconds or RFC 3339, got {value!r}")
     if isinstance(value, int | float):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # a JSON integer with hundreds of digits
+            raise _FieldError(field, "not a valid unix time: a number past float range") from None
     elif isinstance(value, str):
         text = value.strip()
         try:
@@ -102,8 +106,10 @@ def _parse_gpu(value: Any) -> str | None:
 def _parse_xid(value: Any) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
-    if isinstance(value, str) and value.strip().isdigit() and int(value) > 0:
-        return int(value)
+    text = value.strip() if isinstance(value, str) else ""
+    # isdigit() alone accepts '²' and other digits int() refuses; 9 digits is plenty for a code
+    if text.isascii() and text.isdigit() and len(text) <= 9 and int(text) > 0:
+        return int(text)
     raise _FieldError("xid", f"expected a positive integer XID code, got {value!r}")
 
 
@@ -142,6 +148,9 @@ def parse_events(lines: Iterable[str], source: str) -> list[XidEvent]:
             record = json.loads(text)
         except json.JSONDecodeError as exc:
             raise EventsError(f"{source}:{number}: not valid JSON: {exc.msg}") from None
+        except (ValueError, RecursionError) as exc:  # an integer of 4300+ digits; deep nesting
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            raise EventsError(f"{source}:{number}: not valid JSON: {reason}") from None
         try:
             events.append(_parse_record(record))
         except _FieldError as exc:
@@ -155,7 +164,7 @@ def load_events(path: Path) -> list[XidEvent]:
     try:
         with _open_text(path, write=False) as handle:
             return parse_events(handle, str(path))
-    except (OSError, EOFError, UnicodeDecodeError) as exc:
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:  # zlib: corrupt .gz
         raise EventsError(f"{path}: cannot read events file: {exc}") from None
 
 
