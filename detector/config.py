@@ -190,6 +190,20 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
+    def construct_yaml_timestamp(self, node: yaml.ScalarNode) -> Any:
+        """PyYAML raises a bare ValueError (no position) for a date like 2023-02-30."""
+        try:
+            return super().construct_yaml_timestamp(node)
+        except ValueError as exc:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"invalid date {node.value!r} ({exc})", node.start_mark
+            ) from None
+
+
+_UniqueKeyLoader.add_constructor(
+    "tag:yaml.org,2002:timestamp", _UniqueKeyLoader.construct_yaml_timestamp
+)
+
 
 def _read_file(path: Path) -> dict[Any, Any]:
     try:
@@ -204,6 +218,8 @@ def _read_file(path: Path) -> dict[Any, Any]:
         at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"{path}{at}: invalid YAML: {problem}") from None
+    except RecursionError:  # PyYAML's composer recurses per nesting level
+        raise ConfigError(f"{path}: invalid YAML: nested too deeply") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -278,7 +294,7 @@ def _parse_env_value(raw: str) -> Any:
     """A YAML scalar (``5``, ``true``, ``null``) or flow list; anything unparsable is text."""
     try:
         return yaml.safe_load(raw)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError, RecursionError):  # ValueError: a date like 2023-02-30
         return raw
 
 
