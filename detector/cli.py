@@ -270,7 +270,13 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         raise DetectorError(f"{label}: no scores were produced; nothing to calibrate")
     days = max((result.end - result.start) / 86400.0, 1e-9)
     al = config.alerts
-    base = EpisodeParams(0.0, al.clear_ratio, al.min_duration_s, al.cooldown_s)
+    base = EpisodeParams(
+        0.0,
+        al.clear_ratio,
+        al.min_duration_s,
+        al.cooldown_s,
+        restart_after_s=config.evaluation.horizon_s,
+    )
     found = fit_threshold(
         result,
         base,

@@ -27,6 +27,9 @@ class EpisodeParams:
     clear_ratio: float = 0.8
     min_duration_s: float = 60.0
     cooldown_s: float = 900.0
+    # A new failure XID on an entity whose alert has fired for this long starts a new episode
+    # (the old one could no longer match it: the evaluation horizon is an hour by default).
+    restart_after_s: float = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +38,8 @@ class EpisodeChanges:
     ended: IntArray  # entities that resolved this tick
     new_peak: IntArray  # pending/firing entities whose peak rose this tick
     opened: IntArray  # entities that became pending this tick (a new episode's evidence)
+    ended_start: FloatArray  # per ``ended`` entity: when that episode started firing
+    ended_peak: FloatArray  # per ``ended`` entity: that episode's peak score
 
 
 class Episodes:
@@ -47,6 +52,7 @@ class Episodes:
         self.start = np.full(n, np.nan)  # firing start of the current episode
         self.peak = np.zeros(n)
         self.peak_time = np.zeros(n)
+        self.forced_prev = np.zeros(n, dtype=bool)
 
     def _grow(self, n: int) -> None:
         extra = n - self.state.shape[0]
@@ -57,6 +63,7 @@ class Episodes:
         self.start = np.concatenate((self.start, np.full(extra, np.nan)))
         self.peak = np.concatenate((self.peak, np.zeros(extra)))
         self.peak_time = np.concatenate((self.peak_time, np.zeros(extra)))
+        self.forced_prev = np.concatenate((self.forced_prev, np.zeros(extra, dtype=bool)))
 
     def update(
         self, t: float, scores: FloatArray, force: BoolArray | None = None
@@ -80,6 +87,15 @@ class Episodes:
         cooled = (st == COOLING) & ((t >= self.since) | forced)
         st[cooled] = OK
 
+        restart = (
+            forced & ~self.forced_prev & (st == FIRING) & (t - self.start >= p.restart_after_s)
+        )
+        self.forced_prev = forced
+        restarted = np.flatnonzero(restart)
+        restarted_start = self.start[restarted].copy()
+        restarted_peak = self.peak[restarted].copy()
+        st[restarted] = OK
+
         to_pending = (st == OK) & above
         st[to_pending] = PENDING
         self.since[to_pending] = t
@@ -100,11 +116,14 @@ class Episodes:
         rose = active & valid & (s > self.peak)
         self.peak[rose] = s[rose]
         self.peak_time[rose] = t
+        ended = np.flatnonzero(end)
         return EpisodeChanges(
             started=np.flatnonzero(fire),
-            ended=np.flatnonzero(end),
+            ended=np.concatenate((restarted, ended)),
             new_peak=np.flatnonzero(rose),
             opened=np.flatnonzero(to_pending),
+            ended_start=np.concatenate((restarted_start, self.start[ended])),
+            ended_peak=np.concatenate((restarted_peak, self.peak[ended])),
         )
 
     def firing(self) -> IntArray:
@@ -117,6 +136,7 @@ class Episodes:
             "start": self.start.copy(),
             "peak": self.peak.copy(),
             "peak_time": self.peak_time.copy(),
+            "forced_prev": self.forced_prev.copy(),
         }
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
@@ -125,3 +145,7 @@ class Episodes:
         self.start = state["start"].astype(np.float64)
         self.peak = state["peak"].astype(np.float64)
         self.peak_time = state["peak_time"].astype(np.float64)
+        forced = state.get("forced_prev")
+        self.forced_prev = (
+            np.zeros(self.state.shape[0], dtype=bool) if forced is None else forced.astype(bool)
+        )

@@ -196,13 +196,21 @@ class Pipeline:
         alert_score = np.where(node_seen, alert_score, np.nan)
 
         changes = self.episodes.update(t, alert_score, held)
+        ended = tuple(
+            self._end(n, t, start, peak)
+            for n, start, peak in zip(
+                changes.ended.tolist(),
+                changes.ended_start.tolist(),
+                changes.ended_peak.tolist(),
+                strict=True,
+            )
+        )
         for node in changes.opened.tolist():  # a new episode: no evidence yet
             self._peak_signals.pop(node, None)
             self._peak_gpu.pop(node, None)
         for node in changes.new_peak.tolist():
             self._record_peak(node, fused.column_z, layout, entities, t)
         started = tuple(self._start(n, t) for n in changes.started.tolist())
-        ended = tuple(self._end(n, t) for n in changes.ended.tolist())
         incidents = tuple(
             Incident(t, None, layout.signal_names[sig], int(cnt), int(node_seen.sum()))
             for sig, cnt in zip(
@@ -253,15 +261,16 @@ class Pipeline:
         gpu_entity = int(entities.gpu_entity[top[0][0]]) if top else -1
         self._peak_gpu[node] = entities.gpu_label[gpu_entity] if gpu_entity >= 0 else None
 
-    def _alert(self, node: int, end: float | None) -> Alert:
+    def _alert(
+        self, node: int, end: float | None, start: float | None = None, peak: float | None = None
+    ) -> Alert:
         assert self._layout is not None
-        start = float(self.episodes.start[node])
         return Alert(
             node=self._layout.node_names[node],
             gpu=self._peak_gpu.get(node),
-            start=start,
+            start=float(self.episodes.start[node]) if start is None else start,
             end=end,
-            peak_score=float(self.episodes.peak[node]),
+            peak_score=float(self.episodes.peak[node]) if peak is None else peak,
             signals=self._peak_signals.get(node, ()),
         )
 
@@ -270,9 +279,9 @@ class Pipeline:
         self._open[node] = alert
         return alert
 
-    def _end(self, node: int, t: float) -> Alert:
+    def _end(self, node: int, t: float, start: float, peak: float) -> Alert:
         self._open.pop(node, None)
-        return self._alert(node, t)
+        return self._alert(node, t, start, peak)
 
     def open_alerts(self) -> list[Alert]:
         """Alerts still firing, with their current peak evidence."""
@@ -324,7 +333,13 @@ def build_pipeline(
     al = config.alerts
     params = PipelineParams(
         fusion=FusionParams(common_mode_fraction=sc.common_mode_fraction),
-        episodes=EpisodeParams(threshold, al.clear_ratio, al.min_duration_s, al.cooldown_s),
+        episodes=EpisodeParams(
+            threshold,
+            al.clear_ratio,
+            al.min_duration_s,
+            al.cooldown_s,
+            restart_after_s=config.evaluation.horizon_s,
+        ),
         top_k=sc.top_k,
         alert_on_xid=al.alert_on_xid,
     )

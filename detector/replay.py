@@ -245,17 +245,13 @@ def alerts_at_threshold(
     for i in range(times.shape[0]):
         t = float(times[i])
         changes = episodes.update(t, scores[i], None if held is None else held[i])
-        for node in changes.ended.tolist():
-            alerts.append(
-                Alert(
-                    node_names[node],
-                    None,
-                    float(episodes.start[node]),
-                    t,
-                    float(episodes.peak[node]),
-                    (),
-                )
-            )
+        for node, start, peak in zip(
+            changes.ended.tolist(),
+            changes.ended_start.tolist(),
+            changes.ended_peak.tolist(),
+            strict=True,
+        ):
+            alerts.append(Alert(node_names[node], None, start, t, peak, ()))
     for node in episodes.firing().tolist():
         alerts.append(
             Alert(

@@ -155,3 +155,29 @@ def test_state_dict_is_a_copy() -> None:
     saved = ep.state_dict()
     ep.update(0.0, np.array([0.9]))
     assert OK == saved["state"][0]
+
+
+def test_new_forced_run_on_a_long_firing_entity_starts_a_new_episode() -> None:
+    """A failure XID on a node whose alert has fired for over restart_after_s ends that
+    episode and opens a new one at once; a recent alert is kept (it may be the precursor)."""
+    params = EpisodeParams(threshold=0.5, min_duration_s=0.0, restart_after_s=600.0)
+    ep = Episodes(params, 2)
+    ep.update(0.0, np.array([0.9, 0.9]))  # both fire at t=0
+    quiet = np.array([False, False])
+    for t in range(30, 900, 30):
+        ep.update(float(t), np.array([0.9, 0.9]), quiet)
+    # node 0: XID at 900 (fired 900 s ago -> restart); node 1: no XID
+    changes = ep.update(900.0, np.array([0.9, 0.9]), np.array([True, False]))
+    assert [0] == changes.ended.tolist()
+    assert [0.0] == changes.ended_start.tolist()
+    assert [0] == changes.started.tolist()
+    assert 900.0 == ep.start[0]
+    assert 0.0 == ep.start[1]
+    # the XID held on the next tick is not a new run: no second restart
+    again = ep.update(930.0, np.array([0.9, 0.9]), np.array([True, False]))
+    assert ([], []) == (again.ended.tolist(), again.started.tolist())
+    # a recent episode (fired 300 s ago) is kept when an XID arrives
+    ep2 = Episodes(params, 1)
+    ep2.update(0.0, np.array([0.9]))
+    kept = ep2.update(300.0, np.array([0.9]), np.array([True]))
+    assert ([], []) == (kept.ended.tolist(), kept.started.tolist())
