@@ -33,7 +33,7 @@ import math
 import numpy as np
 
 from ..errors import ConfigError, StateError
-from ..model import BoolArray, FloatArray
+from ..model import BoolArray, FloatArray, IntArray
 from .base import SCORE_CAP, ColumnLayout
 
 MAX_ABS_VALUE = 1e150  # squares stay finite in float64
@@ -200,6 +200,11 @@ class RobustEWBaseline:
         observations (used after a detected change so the new level is learnt quickly)."""
         self.mean = np.where(mask, new_mean, self.mean)
         self.w_mean = np.where(mask, np.minimum(self.w_mean, np.maximum(weight, 1.0)), self.w_mean)
+
+    def rebase_at(self, columns: IntArray, new_mean: FloatArray, weight: FloatArray) -> None:
+        """``rebase`` for the listed ``columns`` only (``new_mean``/``weight`` aligned to them)."""
+        self.mean[columns] = new_mean
+        self.w_mean[columns] = np.minimum(self.w_mean[columns], np.maximum(weight, 1.0))
 
     def state_dict(self, prefix: str = "") -> dict[str, np.ndarray]:
         return {prefix + k: getattr(self, k).copy() for k in self._KEYS}
