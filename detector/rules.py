@@ -61,6 +61,10 @@ class SignalRule(_Strict):
     direction: Direction = "both"
     weight: float = Field(default=1.0, ge=0.0)
     scale: float = 1.0  # multiplies the transformed value (e.g. ns of throttling/s -> fraction)
+    # The smallest difference that means anything, in the scaled unit: values are rounded to
+    # it (0: exact). A GPU throttled 3% of a tick more than its peers is not a fault, and with
+    # zero-inflated peers (all others exactly 0) nothing else stops it looking infinitely odd.
+    resolution: float = Field(default=0.0, ge=0.0)
     scorers: tuple[ScorerName, ...] = DEFAULT_SCORERS
     truth: Literal["xid"] | None = None  # ground truth, claimed but never scored
     # ratio: increase of this counter per increase of the ``denominator`` counter with the same

@@ -10,6 +10,7 @@ Transforms, per column, with ``prev`` the last *observed* value of its series:
   ``dt <= 0``, and on a counter reset (a decrease): the counter's value before the reset is
   unknown, so ``value / dt`` would invent a spike at every driver reload; one lost tick is cheap.
 - edge: 1.0 when the value differs from ``prev``, else 0.0; NaN on the first observation.
+- every transformed value is rounded to its rule's ``resolution`` when one is set.
 - ratio: increase of the counter per increase of its ``denominator`` counter (the series of that
   metric with the same identity labels): NFS seconds of RTT per operation rather than per second,
   which would only measure volume. NaN when either is unobserved, reset, or the denominator did
@@ -78,6 +79,7 @@ class SignalMap:
         self._weight: list[float] = []
         self._entity: list[int] = []  # gpu entity id (MISSING) or node id (GPU_COUNT), else -1
         self._denom: list[int] = []  # RATIO: series column of the denominator, -1 unknown yet
+        self._resolution: list[float] = []  # rounding step of the column's values (0: none)
         self._unresolved: dict[int, tuple[str, tuple[tuple[str, str], ...]]] = {}
         self.signal_names: list[str] = []
         self._signal_ids: dict[str, int] = {}
@@ -141,6 +143,7 @@ class SignalMap:
         self._series.append(series)
         self._kind.append(kind)
         self._scale.append(float(rule.get("scale", 1.0)))
+        self._resolution.append(float(rule.get("resolution", 0.0)))
         self._signal.append(self._id(self._signal_ids, self.signal_names, name))
         self._node.append(self._id(self._node_ids, self.node_names, info.node))
         self._gpu.append(-1 if gpu is None else gpu_number(gpu))
@@ -228,6 +231,7 @@ class SignalMap:
             "direction": verdict.direction,
             "weight": verdict.weight,
             "scale": verdict.scale,
+            "resolution": verdict.resolution,
             "denominator": verdict.denominator,
         }
         self._append(info, info.column, _TRANSFORM[verdict.transform], verdict.name, gpu, **fields)
@@ -267,6 +271,8 @@ class SignalMap:
                 "rate_scale": scale[rate],
                 "edge": np.flatnonzero(kind == EDGE),
                 "ratio": np.flatnonzero(kind == RATIO),
+                "rounded": np.flatnonzero(np.asarray(self._resolution) > 0),
+                "resolution": np.asarray(self._resolution, dtype=np.float64),
                 "denom": np.asarray(self._denom, dtype=np.int64),
                 "backed": np.flatnonzero(series >= 0),
                 "missing": np.flatnonzero(kind == MISSING),
@@ -332,6 +338,10 @@ class SignalMap:
             den_seen = ~np.isnan(den)
             self._prev_den[ra[den_seen]] = den[den_seen]
         missing = np.isnan(values)
+        rd = a["rounded"]
+        if rd.size:
+            step = a["resolution"][rd]
+            out[rd] = np.round(out[rd] / step) * step
         self._presence_values(a, missing, out)
 
         np.copyto(prev, cur, where=observed)

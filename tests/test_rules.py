@@ -20,13 +20,13 @@ from detector.rules import (
 DCGM_LEFT_TO_DEFAULT = {
     "DCGM_FI_DEV_ENC_UTIL",  # video encoder: idle on training clusters
     "DCGM_FI_DEV_DEC_UTIL",
-    "DCGM_FI_DEV_LOW_UTIL_VIOLATION",  # throttled because idle: not a fault
     "DCGM_FI_DEV_NVLINK_BANDWIDTH_L0",  # per link; the total has a named rule
     "DCGM_FI_PROF_PIPE_FP64_ACTIVE",  # workload mix, not health
     "DCGM_FI_PROF_PIPE_FP32_ACTIVE",
     "DCGM_FI_PROF_PIPE_FP16_ACTIVE",
 }
 DCGM_IGNORED = {
+    "DCGM_FI_DEV_LOW_UTIL_VIOLATION",  # throttled because idle: not a fault
     "DCGM_FI_DEV_FB_FREE",
     "DCGM_FI_DEV_FB_RESERVED",
     "DCGM_FI_DEV_VGPU_LICENSE_STATUS",

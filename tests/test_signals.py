@@ -377,3 +377,13 @@ def test_ratio_is_counter_increase_per_denominator_increase() -> None:
     busy = cluster.tick(45, {(rtt, labels): 112.0, (ops, labels): 302.0})[col]
     assert 0.5 == busy  # 100x the volume, same latency
     assert np.isnan(cluster.tick(60, {(rtt, labels): 112.0, (ops, labels): 302.0})[col])
+
+
+def test_values_are_rounded_to_the_rule_resolution() -> None:
+    """Power-violation time (resolution 0.1 of the time): 4% throttled reads as 0, 26% as 0.3."""
+    cluster = Cluster()
+    viol = "DCGM_FI_DEV_POWER_VIOLATION"
+    cluster.tick(0, {(viol, gpu_labels("0")): 0.0})
+    col = cluster.column("power_violation", gpu="0")
+    assert 0.0 == cluster.tick(10, {(viol, gpu_labels("0")): 0.4e9})[col]
+    assert pytest.approx(0.3) == cluster.tick(20, {(viol, gpu_labels("0")): 3.0e9})[col]
