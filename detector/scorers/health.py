@@ -106,12 +106,19 @@ class TelemetryHealth:
         with np.errstate(invalid="ignore", divide="ignore"):
             lost = np.where(e > 0, (e - v) / (e * self.full_fraction), 0.0)
             gained = (v - e) / self.full_fraction
-            frac = np.select(
-                [kinds == KIND_UP, kinds == KIND_DEFICIT, kinds == KIND_EXCESS],
-                [1.0 - v, np.where(seen, lost, 0.0), np.where(seen, gained, 0.0)],
-                0.0,
+            # np.select over the (exclusive) kinds, without its ~100 us of call overhead
+            frac = np.where(
+                kinds == KIND_UP,
+                1.0 - v,
+                np.where(
+                    kinds == KIND_DEFICIT,
+                    np.where(seen, lost, 0.0),
+                    np.where(kinds == KIND_EXCESS, np.where(seen, gained, 0.0), 0.0),
+                ),
             )
-            structural = self.down_z * np.clip(frac, 0.0, 1.0)
+            np.maximum(frac, 0.0, out=frac)  # np.clip(frac, 0, 1), likewise
+            np.minimum(frac, 1.0, out=frac)
+            structural = self.down_z * frac
 
             logv = np.where(obs & (kinds == KIND_LOGZ), np.log1p(np.maximum(v, 0.0)), np.nan)
             z, _ = self.baseline.step(t, logv)
