@@ -213,6 +213,11 @@ def _read_file(path: Path) -> dict[Any, Any]:
         raise ConfigError(f"{path}: cannot read config file: {reason}") from None
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: safe
+    except yaml.reader.ReaderError as exc:  # its str() spans lines and names no line
+        line = text.count("\n", 0, exc.position) + 1
+        raise ConfigError(
+            f"{path}:{line}: invalid YAML: unacceptable character #x{exc.character:04x}"
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""

@@ -343,6 +343,10 @@ def _load(path: Path, model: type[_M]) -> _M:
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark is not None else 0
         raise ConfigError(f"{path}:{line}: invalid YAML: {exc.problem}") from None
+    except yaml.reader.ReaderError as exc:  # its str() spans lines and names no line
+        line = text.count("\n", 0, exc.position) + 1
+        char = f"#x{exc.character:04x}"
+        raise ConfigError(f"{path}:{line}: invalid YAML: unacceptable character {char}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: invalid YAML: {exc}") from None
     except RecursionError:  # PyYAML's composer recurses per nesting level
