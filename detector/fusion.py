@@ -55,6 +55,8 @@ class EntityMap:
     pair_size: IntArray
     signal_columns: IntArray
     signal_bounds: IntArray
+    node_size: IntArray  # columns per node
+    gpu_size: IntArray  # columns per GPU entity
 
     @classmethod
     def build(cls, layout: ColumnLayout, gpu_labels: tuple[str, ...] | None = None) -> EntityMap:
@@ -85,6 +87,8 @@ class EntityMap:
             pair_size=np.bincount(pair_inv, minlength=pairs.shape[0]).astype(np.int64),
             signal_columns=signal_columns.astype(np.int64),
             signal_bounds=signal_bounds.astype(np.int64),
+            node_size=np.bincount(layout.node, minlength=n_nodes).astype(np.int64),
+            gpu_size=np.bincount(inverse, minlength=uniq.shape[0]).astype(np.int64),
         )
 
 
