@@ -169,14 +169,14 @@ class Pipeline:
         )
 
         n_nodes = len(layout.node_names)
-        node_seen = np.bincount(layout.node, weights=observed, minlength=n_nodes) > 0
+        # An entity is seen unless all its columns are unobserved; counted over the few
+        # unobserved columns (weighted bincounts over every column cost ~0.1 ms a tick).
+        unseen = np.flatnonzero(~observed)
+        node_seen = np.bincount(layout.node[unseen], minlength=n_nodes) < entities.node_size
+        unseen_gpu = entities.gpu_entity[unseen]
         gpu_seen = (
-            np.bincount(
-                entities.gpu_entity[entities.gpu_entity >= 0],
-                weights=observed[entities.gpu_entity >= 0],
-                minlength=len(entities.gpu_node),
-            )
-            > 0
+            np.bincount(unseen_gpu[unseen_gpu >= 0], minlength=len(entities.gpu_node))
+            < entities.gpu_size
         )
         gpu_score = np.where(gpu_seen, fused.gpu_score, np.nan)
         alert_score = fused.node_score.copy()
