@@ -25,6 +25,7 @@ import contextlib
 import os
 import re
 import sys
+import time
 from pathlib import Path
 from string import Template
 from typing import Any
@@ -101,6 +102,7 @@ class Stack:
         self.exporters: Exporters | None = None
         self.poller: Poller | None = None
         self.rules: dict[str, Any] = {}
+        self.sim_started = float("nan")  # time.monotonic() when the simulated clock started
 
     # -- addresses --------------------------------------------------------------------------
     @property
@@ -156,6 +158,7 @@ class Stack:
         wait_http(ne, self.node_exporter)
 
         self.exporters = serve(SCENARIO, port=0, speed=SPEED)
+        self.sim_started = time.monotonic()
         daemon = self._start_daemon()
         wait_http(daemon, f"{self.detector}/readyz", timeout_s=30.0)
         # Prometheus last: its first scrape of the detector finds it up, so the detector
@@ -178,6 +181,13 @@ class Stack:
             "--web.enable-lifecycle",
         )
         wait_http(prom, f"{self.prometheus}/-/ready")
+        # Everything must watch before the failure happens, or the test would wait for nothing.
+        late = time.monotonic() - self.sim_started
+        if late > FAILURE_AT_S / SPEED - 5.0:
+            raise RuntimeError(
+                f"the stack took {late:.1f} s to start, too close to the failure at "
+                f"{FAILURE_AT_S / SPEED:g} s\n{self.logs()}"
+            )
         self.poller = Poller(
             {
                 "alertmanager": f"{self.alertmanager}/api/v2/alerts",
@@ -206,7 +216,9 @@ class Stack:
                 "alert_on_xid": False,  # see the module docstring
                 "min_duration_s": 0,
                 "cooldown_s": 0,
-                "resend_interval_s": 5,
+                # Firing alerts carry endsAt = now + 4 x 60 s: Alertmanager cannot expire one
+                # within the test, so a resolve it notifies came from the daemon.
+                "resend_interval_s": 60,
                 "alertmanager_urls": [self.alertmanager],
             },
             "server": {"listen": f"127.0.0.1:{self.detector_port}"},
