@@ -14,6 +14,10 @@ Contract:
 - Failures back off exponentially with jitter per Alertmanager; the queue (bounded,
   coalescing, drop-oldest) keeps the latest state of every alert meanwhile. A 4xx other than
   408/429 means Alertmanager will never take the batch: it is dropped, not retried.
+- ``state_dict()`` / ``load_state_dict()``: the policy's tracking and every Alertmanager's
+  pending updates as JSON-able data (keyed by the URL without credentials), so a crash loses
+  neither an undelivered update nor the memory of what was sent (a restarted daemon then
+  resolves what ended meanwhile, and never re-labels an episode Alertmanager already has).
 - httpx errors and bad statuses become ``AlertDeliveryError`` in ``_post`` (the one boundary);
   ``deliver`` logs and counts them and never raises. URLs are logged and labelled without
   their user:password part.
@@ -28,6 +32,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import httpx
 import numpy as np
@@ -83,6 +88,25 @@ class _Target:
 
 def _public(url: str) -> str:
     return str(httpx.URL(url).copy_with(username=None, password=None)).rstrip("/")
+
+
+def _note_state(note: Notification) -> list[Any]:
+    return [
+        [list(kv) for kv in note.labels],
+        [list(kv) for kv in note.annotations],
+        note.starts_at,
+        note.ends_at,
+    ]
+
+
+def _note_from(data: list[Any]) -> Notification:
+    labels, annotations, starts_at, ends_at = data
+    return Notification(
+        tuple((str(k), str(v)) for k, v in labels),
+        tuple((str(k), str(v)) for k, v in annotations),
+        float(starts_at),
+        None if ends_at is None else float(ends_at),
+    )
 
 
 def _iso(t: float) -> str:
@@ -192,6 +216,25 @@ class AlertSender:
             firing={s: self.policy.firing.get(s, 0) for s in ("critical", "warning")},
             shadow=self.shadow,
         )
+
+    def state_dict(self) -> dict[str, Any]:
+        """Policy tracking and pending updates per Alertmanager (see module docstring)."""
+        return {
+            "policy": self.policy.state_dict(),
+            "pending": {t.name: [_note_state(n) for n in t.queue.pending()] for t in self._targets},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore ``state_dict`` output; pending updates of Alertmanagers no longer
+        configured are dropped. Raises KeyError/TypeError/ValueError when malformed (the
+        policy is then left as it was; queues may hold part of the pending updates)."""
+        pending = {name: [_note_from(n) for n in notes] for name, notes in state["pending"].items()}
+        self.policy.load_state_dict(state["policy"])
+        for target in self._targets:
+            for note in pending.get(target.name, []):
+                target.queue.put(note)
+        if any(len(t.queue) for t in self._targets):
+            self._wake.set()
 
     def next_due(self) -> float | None:
         """When the next attempt is due (clock time), None when nothing is pending."""

@@ -153,6 +153,12 @@ class Daemon:
             )
             self._fresh_pipeline()  # a half-restored pipeline is worse than none
             return False
+        alerts = meta.get("alerts")
+        if isinstance(alerts, dict):
+            try:
+                self.alerts.load_state_dict(alerts)
+            except (KeyError, TypeError, ValueError) as exc:  # resend from scratch
+                _log.warning("alert delivery state unusable", path=str(path), reason=str(exc))
         accounting = meta.get("accounting")
         if isinstance(accounting, dict):
             try:
@@ -171,15 +177,27 @@ class Daemon:
 
     def save(self) -> bool:
         """Write the state file now; a failure is logged and counted, never raised."""
-        path = self.config.state.path
-        if path is None:
-            return False
+        return self.write_state(self.state_snapshot())
+
+    def state_snapshot(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The state to save. Take it on the event loop's thread: alert delivery runs there
+        and changes the pending queues."""
         arrays, pipeline_meta = pipeline_state(self.pipeline)
         meta: dict[str, Any] = {
             "pipeline": pipeline_meta,
+            "alerts": self.alerts.state_dict(),
             "accounting": self.accounting.state_dict(),
             "daemon": {"last_time": self._last_time, "ticks": self.stats.ticks},
         }
+        return arrays, meta
+
+    def write_state(self, snapshot: tuple[dict[str, np.ndarray], dict[str, Any]]) -> bool:
+        """Write ``state_snapshot()`` output to ``state.path`` (any thread); a failure is
+        logged and counted, never raised."""
+        path = self.config.state.path
+        if path is None:
+            return False
+        arrays, meta = snapshot
         try:
             save_state(path, arrays, meta)
         except StateError as exc:
@@ -360,8 +378,8 @@ async def run_daemon(
                 sd_notify("READY=1", env)
             if watchdog:
                 sd_notify("WATCHDOG=1", env)
-            if daemon.save_due():
-                await asyncio.to_thread(daemon.save)
+            if daemon.save_due() and config.state.path is not None:
+                await asyncio.to_thread(daemon.write_state, daemon.state_snapshot())
             next_at += interval
             if next_at < loop.time():  # overran: skip the missed slots
                 next_at += interval * np.ceil((loop.time() - next_at) / interval)
@@ -387,8 +405,14 @@ async def run_daemon(
         _log.info("daemon stopped")
 
 
-def main_run(config_path: Path | None, env: Mapping[str, str] | None = None) -> int:
-    """``detector run --config FILE``: 0 after a clean shutdown, 2 on bad input."""
+def main_run(
+    config_path: Path | None,
+    env: Mapping[str, str] | None = None,
+    *,
+    clock: Callable[[], float] = time.time,
+) -> int:
+    """``detector run --config FILE``: 0 after a clean shutdown, 2 on bad input. ``clock``
+    stamps ticks (tests run the real entry point in a subprocess on a simulator's fast one)."""
     environ = dict(os.environ if env is None else env)
     try:
         config = load_config(config_path, environ)
@@ -398,7 +422,7 @@ def main_run(config_path: Path | None, env: Mapping[str, str] | None = None) -> 
         return 2
     configure_logging(config.logging.level, config.logging.format)
     try:
-        _run(run_daemon(config, environ=environ))
+        _run(run_daemon(config, clock=clock, environ=environ))
     except DetectorError as exc:
         _log.error("daemon failed", error=str(exc))
         return 2

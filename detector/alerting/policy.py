@@ -25,6 +25,10 @@ cluster incidents and the set of nodes under maintenance into ``Notification`` r
 - shadow mode: notifications are still returned (the sender does not send them); each
   episode is counted once under "shadow".
 ``suppressed`` counts episodes (not notifications) per reason.
+
+``state_dict()`` / ``load_state_dict()`` carry what was sent (labels, last send, storm and
+incident tracking) across a restart as JSON-able data, so a restarted daemon resolves an
+episode that ended while it was down and keeps the labels Alertmanager already has.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import re
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..model import Alert, Incident, Labels
 
@@ -71,6 +76,38 @@ def _labels(**pairs: str | None) -> Labels:
 def xid_codes(signals: Iterable[str]) -> list[int]:
     """The XID codes named by ``xid_<code>`` evidence."""
     return [int(m[1]) for s in signals if (m := _XID_SIGNAL.fullmatch(s))]
+
+
+def _pairs(labels: Labels | None) -> list[list[str]] | None:
+    return None if labels is None else [list(kv) for kv in labels]
+
+
+def _labels_of(pairs: Any) -> Labels | None:
+    return None if pairs is None else tuple((str(k), str(v)) for k, v in pairs)
+
+
+def _tracked_state(t: _Tracked) -> dict[str, Any]:
+    return {
+        "labels": _pairs(t.labels),
+        "last_sent": t.last_sent,
+        "suppressed": t.suppressed,
+        "counted": sorted(t.counted),
+        "start": t.start,
+        "last_seen": t.last_seen,
+        "members": sorted(t.members),
+    }
+
+
+def _tracked_from(d: dict[str, Any]) -> _Tracked:
+    return _Tracked(
+        labels=_labels_of(d["labels"]),
+        last_sent=float(d["last_sent"]),
+        suppressed=d["suppressed"],
+        counted=set(d["counted"]),
+        start=float(d["start"]),
+        last_seen=float(d["last_seen"]),
+        members=set(d["members"]),
+    )
 
 
 class AlertPolicy:
@@ -142,6 +179,31 @@ class AlertPolicy:
         self.firing["warning"] += sum(1 for t in self._incidents.values() if t.labels)
         self.firing["critical"] += self._storm is not None
         return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """What was sent and is being tracked, as JSON-able data (see the module docstring)."""
+        return {
+            "episodes": [
+                [node, start, _tracked_state(t)] for (node, start), t in self._episodes.items()
+            ],
+            "incidents": {signal: _tracked_state(t) for signal, t in self._incidents.items()},
+            "storm": None if self._storm is None else _tracked_state(self._storm),
+            "starts": [list(s) for s in self._starts],
+            "suppressed": dict(self.suppressed),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore ``state_dict`` output. Raises KeyError/TypeError/ValueError on a malformed
+        state, leaving this policy as it was."""
+        episodes = {
+            (str(node), float(start)): _tracked_from(t) for node, start, t in state["episodes"]
+        }
+        incidents = {str(s): _tracked_from(t) for s, t in state["incidents"].items()}
+        storm = None if state["storm"] is None else _tracked_from(state["storm"])
+        starts = deque((float(t), str(node)) for t, node in state["starts"])
+        suppressed = Counter({str(k): int(v) for k, v in state["suppressed"].items()})
+        self._episodes, self._incidents, self._storm = episodes, incidents, storm
+        self._starts, self.suppressed = starts, suppressed
 
     def _evidence(self, signals: Sequence[str]) -> tuple[tuple[str, ...], str | None]:
         """Signals left after suppression, and the reason when suppression removed them all."""

@@ -4,7 +4,8 @@ Only the latest state of an alert matters to Alertmanager, so the queue holds at
 pending update per alert (its labels): a newer update replaces the older one and moves to the
 back. When full, the oldest pending update is dropped and counted. A batch taken for sending is
 acknowledged only if its updates were not replaced meanwhile, so a newer state is never lost
-to the success of an older one. Pure: times are passed in.
+to the success of an older one. Pure: times are passed in. ``pending()`` lists what waits, in
+order (the daemon saves it so a crash does not lose undelivered updates).
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ class CoalescingQueue:
         while len(self._items) > self.limit:
             self._items.popitem(last=False)
             self.dropped += 1
+
+    def pending(self) -> list[Notification]:
+        """Every pending update, oldest first."""
+        return list(self._items.values())
 
     def peek(self, n: int) -> list[Notification]:
         """The ``n`` oldest pending updates, left in the queue until acknowledged."""
