@@ -56,6 +56,8 @@ def quiet_scenario(nodes: int = 63, gpus: int = 8, seed: int = 3, **extra: Any) 
 def bad_plan(nodes: Sequence[str], fraction: float = 0.2) -> dict[str, str]:
     """Node -> misbehaviour for ``fraction`` of the nodes (every kind used, round robin),
     spread over the cluster (every k-th node) so cohorts keep healthy peers."""
+    if fraction <= 0:
+        return {}
     count = max(len(KINDS), round(fraction * len(nodes)))
     stride = len(nodes) / count
     return {nodes[int(i * stride)]: KINDS[i % len(KINDS)] for i in range(count)}
@@ -144,3 +146,8 @@ def write_config(path: Path, targets: list[dict[str, Any]], **sections: Any) -> 
 
 def config(path: Path, targets: list[dict[str, Any]], **sections: Any) -> Config:
     return load_config(write_config(path, targets, **sections), env={})
+
+
+def listen_url(path: Path) -> str:
+    """The http:// base URL a config file's server listens on."""
+    return "http://" + yaml.safe_load(path.read_text())["server"]["listen"]
