@@ -12,7 +12,10 @@ http500         500 Internal Server Error
 flapping        alternates per request: the upstream page, then a 503
 counter_reset   the upstream page with every counter restarted from 0 every
                 ``reset_every`` requests (an exporter restart): counters go down
+proxy           the upstream page as is (a well-behaved target to switch off and on)
 ==============  ==========================================================================
+
+Any server whose ``down`` is set closes each connection without a word (a dead exporter).
 
 "upstream" is the simulator's URL of the same node and page, fetched per request, so the
 proxied pages carry real, moving data. ``close()`` stops every server and the thread.
@@ -29,6 +32,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 KINDS = ("hung", "slow", "garbage", "oversized", "http500", "flapping", "counter_reset")
+ALL_KINDS = (*KINDS, "proxy")
 
 
 async def fetch(url: str, timeout_s: float = 5.0) -> bytes:
@@ -93,6 +97,7 @@ class ChaosServer:
     url: str = ""
     requests: int = 0
     seed: int = 0
+    down: bool = False  # set from any thread: connections are closed unanswered
     baseline: dict[bytes, float] = field(default_factory=dict)
 
 
@@ -118,8 +123,8 @@ class ChaosFarm:
 
     def add(self, kind: str, upstream: str) -> ChaosServer:
         """Start a server of ``kind`` in front of ``upstream``; returns it (``.url`` set)."""
-        if kind not in KINDS:
-            raise ValueError(f"unknown chaos kind {kind!r}; one of {KINDS}")
+        if kind not in ALL_KINDS:
+            raise ValueError(f"unknown chaos kind {kind!r}; one of {ALL_KINDS}")
         server = ChaosServer(kind, upstream, seed=len(self.servers))
         self._call(self._start(server))
         self.servers.append(server)
@@ -173,6 +178,8 @@ class ChaosFarm:
         self._held.add(writer)
         try:
             await reader.readuntil(b"\r\n\r\n")
+            if server.down:
+                return
             server.requests += 1
             respond = _BEHAVIOURS[server.kind]
             await respond(self, server, writer)
@@ -221,6 +228,9 @@ class ChaosFarm:
         rebase = server.requests % self.reset_every == 0
         await _send(writer, 200, reset_counters(body, server.baseline, rebase))
 
+    async def _proxy(self, server: ChaosServer, writer: asyncio.StreamWriter) -> None:
+        await _send(writer, 200, await fetch(server.upstream))
+
 
 async def _send(writer: asyncio.StreamWriter, status: int, body: bytes) -> None:
     reason = {200: "OK", 500: "Internal Server Error", 503: "Service Unavailable"}[status]
@@ -240,4 +250,5 @@ _BEHAVIOURS: dict[str, Callable[..., Awaitable[None]]] = {
     "http500": ChaosFarm._http500,
     "flapping": ChaosFarm._flapping,
     "counter_reset": ChaosFarm._counter_reset,
+    "proxy": ChaosFarm._proxy,
 }
