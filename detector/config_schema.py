@@ -203,6 +203,7 @@ class AlertsConfig(_Section):
     min_duration_s: float = Field(default=60.0, ge=0)
     cooldown_s: float = Field(default=900.0, ge=0)
     alert_on_xid: bool = True
+    xid_hold_s: float = Field(default=300.0, gt=0)  # how long a failure XID forces its alert
     shadow: bool = False  # evaluate and export, but send nothing to Alertmanager
     alertmanager_urls: list[str] = Field(default_factory=list)
     resend_interval_s: float = Field(default=60.0, gt=0)

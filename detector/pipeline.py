@@ -342,6 +342,7 @@ def build_pipeline(
         ),
         top_k=sc.top_k,
         alert_on_xid=al.alert_on_xid,
+        xid_hold_s=al.xid_hold_s,
     )
     return Pipeline(index, signals, xids, scorers, params)
 

@@ -55,6 +55,7 @@ def save_state(path: Path, arrays: Mapping[str, np.ndarray], meta: Mapping[str, 
     members[_META] = np.frombuffer(blob.encode(), dtype=np.uint8)
     tmp: str | None = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)  # a StateDirectory may not exist yet
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as fh:
             np.savez(fh, allow_pickle=False, **members)
