@@ -244,6 +244,9 @@ class Scraper:
             del exp.keys[cap:], exp.values[cap:], exp.timestamps[cap:]
             detail = f"{samples} series exposed, first {cap} kept"
             warnings.append(ScrapeError(target.url, "too_many_series", detail))
+            # Logged here: a cardinality explosion is the operator's to fix at the exporter,
+            # and the daemon only reports failed scrapes, not warnings of a target still up.
+            _log.warning("series capped", target=target.url, exposed=samples, kept=cap)
         return TargetScrape(target, duration_s, samples, bad, None, tuple(warnings), exp)
 
 
