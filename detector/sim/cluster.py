@@ -236,6 +236,8 @@ class SimulatedCluster:
         ev_time = np.array([e.time for e in ev])
         names, total, n_pairs = self._dcgm_names, len(self._series), len(self._pairs)
         xid_row = names.index(XID_FIELD) if XID_FIELD in names else -1
+        host_start = self._node_views[0][1] if self._node_views else total
+        host_shapes = [(sc.nodes, sets) for _, _, sets in self._node_views]
         cursor = 0
         for k in range(sc.ticks):
             t_rel = k * sc.step_s
@@ -254,8 +256,9 @@ class SimulatedCluster:
                 cursor = end
             out = np.empty(total)
             block = out[: self._gpu_cols].reshape(len(names), sc.nodes, sc.gpus)
-            for row, name in enumerate(names):
-                block[row] = xid_state if row == xid_row else gv[name]
+            rows = [xid_state if row == xid_row else gv[name] for row, name in enumerate(names)]
+            if rows:  # one copy instead of one per field
+                np.stack(rows, out=block)
             block[:, drive.vanished] = np.nan
             if n_pairs:
                 hits = ev_pair[:end][ev_time[:end] > t_abs - XID_WINDOW_S]
@@ -263,9 +266,13 @@ class SimulatedCluster:
                 counts[counts == 0] = np.nan
                 counts[drive.vanished[self._pairs[:, 0], self._pairs[:, 1]]] = np.nan
                 out[self._gpu_cols : self._gpu_cols + n_pairs] = counts
-            for name, start, sets in self._node_views:
-                view = out[start : start + sc.nodes * sets].reshape(sc.nodes, sets)
-                view[...] = hv[name]
+            host_values = [hv[name] for name, _, _ in self._node_views]
+            if all(v.shape == shape for v, shape in zip(host_values, host_shapes, strict=True)):
+                # the families are contiguous and in order: one copy instead of one each
+                np.concatenate(host_values, axis=None, out=out[host_start:])
+            else:
+                for (_, start, sets), v in zip(self._node_views, host_values, strict=True):
+                    out[start : start + sc.nodes * sets].reshape(sc.nodes, sets)[...] = v
             yield t_abs, out
 
     # -- exposition -----------------------------------------------------------------------

@@ -73,9 +73,13 @@ class GpuDrive:
         return drive
 
     def reset(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            value.fill(1.0 if f.name.endswith("_factor") else 0)
+        for name, value in _RESET_VALUES:  # dataclasses.fields() per tick costs ~20 us
+            getattr(self, name).fill(value)
+
+
+_RESET_VALUES = tuple(
+    (f.name, 1.0 if f.name.endswith("_factor") else 0.0) for f in fields(GpuDrive)
+)
 
 
 class GpuModel:
