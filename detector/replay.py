@@ -32,7 +32,7 @@ from .series import SeriesIndex
 from .simulate import SimulatedCluster
 from .xids import dedupe_episodes, is_failure
 
-INCIDENT_GAP_S = 900.0  # a signal quiet this long ends its cluster incident
+INCIDENT_GAP_S = 900.0  # this long without a common-mode signal ends a cluster incident
 
 
 @dataclass
@@ -171,7 +171,7 @@ def run_replay(
     writer = ScoresCsv(scores_out) if scores_out is not None else None
     start = end = float("nan")
     ticks = 0
-    last_seen: dict[str, float] = {}  # signal -> last tick it moved cluster-wide
+    last_incident = -np.inf  # last tick on which any signal moved cluster-wide
     if progress is not None and expected_span is not None:
         progress.set_span(*expected_span)
     try:
@@ -183,11 +183,11 @@ def run_replay(
             ticks += 1
             alerts.extend(tick.ended)
             data_xids.extend(tick.xids)
-            for incident in tick.incidents:
-                # one incident per signal until it has been quiet for INCIDENT_GAP_S
-                if tick.time - last_seen.get(incident.signal, -np.inf) > INCIDENT_GAP_S:
+            if tick.incidents:
+                # one cluster incident until no signal has moved cluster-wide for the gap
+                if tick.time - last_incident > INCIDENT_GAP_S:
                     incidents += 1
-                last_seen[incident.signal] = tick.time
+                last_incident = tick.time
             if recorder is not None:
                 recorder.add(tick)
             if writer is not None:
