@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
@@ -54,6 +55,15 @@ from .xids import dedupe_episodes, is_failure
 __all__ = ["Daemon", "DaemonStats", "main_run", "run_daemon", "sd_notify"]
 
 _log = get_logger(component="daemon")
+
+
+def _public_url(url: str) -> str:
+    """``url`` without its ``user:password@`` part: target URLs may carry credentials, and
+    /metrics labels and logs must not (Prometheus shows targets the same way)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def sd_notify(message: str, environ: Mapping[str, str] | None = None) -> bool:
@@ -226,7 +236,7 @@ class Daemon:
             if result.error is not None:
                 _log.warning(
                     "scrape failed",
-                    target=result.target.url,
+                    target=_public_url(result.target.url),
                     node=result.target.node,
                     reason=result.error.reason,
                     detail=result.error.detail,
@@ -281,7 +291,10 @@ class Daemon:
         exporter.observe_signals(self.pipeline.evidence(tick))
         exporter.observe_scrapes(
             {
-                r.target.url: (r.duration_s, r.error.reason if r.error is not None else None)
+                _public_url(r.target.url): (
+                    r.duration_s,
+                    r.error.reason if r.error is not None else None,
+                )
                 for r in round_.targets
             }
         )
