@@ -16,6 +16,7 @@ import pytest
 from detector.model import FloatArray
 from detector.scorers.base import SCORE_CAP, ColumnLayout, Scorer
 from detector.scorers.changepoint import ChangePoint
+from detector.scorers.context import ContextNovelty
 from detector.scorers.counts import CountBurst
 from detector.scorers.forecast import ForecastError
 from detector.scorers.health import TelemetryHealth
@@ -100,6 +101,13 @@ def _jump(x: FloatArray) -> None:
     x[PLANT_AT:, column(LAYOUT, "gpu_temp", 1, 3)] += 6.0
 
 
+def _pattern_break(x: FloatArray) -> None:
+    """A column cycling 60..67 breaks its cycle once, staying inside its range."""
+    target = column(LAYOUT, "gpu_temp", 1, 3)
+    x[:, target] = 60.0 + np.arange(x.shape[0]) % 8
+    x[PLANT_AT, target] = 67.0
+
+
 def _node_down(x: FloatArray) -> None:
     x[PLANT_AT:, column(LAYOUT, "health_up", 4)] = 0.0
 
@@ -168,6 +176,14 @@ CASES = [
         5.0,
     ),
     Case("range", lambda s: RangeNovelty(), column(LAYOUT, "gpu_temp", 1, 3), _spike, 6.0),
+    # no clock inside (a sequence of observations), so the time-scale check holds trivially
+    Case(
+        "context",
+        lambda s: ContextNovelty(),
+        column(LAYOUT, "gpu_temp", 1, 3),
+        _pattern_break,
+        2.5,
+    ),
 ]
 
 
