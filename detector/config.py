@@ -63,6 +63,7 @@ from detector.config_schema import (
     TargetsConfig,
 )
 from detector.errors import ConfigError
+from detector.yamlfile import read_yaml
 
 __all__ = [
     "AgentPorts",
@@ -176,55 +177,8 @@ def _missing(path: Path) -> str:
     return "" if path.exists() else "does not exist"
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that rejects a key written twice in one mapping (YAML keeps the last)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-    def construct_yaml_timestamp(self, node: yaml.ScalarNode) -> Any:
-        """PyYAML raises a bare ValueError (no position) for a date like 2023-02-30."""
-        try:
-            return super().construct_yaml_timestamp(node)
-        except ValueError as exc:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"invalid date {node.value!r} ({exc})", node.start_mark
-            ) from None
-
-
-_UniqueKeyLoader.add_constructor(
-    "tag:yaml.org,2002:timestamp", _UniqueKeyLoader.construct_yaml_timestamp
-)
-
-
 def _read_file(path: Path) -> dict[Any, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else str(exc)
-        raise ConfigError(f"{path}: cannot read config file: {reason}") from None
-    try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: safe
-    except yaml.reader.ReaderError as exc:  # its str() spans lines and names no line
-        line = text.count("\n", 0, exc.position) + 1
-        raise ConfigError(
-            f"{path}:{line}: invalid YAML: unacceptable character #x{exc.character:04x}"
-        ) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{path}{at}: invalid YAML: {problem}") from None
-    except RecursionError:  # PyYAML's composer recurses per nesting level
-        raise ConfigError(f"{path}: invalid YAML: nested too deeply") from None
+    data = read_yaml(path)
     if data is None:
         return {}
     if not isinstance(data, dict):

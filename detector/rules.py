@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from .errors import ConfigError
+from .yamlfile import read_yaml
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -316,41 +316,8 @@ def _message(error: Any) -> str:
     return msg.removeprefix("Value error, ")
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader whose bad dates (2023-02-30) are YAML errors with a line, not ValueError."""
-
-    def construct_yaml_timestamp(self, node: yaml.ScalarNode) -> Any:
-        try:
-            return super().construct_yaml_timestamp(node)
-        except ValueError as exc:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"invalid date {node.value!r} ({exc})", node.start_mark
-            ) from None
-
-
-_Loader.add_constructor("tag:yaml.org,2002:timestamp", _Loader.construct_yaml_timestamp)
-
-
 def _load(path: Path, model: type[_M]) -> _M:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    try:
-        data = yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: safe
-    except yaml.MarkedYAMLError as exc:
-        line = exc.problem_mark.line + 1 if exc.problem_mark is not None else 0
-        raise ConfigError(f"{path}:{line}: invalid YAML: {exc.problem}") from None
-    except yaml.reader.ReaderError as exc:  # its str() spans lines and names no line
-        line = text.count("\n", 0, exc.position) + 1
-        char = f"#x{exc.character:04x}"
-        raise ConfigError(f"{path}:{line}: invalid YAML: unacceptable character {char}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
-    except RecursionError:  # PyYAML's composer recurses per nesting level
-        raise ConfigError(f"{path}: invalid YAML: nested too deeply") from None
+    data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     try:

@@ -207,7 +207,7 @@ def test_relative_paths_follow_the_config_file(tmp_path: Path) -> None:
 def test_file_problems_name_file_and_line(tmp_path: Path) -> None:
     """Unreadable files, YAML syntax errors and duplicate keys name the file (and line)."""
     missing = tmp_path / "nope.yaml"
-    assert error_of(missing).startswith(f"{missing}: cannot read config file")
+    assert error_of(missing).startswith(f"{missing}: cannot read")
     assert error_of(write(tmp_path, "scrape: {\n")).startswith(f"{tmp_path / 'config.yaml'}:2:")
     dup = error_of(write(tmp_path, "mode: fleet\nscrape: {}\nmode: agent\n"))
     assert f"{tmp_path / 'config.yaml'}:3:1: invalid YAML: duplicate key 'mode'" == dup

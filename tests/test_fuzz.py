@@ -563,7 +563,7 @@ def test_found_event_lines_raise_events_error(line: str) -> None:
         (
             load_signal_rules,
             b"version: 2023-02-30\nsignals: []\n",
-            ":1: invalid YAML: invalid date",
+            ":1:10: invalid YAML: invalid date",
         ),
         (load_xid_catalog, b"xids: " + b"[" * 600, "nested too deeply"),
         (

@@ -96,7 +96,7 @@ def test_negative_weight_and_unknown_field_are_named(tmp_path: Path) -> None:
 def test_invalid_yaml_names_file_and_line(tmp_path: Path) -> None:
     """YAML syntax errors carry file and line."""
     path = _write(tmp_path, "signals:\n  - name: [unclosed\n")
-    with pytest.raises(ConfigError, match=re.escape(f"{path}:3: invalid YAML")):
+    with pytest.raises(ConfigError, match=re.escape(f"{path}:3:1: invalid YAML")):
         load_signal_rules(path)
 
 
