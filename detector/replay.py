@@ -142,7 +142,13 @@ def simulated_frames(cluster: SimulatedCluster, index: SeriesIndex) -> Iterator[
     columns = np.array(
         [index.add(name, labels) for name, labels in cluster.series()], dtype=np.int64
     )
+    # A fresh index maps the cluster's series onto columns 0..n-1 in order; the simulator's
+    # vectors (a new array every tick) are then already the frames.
+    identity = bool(np.array_equal(columns, np.arange(columns.shape[0])))
     for t, values in cluster.frames():
+        if identity and len(index) == values.shape[0]:
+            yield Frame(t, values)
+            continue
         frame = np.full(len(index), np.nan)
         frame[columns] = values
         yield Frame(t, frame)
