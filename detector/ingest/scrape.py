@@ -1,12 +1,12 @@
 """Scraping: every target of a tick concurrently, bounded in time and size, into one frame.
 
 Contract
-    ``Scraper.scrape_all(targets, index, now)`` scrapes all targets concurrently on one pooled
-    ``httpx.AsyncClient`` and returns a :class:`ScrapeRound`: the tick's :class:`Frame`
-    (values aligned to ``index``, NaN where unseen, columns via ``index.columns`` with the
-    target labels as ``extra``), per-target :class:`TargetScrape` results and the declared
-    metric types. ``scrape_targets(targets)`` is the same without the index (``detector
-    record`` uses it).
+    ``Scraper.scrape_all(targets, index, now)`` scrapes all targets concurrently (one pooled
+    ``httpx.AsyncClient`` per target, connections kept alive across ticks) and returns a
+    :class:`ScrapeRound`: the tick's :class:`Frame` (values aligned to ``index``, NaN where
+    unseen, columns via ``index.columns`` with the target labels as ``extra``), per-target
+    :class:`TargetScrape` results and the declared metric types. ``scrape_targets(targets)``
+    is the same without the index (``detector record`` uses it).
 
     Time: every download of a round ends within ``timeout_s`` of the round's start, whatever
     the targets do (parsing the bodies then adds its CPU time). Each target starts after a
@@ -35,6 +35,7 @@ Contract
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -99,7 +100,9 @@ class ScrapeRound:
 
 class Scraper:
     """Scrapes targets (see the module docstring). Pass ``client`` to share or fake one (it
-    is then not closed here); without, a pooled client is created and closed by ``aclose``."""
+    is then used for every target and not closed here); without, each target gets its own
+    pooled client (kept-alive connections reused tick after tick), closed when the target
+    leaves the target list or by ``aclose``."""
 
     def __init__(
         self,
@@ -111,15 +114,13 @@ class Scraper:
         max_series_per_target: int = 200_000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._own = client is None
-        # No pool limit: every target of a tick is scraped at once, and a request queued
-        # behind the pool would spend its timeout waiting. Proxies from the environment are
-        # not for scraping (as Prometheus: none unless configured).
-        self.client = client or httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
-            follow_redirects=False,
-            trust_env=False,
-        )
+        self.client = client
+        # One client per target rather than one pool for all: httpcore 1.0's pool walks every
+        # connection it holds (and polls each idle socket) whenever a request starts or ends,
+        # so N kept-alive targets in one pool cost O(N^2) CPU a round (encode/httpcore#1035):
+        # 2x the whole scrape's CPU at 126 targets already (bench/daemon_bench.py).
+        self._clients: dict[str, httpx.AsyncClient] = {}
+        self._ssl: ssl.SSLContext | None = None  # loading the CA bundle costs ~15 ms: once
         self.timeout_s = timeout_s
         self.body_limit_bytes = body_limit_bytes
         self.jitter_fraction = jitter_fraction
@@ -136,9 +137,30 @@ class Scraper:
             max_series_per_target=scrape.max_series_per_target,
         )
 
+    def _client_for(self, url: str) -> httpx.AsyncClient:
+        if self.client is not None:
+            return self.client
+        client = self._clients.get(url)
+        if client is None:
+            if self._ssl is None:  # what httpx builds for verify=True without trust_env
+                self._ssl = httpx.create_ssl_context(trust_env=False)
+            # No connection limit: a request queued behind the pool would spend its timeout
+            # waiting. Proxies from the environment are not for scraping (as Prometheus:
+            # none unless configured).
+            client = self._clients[url] = httpx.AsyncClient(
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
+                follow_redirects=False,
+                trust_env=False,
+                verify=self._ssl,
+            )
+        return client
+
+    async def _close_clients(self, keep: set[str]) -> None:
+        for url in [u for u in self._clients if u not in keep]:
+            await self._clients.pop(url).aclose()
+
     async def aclose(self) -> None:
-        if self._own:
-            await self.client.aclose()
+        await self._close_clients(set())
 
     async def __aenter__(self) -> Scraper:
         return self
@@ -159,7 +181,9 @@ class Scraper:
     async def scrape_targets(self, targets: Sequence[Target]) -> list[TargetScrape]:
         """Scrape every target concurrently; results in target order, within ``timeout_s``."""
         deadline = asyncio.get_running_loop().time() + self.timeout_s
-        return list(await asyncio.gather(*(self._scrape(t, deadline) for t in targets)))
+        results = list(await asyncio.gather(*(self._scrape(t, deadline) for t in targets)))
+        await self._close_clients({t.url for t in targets})  # targets gone from the list
+        return results
 
     async def scrape_all(
         self, targets: Sequence[Target], index: SeriesIndex, now: float
@@ -209,7 +233,7 @@ class Scraper:
     async def _fetch(self, target: Target) -> bytes:
         headers = {"Accept": ACCEPT, "X-Prometheus-Scrape-Timeout-Seconds": f"{self.timeout_s:g}"}
         limit = self.body_limit_bytes
-        async with self.client.stream(
+        async with self._client_for(target.url).stream(
             "GET", target.url, headers=headers, timeout=self.timeout_s
         ) as response:
             if response.status_code != 200:
