@@ -81,7 +81,9 @@ def daemon(tmp_path: Path, cluster: ClusterProcess, am_url: str, **sections: Any
         tmp_path / "config.yaml",
         cluster.targets,
         scrape={"interval_s": 0.3, "timeout_s": 0.2},
-        alerts={"threshold": 0.99, "alertmanager_urls": [am_url], "resend_interval_s": 60},
+        # Firing updates say endsAt = send time + 4 resends: 2400 simulated s = 24 s of wall
+        # time, so one delayed by a loaded machine still arrives firing.
+        alerts={"threshold": 0.99, "alertmanager_urls": [am_url], "resend_interval_s": 600},
         state={"path": str(tmp_path / "state.npz"), "save_interval_s": 0.3},
         logging={"level": "info", "format": "json"},
         **sections,
@@ -139,8 +141,9 @@ def test_kill_9_at_random_points_loses_and_duplicates_no_alert(
     for failure, episodes in zip(FAILURES, starts, strict=True):
         assert 1 == len(episodes), episodes  # one alert ...
         assert [1] == [len(s) for s in episodes.values()]  # ... one episode: no duplicate
-        assert am.firing(**failure)  # nothing lost: it fired, and (above) resolved
-    assert {k: v for k, v in am.episodes().items() if len(v) > 1} == {}
+        assert am.firing(**failure), (phases, am.alerts(**failure))  # it fired (and resolved)
+    others = [a.labels for a in am.alerts(alertname="GPUFailureSuspected")]
+    assert {"node-02", "node-03"} == {labels["node"] for labels in others}
     assert [] == [e for e in proc.logs() if e.get("level") in ("error", "critical")]
 
 

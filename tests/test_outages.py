@@ -6,7 +6,7 @@ per 0.3 s tick), all in one run so the scenario reads as a timeline in simulated
   after it. Every episode must reach Alertmanager in its latest state: node-01 resolved,
   node-02 firing then resolved.
 - A target that never answers (node-dead) and node-04's exporter dead from 300 s to 600 s.
-- The state file on a 64 KiB tmpfs (disk full) until it is grown to 8 MiB at 450 s.
+- The state file on a 4 KiB tmpfs (disk full) until it is grown to 8 MiB at 450 s.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ async def _run(tmp: Path, log: Path) -> OutageRun:
     )
     disk = tmp / "disk"
     disk.mkdir()
-    mount_tmpfs(disk, "64k")
+    mount_tmpfs(disk, "4k")
     exporters = serve(scenario, port=0, speed=SPEED, clock=time.monotonic)
     clock = SimClock(scenario.start, SPEED)
     farm = ChaosFarm()
@@ -108,6 +108,8 @@ async def _run(tmp: Path, log: Path) -> OutageRun:
             tmp / "outage.yaml",
             targets,
             scrape={"interval_s": 0.3, "timeout_s": 0.2},
+            # Resends every 60 simulated s also wake the delivery loop, whose retry waits are
+            # clock seconds taken as wall seconds (the same thing outside tests).
             alerts={"threshold": 0.99, "alertmanager_urls": [am.url], "resend_interval_s": 60},
             state={"path": str(disk / "state.npz"), "save_interval_s": 0.3},
             logging={"level": "info", "format": "json"},
@@ -214,16 +216,20 @@ def test_a_dead_target_and_a_returning_one_cost_only_their_own_scrapes(
     """node-dead is down on every tick and node-04 exactly while its exporter is dead; node-04
     is scored again once it is back; neither raises a GPU failure alert."""
     assert {False} == {up for _, up in outage.up["node-dead"]}
-    for t, up in outage.up["node-04"]:
-        if TARGET_DOWN + 40 < t < TARGET_UP - 10 or t < TARGET_DOWN - 10 or t > TARGET_UP + 40:
-            assert up == (not TARGET_DOWN < t < TARGET_UP), (t, up)
+    node04 = outage.up["node-04"]
+    assert {False} == {up for t, up in node04 if TARGET_DOWN + 40 < t < TARGET_UP - 10}
+    # Alive before and after (a loaded machine may time out the odd scrape).
+    before = [up for t, up in node04 if t < TARGET_DOWN - 10]
+    after = [up for t, up in node04 if t > TARGET_UP + 40]
+    assert sum(before) > len(before) / 2, before
+    assert sum(after) > len(after) / 2, after
     assert any(scored for t, scored in outage.node04_scored if t > TARGET_UP + 40)
     assert [] == [a for a in outage.alerts if a[0] in ("node-dead", "node-04")]
     assert outage.overruns <= 1  # the first tick (index build) at most
 
 
 def test_disk_full_state_saves_are_logged_counted_and_resume(outage: OutageRun) -> None:
-    """A state file that does not fit (64 KiB tmpfs): each save fails, is counted and logged,
+    """A state file that does not fit (4 KiB tmpfs): each save fails, is counted and logged,
     leaves no temporary file; ticks go on; once there is room, saves succeed again."""
     full = [(t, s, e) for t, s, e in outage.saves if t < DISK_GROWN - 10]
     assert full
