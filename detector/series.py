@@ -122,7 +122,7 @@ class SeriesIndex:
     rules: LabelRules = field(default_factory=LabelRules)
     infos: list[SeriesInfo] = field(default_factory=list)
     _by_identity: dict[tuple[str, Labels], int] = field(default_factory=dict)
-    _by_raw: dict[tuple[Labels, str], int] = field(default_factory=dict)
+    _by_raw: dict[Labels, dict[str, int]] = field(default_factory=dict)  # extra -> key -> col
 
     def __len__(self) -> int:
         return len(self.infos)
@@ -147,10 +147,17 @@ class SeriesIndex:
         """Columns of raw wire keys. ``extra`` labels (e.g. the target's instance/node) are
         added to every key's labels. As Prometheus does without honor_labels, a label the
         target sets wins and the exporter's own value is kept as ``exported_<name>``."""
-        lookup = self._by_raw
+        lookup = self._by_raw.get(extra)
+        if lookup is None:
+            lookup = self._by_raw[extra] = {}
+        else:
+            try:  # every key seen before, the steady state of a scrape: one pass in C
+                return np.fromiter(map(lookup.__getitem__, keys), np.int64, len(keys))
+            except KeyError:
+                pass
         out = np.empty(len(keys), dtype=np.int64)
         for i, key in enumerate(keys):
-            column = lookup.get((extra, key))
+            column = lookup.get(key)
             if column is None:
                 name, labels = split(key)
                 if extra:
@@ -160,7 +167,7 @@ class SeriesIndex:
                         + extra
                     )
                 column = self.add(name, labels)
-                lookup[(extra, key)] = column
+                lookup[key] = column
             out[i] = column
         return out
 
