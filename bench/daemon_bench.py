@@ -45,6 +45,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import gc
 import gzip
 import multiprocessing
 import multiprocessing.connection
@@ -286,6 +287,7 @@ async def run_ticks(
     warmup: int,
     first: int = 0,
     client: httpx.AsyncClient | None = None,
+    freeze: bool = False,
 ) -> tuple[TickCpu, Daemon]:
     """``warmup + ticks`` daemon ticks, one simulated step apart from step ``first`` on; CPU of
     the last ``ticks``. ``client``: one client for every target (the Scraper's fake seam)."""
@@ -302,6 +304,8 @@ async def run_ticks(
     daemon.pipeline.step = _timed(step_cpu, daemon.pipeline.step)  # type: ignore[method-assign]
     try:
         for k in range(first, first + warmup + ticks):
+            if freeze and k == first + warmup:
+                gc.freeze()  # the index, caches and pools built so far leave the GC's scans
             sim.advance(k)
             now[0] = start + k * step
             began, wall = time.process_time(), time.perf_counter()
@@ -435,6 +439,12 @@ def main() -> None:
         "asked; 0: plain, the default)",
     )
     parser.add_argument(
+        "--gc-freeze",
+        action="store_true",
+        help="gc.freeze() after the warm-up ticks (what the daemon could do after its first "
+        "tick): the long-lived index and caches leave the collector's full scans",
+    )
+    parser.add_argument(
         "--no-keep-alive",
         action="store_true",
         help="exporters close every connection (HTTP/1.0, the stdlib server's default)",
@@ -461,7 +471,9 @@ def main() -> None:
     ):
         config = daemon_config(sim.urls, args.interval, Path(folder))
         configure_logging(config.logging.level, config.logging.format)  # as ``detector run``
-        cpu, daemon = run_loop(run_ticks(config, sim, args.ticks, args.warmup))
+        cpu, daemon = run_loop(
+            run_ticks(config, sim, args.ticks, args.warmup, freeze=args.gc_freeze)
+        )
         split = scrape_split(daemon, repeat=5, pc_pages=min(126, 2 * args.nodes))
         pool: TickCpu | None = None
         if pool_ticks:
@@ -479,7 +491,8 @@ def main() -> None:
     http = scrape - split["parse"] - split["columns"]
     print(
         f"{args.nodes} nodes x {args.gpus} GPUs, {int(split['pages'])} pages per tick "
-        f"(exporters {'keep connections alive' if keep_alive else 'close connections'}), "
+        f"(exporters {'keep connections alive' if keep_alive else 'close connections'}"
+        f"{', gzip' if args.gzip else ''}{', gc.freeze' if args.gc_freeze else ''}), "
         f"{int(split['samples']):,} samples ({split['bytes'] / 1e6:.1f} MB), "
         f"{len(daemon.index):,} series, {signal_columns:,} signal columns; "
         f"medians of {args.ticks} ticks after {args.warmup} warm-up ticks"
