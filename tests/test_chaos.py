@@ -55,10 +55,12 @@ class ChaosRun:
     received: list[Received] = field(default_factory=list)
     ticks: int = 0
     overruns: int = 0
+    durations: list[float] = field(default_factory=list)  # each tick's wall time (s)
 
 
-async def _run(tmp: Path) -> ChaosRun:
-    with ClusterProcess.start(speed=SPEED, gpus=4) as cluster:
+async def run_chaos(tmp: Path, ticks: int = TICKS, with_bad: bool = True) -> ChaosRun:
+    """One daemon run over the chaos cluster (``with_bad=False``: bad targets left out)."""
+    with ClusterProcess.start(speed=SPEED, gpus=4, with_bad=with_bad) as cluster:
         am = FakeAlertmanager(clock=lambda: cluster.sim_time(SPEED)).up()
         try:
             alerts = {"alertmanager_urls": [am.url]}
@@ -69,6 +71,7 @@ async def _run(tmp: Path) -> ChaosRun:
 
             def on_tick(daemon: Daemon, tick: TickResult) -> None:
                 run.intervals.append(loop.time())
+                run.durations.append(daemon.stats.tick_duration_s)
                 if daemon.stats.ticks > 1:  # the first tick also builds the series index
                     run.overruns_after_first.append(daemon.stats.overruns)
                 run.scores.append(dict(zip(tick.node_names, tick.node_score.tolist(), strict=True)))
@@ -79,7 +82,7 @@ async def _run(tmp: Path) -> ChaosRun:
                     run.up.setdefault(node, []).append(result.up)
                     if result.error is not None:
                         run.reasons.setdefault(node, Counter())[result.error.reason] += 1
-                if daemon.stats.ticks >= TICKS:
+                if daemon.stats.ticks >= ticks:
                     body, _ = daemon.exporter.render()
                     page = parse_exposition(body, "detector /metrics")
                     run.metrics = dict(zip(page.keys, page.values, strict=True))
@@ -91,7 +94,7 @@ async def _run(tmp: Path) -> ChaosRun:
                 run_daemon(
                     cfg, clock=clock, stop=stop, on_tick=on_tick, handle_signals=False, port=0
                 ),
-                TICKS * 3,
+                ticks * 3,
             )
             run.received = am.alerts()
         finally:
@@ -101,7 +104,7 @@ async def _run(tmp: Path) -> ChaosRun:
 
 @pytest.fixture(scope="module")
 def chaos(tmp_path_factory: pytest.TempPathFactory) -> ChaosRun:
-    return asyncio.run(_run(tmp_path_factory.mktemp("chaos")))
+    return asyncio.run(run_chaos(tmp_path_factory.mktemp("chaos")))
 
 
 def test_a_fifth_of_the_targets_misbehave_in_every_way(chaos: ChaosRun) -> None:

@@ -8,143 +8,43 @@ from __future__ import annotations
 
 import itertools
 import json
-import random
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import numpy as np
 import pytest
 from chaos.alertmanager import FakeAlertmanager
 from chaos.cluster_process import ClusterProcess
-from chaos.daemon_process import DaemonProcess
-from chaos.harness import listen_url, write_config
+from chaos.crash import crash_cluster, crash_daemon, kill_loop, ready, wait_for
 
 from detector.alerts import AlertSender
 from detector.model import Alert
 from detector.pipeline import TickResult
 from detector.state import FORMAT_VERSION, load_state, save_state
 
-SPEED = 100.0  # one 30 s simulated step per 0.3 s tick
-FAILURES = [
-    {"alertname": "GPUFailureSuspected", "node": "node-02"},
-    {"alertname": "GPUFailureSuspected", "node": "node-03"},
-]
-MIN_KILLS, MAX_KILLS = 5, 14
 
-
-def wait_for(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    """Poll ``condition`` until it is truthy; fail naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-
-
-def ready(proc: DaemonProcess) -> bool:
-    """The daemon answers /readyz with 200 (it has ticked); fails at once if it died."""
-    assert proc.alive(), proc.raw_logs()[-3000:]
-    try:
-        return httpx.get(f"{listen_url(proc.config)}/readyz", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def zscore_observations(state: Path) -> float:
-    """The most observations any column's z-score baseline has had (0: no usable state)."""
-    loaded = load_state(state)
-    if loaded is None:
-        return 0.0
-    count = loaded[0].get("scorer.zscore/count")
-    return float(count.max()) if count is not None and count.size else 0.0
+def test_kill_9_at_random_points_loses_and_duplicates_no_alert(tmp_path: Path) -> None:
+    """SIGKILLs at seeded random points before, during and after two planted XID 119
+    episodes: each alert reaches Alertmanager with one startsAt, firing and then resolved,
+    every restart restores the state file, and the scorers' observation counts only grow (no
+    re-warm: a restarted daemon scores on its first tick)."""
+    run = kill_loop(tmp_path, seed=20261129)
+    assert {"before", "firing"} <= set(run.phases), run.phases  # the kills hit the episodes
+    assert len(run.phases) == run.restored  # every run after the first carried on
+    assert all(b > a for a, b in itertools.pairwise(run.observations)), run.observations
+    for episodes in run.starts:
+        assert 1 == len(episodes), episodes  # one alert ...
+        assert [1] == [len(s) for s in episodes.values()]  # ... one episode: no duplicate
+    assert [True, True] == run.fired  # nothing lost ...
+    assert [True, True] == run.resolved  # ... and every resolve arrived
+    assert set() == run.other_failure_alerts
+    assert (0, []) == (run.exit_code, run.errors)
 
 
 @pytest.fixture
 def cluster() -> Iterator[ClusterProcess]:
-    failures = [
-        {"kind": "gsp", "node": 1, "gpu": 0, "at_s": 600.0, "lead_s": 0.0, "xid": 119},
-        {"kind": "gsp", "node": 2, "gpu": 1, "at_s": 1500.0, "lead_s": 0.0, "xid": 119},
-    ]
-    with ClusterProcess.start(
-        speed=SPEED, nodes=4, gpus=2, fraction=0, failures=failures, repair_cap_s=1200.0
-    ) as running:
+    with crash_cluster() as running:
         yield running
-
-
-def daemon(tmp_path: Path, cluster: ClusterProcess, am_url: str, **sections: Any) -> DaemonProcess:
-    config = write_config(
-        tmp_path / "config.yaml",
-        cluster.targets,
-        scrape={"interval_s": 0.3, "timeout_s": 0.2},
-        # Firing updates say endsAt = send time + 4 resends: 2400 simulated s = 24 s of wall
-        # time, so one delayed by a loaded machine still arrives firing.
-        alerts={"threshold": 0.99, "alertmanager_urls": [am_url], "resend_interval_s": 600},
-        state={"path": str(tmp_path / "state.npz"), "save_interval_s": 0.3},
-        logging={"level": "info", "format": "json"},
-        **sections,
-    )
-    return DaemonProcess(config, cluster.start_time, cluster.origin, SPEED, tmp_path)
-
-
-def test_kill_9_at_random_points_loses_and_duplicates_no_alert(
-    tmp_path: Path, cluster: ClusterProcess
-) -> None:
-    """SIGKILLs at seeded random points before, during and after two planted XID 119
-    episodes: each alert reaches Alertmanager with one startsAt and is resolved, every
-    restart restores the state file, and the scorers' observation counts only grow (no
-    re-warm: a restarted daemon scores on its first tick)."""
-    rng = random.Random(20261129)
-    state = tmp_path / "state.npz"
-    phases: list[str] = []  # the failure's alert at Alertmanager when each kill landed
-    with FakeAlertmanager(clock=lambda: cluster.sim_time(SPEED)) as am:
-        proc = daemon(tmp_path, cluster, am.url)
-        observations: list[float] = []
-
-        def phase() -> str:
-            if am.resolved(**FAILURES[1]):
-                return "resolved"
-            firing = any(am.firing(**f) and not am.resolved(**f) for f in FAILURES)
-            return "firing" if firing else "before"
-
-        try:
-            while len(phases) < MAX_KILLS and (
-                len(phases) < MIN_KILLS or "firing" not in phases or "resolved" not in phases
-            ):
-                saved = state.stat().st_mtime_ns if state.exists() else 0
-                proc.start()
-                wait_for(
-                    lambda saved=saved: state.exists() and state.stat().st_mtime_ns != saved,
-                    20,
-                    "a state save",
-                )
-                time.sleep(rng.uniform(0.05, 1.0))
-                phases.append(phase())
-                proc.kill9()
-                observations.append(zscore_observations(state))
-            proc.start()
-            wait_for(lambda: ready(proc), 20, "the last run to serve /readyz")
-            for failure in FAILURES:
-                wait_for(lambda f=failure: am.resolved(**f), 40, f"{failure} to resolve")
-            assert 0 == proc.stop()
-        finally:
-            proc.kill9()
-        restored = [e for e in proc.logs() if e.get("event") == "state restored"]
-        starts = [am.episodes(am.alerts(**failure)) for failure in FAILURES]
-    assert {"before", "firing"} <= set(phases), phases  # the kills hit the episodes
-    assert len(phases) == len(restored)  # every run after the first carried on from the file
-    assert all(b > a for a, b in itertools.pairwise(observations)), observations
-    for failure, episodes in zip(FAILURES, starts, strict=True):
-        assert 1 == len(episodes), episodes  # one alert ...
-        assert [1] == [len(s) for s in episodes.values()]  # ... one episode: no duplicate
-        assert am.firing(**failure), (phases, am.alerts(**failure))  # it fired (and resolved)
-    others = [a.labels for a in am.alerts(alertname="GPUFailureSuspected")]
-    assert {"node-02", "node-03"} == {labels["node"] for labels in others}
-    assert [] == [e for e in proc.logs() if e.get("level") in ("error", "critical")]
 
 
 def _other_format(path: Path) -> None:
@@ -180,7 +80,7 @@ def test_corrupt_state_file_starts_clean_with_a_warning(
     damage(state)
     before = state.read_bytes()
     with FakeAlertmanager() as am:
-        proc = daemon(tmp_path, cluster, am.url)
+        proc = crash_daemon(tmp_path, cluster, am.url)
         proc.start()
         try:
             wait_for(lambda: ready(proc), 20, "/readyz 200")

@@ -79,7 +79,8 @@ def mount_tmpfs(path: Path, size: str) -> None:
     subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
 
 
-async def _run(tmp: Path, log: Path) -> OutageRun:
+async def run_outage(tmp: Path, log: Path) -> OutageRun:
+    """The timeline of the module docstring, once (needs root for the tmpfs)."""
     scenario = quiet_scenario(
         nodes=4,
         gpus=2,
@@ -181,7 +182,7 @@ def outage(tmp_path_factory: pytest.TempPathFactory) -> OutageRun:
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs (disk full) needs root; CI runs as root")
     tmp = tmp_path_factory.mktemp("outage")
-    return asyncio.run(_run(tmp, tmp / "daemon.log"))
+    return asyncio.run(run_outage(tmp, tmp / "daemon.log"))
 
 
 def test_alerts_raised_during_an_alertmanager_outage_all_arrive_after_it(
