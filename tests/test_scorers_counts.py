@@ -43,3 +43,21 @@ def test_the_learnt_rate_moves_little_during_a_burst() -> None:
     counts[300:303, 0] = 10.0
     scores = feed(CountBurst(warmup_s=600), counts)
     assert scores[302, 0] > 0.8 * scores[300, 0]
+
+
+def test_the_first_tick_after_a_long_gap_is_not_a_burst() -> None:
+    """Six hours of a steady 20/tick counter arriving in one tick after a gap (the exporter was
+    unreachable), at a rate 3% above the learnt one, is no burst; the same 3% on an ordinary
+    tick is not either, while a real burst after the gap still is."""
+    rng = np.random.default_rng(4)
+    scorer = CountBurst(warmup_s=3600)
+    t = 0.0
+    for _ in range(600):
+        scorer.update(t, rng.poisson(20.0, 4) / TICK, LAYOUT)
+        t += TICK
+    gap = 6 * 3600.0
+    events = rng.poisson(20.0 * gap / TICK * 1.03, 4).astype(float)
+    events[3] += 5000.0  # a burst of 5000 errors somewhere in the gap
+    scores = scorer.update(t - TICK + gap, events / gap, LAYOUT)
+    assert scores[:3].max() < 3.0
+    assert scores[3] > 5.0

@@ -16,6 +16,9 @@ clipped at ``mean + learn_clip * sqrt(mean) + 1``: a burst barely moves the lear
 lasting higher rate is learnt over a few half-lives (so a persistently erroring device keeps
 scoring for hours, then becomes the new normal).
 
+A tick longer than ``burst_window_s`` (the first after a gap) is judged at that window's
+scale: ``k`` and ``mu`` are both scaled by ``burst_window_s / dt``, so hours of a rate a few
+percent off its estimate do not read as a burst.
 The score is the upper-tail probability ``P(X >= k | mu)`` expressed in z units with the
 Wilson-Hilferty approximation ``z = 3 sqrt(k) (1 - 1/(9k) - (mu/k)^(1/3))``, reported when it
 reaches one sigma (0 otherwise, and when k = 0).
@@ -48,6 +51,7 @@ class CountBurst:
         prior_time_s: float = 21600.0,
         learn_clip: float = 3.0,
         warmup_s: float = 3600.0,
+        burst_window_s: float = 900.0,
     ) -> None:
         if not (half_life_s > 0 and prior_interval_s > 0 and prior_time_s > 0 and learn_clip >= 0):
             raise ConfigError(
@@ -58,6 +62,9 @@ class CountBurst:
         self.prior_time_s = float(prior_time_s)
         self.learn_clip = float(learn_clip)
         self.warmup_s = float(warmup_s)
+        if not burst_window_s > 0:
+            raise ConfigError(f"counts needs burst_window_s > 0, got {burst_window_s}")
+        self.burst_window_s = float(burst_window_s)
         self.observed_s = np.zeros(0)
         self.events = np.zeros(0)
         self.elapsed = np.zeros(0)
@@ -102,8 +109,12 @@ class CountBurst:
                     np.where(elapsed > 0, events / np.maximum(elapsed, 1e-300), 0.0),
                 )
                 mu = rate * dt_h
-                kk = np.maximum(k_h, 1.0)
-                z = 3.0 * np.sqrt(kk) * (1.0 - 1.0 / (9.0 * kk) - np.cbrt(mu / kk))
+                # A tick spanning more than burst_window_s (the first after a gap) is judged
+                # at the burst window's scale: hours of a rate a few % off would otherwise
+                # look like a burst, and a burst inside a long gap cannot be placed anyway.
+                shrink = np.minimum(1.0, self.burst_window_s / dt_h)
+                kk = np.maximum(k_h * shrink, 1.0)
+                z = 3.0 * np.sqrt(kk) * (1.0 - 1.0 / (9.0 * kk) - np.cbrt(mu * shrink / kk))
                 warm_h = warm[hot]
                 # Below one sigma of surprise is ordinary counting noise: report nothing.
                 hot_score = np.where(warm_h & (z >= 1.0), np.minimum(z, SCORE_CAP), 0.0)
