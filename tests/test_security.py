@@ -26,6 +26,7 @@ from chaos.harness import free_port, quiet_scenario, write_config
 from test_crash_restart import wait_for
 from test_server import self_signed
 
+from detector.daemon import main_run
 from detector.simulate import FailureSpec, serve
 
 REPO = Path(__file__).resolve().parent.parent
@@ -187,6 +188,30 @@ def test_secrets_never_reach_logs_or_metrics(daemon: Running) -> None:
         assert secret not in page
     public = daemon.dead_target.replace(f"{TARGET_USER}:{TARGET_PASSWORD}@", "")
     assert f'detector_scrape_errors_total{{reason="connect",target="{public}"}}' in page
+
+
+def test_config_errors_never_echo_secrets(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A config the daemon refuses (a plain-text password, an Alertmanager URL of the wrong
+    scheme with credentials, a bad env override): exit 2, and the error it logs names the
+    fields but none of the secrets."""
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "server": {"basic_auth": {USER: PASSWORD}},
+                "alerts": {"alertmanager_urls": [f"ftp://{AM_USER}:{AM_PASSWORD}@am:9093"]},
+            }
+        )
+    )
+    env = {"DETECTOR_ALERTS__RUNBOOK_URL": f"https://{TARGET_USER}:{TARGET_PASSWORD}@wiki/x"}
+    assert 2 == main_run(path, env=env)
+    err = capsys.readouterr().err
+    assert "server.basic_auth" in err
+    assert "alerts.alertmanager_urls" in err
+    for secret in SECRETS:
+        assert secret not in err
 
 
 # -- source and deploy files ---------------------------------------------------------------
