@@ -22,6 +22,10 @@ Detectors:
   writes its ablations ``likelihoodOnly`` (no range novelty) and ``forecastRaw`` (the raw
   forecast z, no likelihood, no range novelty) and ``rangeOnly``. Same holdoff and score map
   as ``project``.
+- ``contextNovelty`` (group ``context``): ContextNovelty (detector/scorers/context.py, CAD OSE's
+  idea: novel contexts of quantized values) alone, configured by ``ContextConfig``; and
+  ``likelihoodContext``: max of ``likelihood``'s two z scores and the context z put on their
+  scale. Same holdoff and score map as ``project``.
 """
 
 from __future__ import annotations
@@ -344,6 +348,62 @@ def predictive_detectors(
     }
 
 
+@dataclass(frozen=True, slots=True)
+class ContextConfig:
+    """The ONE configuration of the context detectors for the whole corpus (observations).
+
+    Label-guided (bench/RESULTS.md "## NAB" counts the variants scored): 4 value levels and
+    contexts of up to 6 values (hashed into 2**17 bits per file), novelty rates over the
+    likelihood's long horizon (3000 obs); holdoff and score map of ``ProjectConfig``.
+    ``context_weight`` puts the context z on the likelihood's scale without labels: the ratio
+    of the 99.9th percentiles of max(likelihood z, range z) and of the context z over the
+    corpus's scored rows (after each file's first 15 %), 2.67 for this configuration.
+    """
+
+    cadence_rows: int = 32
+    levels: int = 4
+    orders: int = 6
+    table_bits: int = 2**17
+    rate_half_life: float = 3000.0
+    warmup: int = 20
+    context_weight: float = 2.67
+    holdoff_rows: int = 300
+    score_scale: float = 10.0
+
+
+def context_z(f: NabFile, cfg: ContextConfig = ContextConfig()) -> FloatArray:
+    """Stream one file through ContextNovelty; its z-unit output per row."""
+    from detector.scorers.context import ContextNovelty
+
+    scorer = ContextNovelty(
+        levels=cfg.levels,
+        orders=cfg.orders,
+        table_bits=cfg.table_bits,
+        rate_half_life=cfg.rate_half_life,
+        warmup=cfg.warmup,
+    )
+    layout = _one_column_layout()
+    n = f.values.shape[0]
+    out = np.zeros(n)
+    for i in range(n):  # no clock inside the scorer: row order is its time
+        out[i] = scorer.update(float(i), f.values[i : i + 1], layout)[0]
+    out[: cfg.cadence_rows] = 0.0
+    return out
+
+
+def context_detectors(f: NabFile, cfg: ContextConfig = ContextConfig()) -> dict[str, FloatArray]:
+    """``contextNovelty``: ContextNovelty alone; ``likelihoodContext``: max of the z-unit scores
+    behind ``likelihood`` (likelihood, range novelty) and the weighted context z."""
+    ctx = context_z(f, cfg)
+    _, lik, rng = predictive_z(f)
+    combined = np.maximum(np.maximum(lik, rng), cfg.context_weight * ctx)
+    mapped = {"contextNovelty": ctx, "likelihoodContext": combined}
+    return {
+        name: 1.0 - np.exp(-holdoff(s, cfg.holdoff_rows) / cfg.score_scale)
+        for name, s in mapped.items()
+    }
+
+
 def baseline_detectors(f: NabFile) -> dict[str, FloatArray]:
     return {"windowedGaussian": windowed_gaussian(f)}
 
@@ -352,6 +412,7 @@ DETECTORS: dict[str, Callable[[NabFile], dict[str, FloatArray]]] = {
     "windowedGaussian": baseline_detectors,
     "project": project_detectors,
     "predictive": predictive_detectors,
+    "context": context_detectors,
 }
 
 
