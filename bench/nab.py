@@ -353,8 +353,9 @@ class ContextConfig:
     """The ONE configuration of the context detectors for the whole corpus (observations).
 
     Label-guided (bench/RESULTS.md "## NAB" counts the variants scored): 4 value levels and
-    contexts of up to 6 values (hashed into 2**17 bits per file), novelty rates over the
-    likelihood's long horizon (3000 obs); holdoff and score map of ``ProjectConfig``.
+    contexts of up to 6 values (55,986 keys: a direct index into 2**17 bits per file), novelty
+    rates over the likelihood's long horizon (3000 obs); holdoff and score map of
+    ``ProjectConfig``.
     ``context_weight`` puts the context z on the likelihood's scale without labels: the ratio
     of the 99.9th percentiles of max(likelihood z, range z) and of the context z over the
     corpus's scored rows (after each file's first 15 %), 2.67 for this configuration.
