@@ -181,8 +181,10 @@ class ScoringConfig(_Section):
     """Scorer and fusion parameters. Times are seconds, converted to ticks by the scorers."""
 
     zscore_half_life_s: float = Field(default=3600.0, gt=0)
-    changepoint_half_life_s: float = Field(default=900.0, gt=0)
-    warmup_s: float = Field(default=900.0, ge=0)
+    changepoint_half_life_s: float = Field(default=21600.0, gt=0)
+    # seconds a rare-event counter's rate is learnt before its bursts score (the other scorers
+    # warm up over their first observations)
+    warmup_s: float = Field(default=3600.0, ge=0)
     peer_min_peers: int = Field(default=3, ge=1)
     common_mode_fraction: float = Field(default=0.05, gt=0, le=1)
     top_k: int = Field(default=5, ge=1)

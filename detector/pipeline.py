@@ -12,7 +12,7 @@ calibration tunes the statistical threshold only) and names ``xid_<code>``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,8 +37,8 @@ from .rules import SignalCatalog, XidCatalog, load_signal_rules, load_xid_catalo
 from .scorers.base import Scorer
 from .scorers.changepoint import ChangePoint
 from .scorers.counts import CountBurst
-from .scorers.health import TelemetryHealth
 from .scorers.peers import PeerDeviation
+from .scorers.registry import build as build_scorer
 from .scorers.zscore import RobustZScore
 from .series import SeriesIndex
 from .signals import SignalMap
@@ -310,9 +310,10 @@ class Pipeline:
 def build_pipeline(
     config: Config, index: SeriesIndex, calibration: Calibration | None = None
 ) -> Pipeline:
-    """The production pipeline for ``config``: built-in or configured rules, the four standard
-    scorers, and the alert threshold from (in order) the config, the calibration file, 0.6
-    (uncalibrated: about one signal at 8 sigma, or three at 5)."""
+    """The production pipeline for ``config``: built-in or configured rules, one scorer for
+    every scorer name the rules use (parameters from ``config.scoring``), and the alert
+    threshold from (in order) the config, the calibration file, 0.6 (uncalibrated: about one
+    signal at 8 sigma, or three at 5)."""
     signals = load_signal_rules(config.rules.signals)
     if not config.rules.default_rule:
         signals = signals.model_copy(
@@ -320,12 +321,18 @@ def build_pipeline(
         )
     xids = load_xid_catalog(config.rules.xid)
     sc = config.scoring
-    scorers: list[Scorer] = [
-        RobustZScore(half_life_s=sc.zscore_half_life_s),
-        ChangePoint(),
-        PeerDeviation(min_peers=sc.peer_min_peers),
-        TelemetryHealth(),
-        CountBurst(),
+    configured: dict[str, Callable[[], Scorer]] = {
+        "zscore": lambda: RobustZScore(half_life_s=sc.zscore_half_life_s),
+        "changepoint": lambda: ChangePoint(half_life_s=sc.changepoint_half_life_s),
+        "peers": lambda: PeerDeviation(min_peers=sc.peer_min_peers),
+        "counts": lambda: CountBurst(warmup_s=sc.warmup_s),
+    }
+    # One scorer for every name the rules use, in a stable order.
+    wanted = {name for rule in signals.signals for name in rule.scorers}
+    if signals.default_rule.enabled:
+        wanted |= set(signals.default_rule.scorers)
+    scorers = [
+        configured[name]() if name in configured else build_scorer(name) for name in sorted(wanted)
     ]
     threshold = config.alerts.resolve_threshold(
         calibration.threshold if calibration is not None else None

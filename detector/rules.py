@@ -28,7 +28,9 @@ DEFAULT_RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
 Transform = Literal["level", "rate", "edge", "presence", "ratio"]
 Entity = Literal["gpu", "node"]
 Direction = Literal["up", "down", "both"]
-ScorerName = Literal["zscore", "changepoint", "peers", "health", "counts"]
+ScorerName = Literal[
+    "zscore", "changepoint", "peers", "health", "counts", "forecast", "range", "context"
+]
 Severity = Literal["critical", "warning", "info"]
 
 # Presence signals are computed per entity by signals.py, not read from one series.

@@ -14,8 +14,11 @@ import numpy as np
 from ..errors import ConfigError
 from .base import ColumnLayout, Scorer
 from .changepoint import ChangePoint
+from .context import ContextNovelty
 from .counts import CountBurst
+from .forecast import ForecastError
 from .health import TelemetryHealth
+from .novelty import RangeNovelty
 from .peers import PeerDeviation
 from .zscore import RobustZScore
 
@@ -25,6 +28,9 @@ SCORERS: Mapping[str, Callable[..., Scorer]] = {
     PeerDeviation.name: PeerDeviation,
     TelemetryHealth.name: TelemetryHealth,
     CountBurst.name: CountBurst,
+    ForecastError.name: ForecastError,
+    RangeNovelty.name: RangeNovelty,
+    ContextNovelty.name: ContextNovelty,
 }
 
 
