@@ -14,6 +14,11 @@ Contract:
 - Failures back off exponentially with jitter per Alertmanager; the queue (bounded,
   coalescing, drop-oldest) keeps the latest state of every alert meanwhile. A 4xx other than
   408/429 means Alertmanager will never take the batch: it is dropped, not retried.
+- Write-ahead (``write_ahead`` True, the daemon sets it when it keeps a state file): updates
+  queued by ``update`` are ``held`` (not delivered) until ``release()``, which the daemon
+  calls once the state holding them is saved. So whatever reached Alertmanager is in the
+  state file, and a crash between a send and the next save cannot make a restarted daemon
+  detect the same episode again and send it with a second startsAt.
 - ``state_dict()`` / ``load_state_dict()``: the policy's tracking and every Alertmanager's
   pending updates as JSON-able data (keyed by the URL without credentials), so a crash loses
   neither an undelivered update nor the memory of what was sent (a restarted daemon then
@@ -162,6 +167,8 @@ class AlertSender:
             for u in urls
         ]
         self._wake = asyncio.Event()
+        self.write_ahead = False
+        self.held = False  # updates queued since the last release(): not delivered yet
 
     @classmethod
     def from_config(
@@ -203,8 +210,17 @@ class AlertSender:
             for target in self._targets:
                 for note in notes:
                     target.queue.put(note)
-            self._wake.set()
+            if self.write_ahead:
+                self.held = True
+            else:
+                self._wake.set()
         return notes
+
+    def release(self) -> None:
+        """Deliver what ``update`` held (write-ahead: call once the state is saved)."""
+        if self.held:
+            self.held = False
+            self._wake.set()
 
     def stats(self) -> AlertStats:
         for target in self._targets:
@@ -242,7 +258,10 @@ class AlertSender:
         return min(due) if due else None
 
     async def deliver(self) -> None:
-        """One attempt per due Alertmanager with pending updates (see module docstring)."""
+        """One attempt per due Alertmanager with pending updates (see module docstring);
+        nothing while updates are held."""
+        if self.held:
+            return
         now = self.clock()
         due = [t for t in self._targets if len(t.queue) and t.next_attempt <= now]
         await asyncio.gather(*(self._attempt(t, now) for t in due))

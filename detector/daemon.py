@@ -11,8 +11,10 @@ Lifecycle: build the index and pipeline (threshold from ``calibration.path`` whe
 ``state.path`` if usable (a bad file is a clean start, never a crash loop), start the HTTP
 server, tick until ``stop`` is set (SIGTERM/SIGINT set it), then shut down within
 ``shutdown_timeout_s``: the running tick finishes, pending alerts get a last delivery attempt,
-state is saved. State is also saved every ``state.save_interval_s``; a failed save is logged
-and the daemon carries on.
+state is saved. State is also saved every ``state.save_interval_s`` and, write-ahead, after
+every tick that queued alert updates, before they are delivered; a failed save is logged and
+the daemon carries on (the alerts are then delivered anyway: a lost alert is worse than a
+repeated one).
 
 systemd: with ``NOTIFY_SOCKET`` set, ``READY=1`` is sent after the first tick and, with
 ``WATCHDOG_USEC`` set, ``WATCHDOG=1`` after every tick (``sd_notify``: a plain unix datagram,
@@ -124,6 +126,7 @@ class Daemon:
         self.alerts = AlertSender.from_config(
             config.alerts, client=client, clock=clock, is_failure_xid=catalog.is_failure
         )
+        self.alerts.write_ahead = config.state.path is not None
         self.stats = DaemonStats()
         self.exporter = Exporter(top_k=config.scoring.top_k)
         self.accounting = LiveAccounting(config.evaluation.horizon_s, config.evaluation.grace_s)
@@ -383,6 +386,12 @@ async def run_daemon(
         next_at = loop.time()
         while not stop.is_set():
             tick = await daemon.tick()
+            # Write-ahead: alert updates of this tick are delivered only once the state that
+            # holds them is saved (see alerts.py), so a crash cannot re-send an episode.
+            held = daemon.alerts.held
+            if (held or daemon.save_due()) and config.state.path is not None:
+                await asyncio.to_thread(daemon.write_state, daemon.state_snapshot())
+            daemon.alerts.release()
             readiness.tick_done()
             if on_tick is not None:
                 on_tick(daemon, tick)
@@ -391,8 +400,6 @@ async def run_daemon(
                 sd_notify("READY=1", env)
             if watchdog:
                 sd_notify("WATCHDOG=1", env)
-            if daemon.save_due() and config.state.path is not None:
-                await asyncio.to_thread(daemon.write_state, daemon.state_snapshot())
             next_at += interval
             if next_at < loop.time():  # overran: skip the missed slots
                 next_at += interval * np.ceil((loop.time() - next_at) / interval)
@@ -406,6 +413,9 @@ async def run_daemon(
             async with asyncio.timeout(shutdown_timeout_s):
                 if delivery is not None:
                     await delivery
+                if daemon.alerts.held:  # the final tick's updates: write-ahead first
+                    daemon.save()
+                    daemon.alerts.release()
                 await daemon.alerts.deliver()  # last attempt for what the final tick queued
         except TimeoutError:
             _log.warning("alert flush timed out", timeout_s=shutdown_timeout_s)

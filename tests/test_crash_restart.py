@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 from chaos.alertmanager import FakeAlertmanager
@@ -148,3 +149,26 @@ async def test_undelivered_updates_survive_a_restart_and_are_not_resent_twice() 
     assert "secret" not in json.dumps(sender.state_dict())
     await sender.aclose()
     await restarted.aclose()
+
+
+async def test_write_ahead_holds_updates_until_the_state_is_saved() -> None:
+    """With write_ahead, a tick's updates are not POSTed until release() (the daemon calls it
+    after saving the state that holds them); then they are."""
+    posts: list[bytes] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        posts.append(request.content)
+        return httpx.Response(200)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    sender = AlertSender(["http://am:9093"], client=client, resend_interval_s=60.0)
+    sender.write_ahead = True
+    sender.update(_tick(3000.0), [Alert("n1", "2", 3000.0, None, 0.9, ("xid_79",))])
+    assert sender.held
+    await sender.deliver()
+    assert [] == posts
+    sender.release()
+    await sender.deliver()
+    assert 1 == len(posts)
+    assert "xid_79" in json.loads(posts[0])[0]["labels"]["signal"]
+    await client.aclose()
