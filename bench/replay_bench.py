@@ -35,6 +35,7 @@ from detector.series import SeriesIndex
 from detector.simulate import Scenario, SimulatedCluster
 
 GOAL_DAYS, GOAL_NODES, GOAL_MINUTES = 55.0, 63, 10.0
+Seconds = collections.defaultdict[str, float]  # CPU seconds per stage
 
 
 @dataclasses.dataclass
@@ -60,7 +61,7 @@ def scenario(days: float, nodes: int | None, seed: int | None) -> Scenario:
     return dataclasses.replace(Scenario.demo(), **changes)
 
 
-def _timed(counter: collections.Counter[str], label: str, func: Callable[..., Any]) -> Any:
+def _timed(counter: Seconds, label: str, func: Callable[..., Any]) -> Any:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         start = time.process_time()
@@ -72,7 +73,7 @@ def _timed(counter: collections.Counter[str], label: str, func: Callable[..., An
     return wrapper
 
 
-def instrument(pipeline: Pipeline, counter: collections.Counter[str]) -> None:
+def instrument(pipeline: Pipeline, counter: Seconds) -> None:
     """Per-stage CPU time, by wrapping the stages' bound methods on these instances."""
     for scorer in pipeline.scorers:
         scorer.update = _timed(counter, f"scorer {scorer.name}", scorer.update)  # type: ignore[method-assign]
@@ -83,7 +84,7 @@ def instrument(pipeline: Pipeline, counter: collections.Counter[str]) -> None:
     pipeline.step = _timed(counter, "pipeline.step", pipeline.step)  # type: ignore[method-assign]
 
 
-def timed_frames(frames: Iterator[Frame], counter: collections.Counter[str]) -> Iterator[Frame]:
+def timed_frames(frames: Iterator[Frame], counter: Seconds) -> Iterator[Frame]:
     while True:
         start = time.process_time()
         frame = next(frames, None)
@@ -110,7 +111,7 @@ def run_pipeline(sc: Scenario, stages: bool) -> Run:
     pipeline = build_pipeline(load_config(None, {}), index)
     frames: Iterator[Frame] = simulated_frames(cluster, index)
     run.setup_cpu = time.process_time() - start
-    counter: collections.Counter[str] = collections.Counter()
+    counter: Seconds = collections.defaultdict(float)
     if stages:
         instrument(pipeline, counter)
         frames = timed_frames(frames, counter)
