@@ -118,7 +118,8 @@ class Scraper:
         # One client per target rather than one pool for all: httpcore 1.0's pool walks every
         # connection it holds (and polls each idle socket) whenever a request starts or ends,
         # so N kept-alive targets in one pool cost O(N^2) CPU a round (encode/httpcore#1035):
-        # 2x the whole scrape's CPU at 126 targets already (bench/daemon_bench.py).
+        # the whole scrape's CPU was 2.5x at 126 targets, 24x at 2,000 (63 s a tick, most
+        # targets timing out), bench/daemon_bench.py.
         self._clients: dict[str, httpx.AsyncClient] = {}
         self._ssl: ssl.SSLContext | None = None  # loading the CA bundle costs ~15 ms: once
         self.timeout_s = timeout_s
