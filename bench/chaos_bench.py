@@ -147,6 +147,7 @@ def main() -> None:
         rows += restart_rows(root / "restarts", args.kills, args.seed)
         if not args.no_outage and os.geteuid() == 0:
             rows += outage_rows(root / "outage")
+            configure_logging("error", "console")  # the outage run restores the defaults
         rows += corrupt_rows(root / "corrupt")
     width = max(len(r[0]) for r in rows)
     print(f"| {'figure':<{width}} | value |")

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from chaos.alertmanager import FakeAlertmanager, parse_time
-from chaos.harness import SimClock, config, free_port, quiet_scenario
+from chaos.harness import SimClock, config, free_port, quiet_scenario, restored_logging
 from chaos.servers import ChaosFarm
 
 from detector.daemon import Daemon, run_daemon
@@ -153,17 +153,14 @@ async def run_outage(tmp: Path, log: Path) -> OutageRun:
                 run.ticks, run.overruns = daemon.stats.ticks, daemon.stats.overruns
                 stop.set()
 
-        with log.open("w") as stream:
+        with log.open("w") as stream, restored_logging():
             configure_logging("info", "json", stream)
-            try:
-                await asyncio.wait_for(
-                    run_daemon(
-                        cfg, clock=clock, stop=stop, on_tick=on_tick, handle_signals=False, port=0
-                    ),
-                    40,
-                )
-            finally:
-                configure_logging()
+            await asyncio.wait_for(
+                run_daemon(
+                    cfg, clock=clock, stop=stop, on_tick=on_tick, handle_signals=False, port=0
+                ),
+                40,
+            )
         run.log = log.read_text()
         run.leftovers = [p.name for p in disk.iterdir() if p.name != "state.npz"]
     finally:

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from chaos.alertmanager import FakeAlertmanager
 from chaos.daemon_process import DaemonProcess
-from chaos.harness import free_port, quiet_scenario, write_config
+from chaos.harness import free_port, quiet_scenario, restored_logging, write_config
 from test_crash_restart import wait_for
 from test_server import self_signed
 
@@ -206,7 +206,8 @@ def test_config_errors_never_echo_secrets(
         )
     )
     env = {"DETECTOR_ALERTS__RUNBOOK_URL": f"https://{TARGET_USER}:{TARGET_PASSWORD}@wiki/x"}
-    assert 2 == main_run(path, env=env)
+    with restored_logging():
+        assert 2 == main_run(path, env=env)
     err = capsys.readouterr().err
     assert "server.basic_auth" in err
     assert "alerts.alertmanager_urls" in err

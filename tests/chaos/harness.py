@@ -8,6 +8,7 @@ simulated step, as a real 30 s scrape interval would.
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections.abc import Iterator, Sequence
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import structlog
 import yaml
 
 from detector.config import Config, load_config
@@ -112,6 +114,20 @@ def chaos_cluster(
     finally:
         farm.close()
         exporters.close()
+
+
+@contextmanager
+def restored_logging() -> Iterator[None]:
+    """Undo ``configure_logging`` afterwards (structlog defaults, the root logger's handlers
+    and level): a later test must not write into a stream this one closed."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        structlog.reset_defaults()
+        root.handlers[:] = handlers
+        root.setLevel(level)
 
 
 def free_port() -> int:
