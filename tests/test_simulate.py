@@ -252,3 +252,14 @@ def test_live_exporters_serve_every_node(per_node_ports: bool) -> None:
         assert any(f.name == "node_load1" for f in parse_text(node.text))
     finally:
         exporters.close()
+
+
+def test_a_scenario_shorter_than_the_smoothing_kernel_runs() -> None:
+    """Ten ticks (shorter than the 20-tick step-time smoothing) simulate without error."""
+    from dataclasses import replace
+
+    from detector.simulate import Scenario, SimulatedCluster
+
+    scenario = replace(Scenario(), nodes=2, gpus=2, days=10 * 30 / 86400)
+    frames = list(SimulatedCluster(scenario).frames())
+    assert 10 == len(frames)

@@ -88,7 +88,8 @@ def build_workload(
     for j, spec in enumerate(jobs):
         # Step-time wobble: smoothed noise shared by the job's nodes, plus rare slow steps.
         kernel = np.exp(-np.arange(20) / 5.0)
-        noise = np.convolve(rng.standard_normal(ticks), kernel / kernel.sum(), mode="same")
+        # mode "same" returns max(ticks, len(kernel)) values: cut to ticks (scenarios < 20 ticks)
+        noise = np.convolve(rng.standard_normal(ticks), kernel / kernel.sum(), mode="same")[:ticks]
         slow = (rng.random(ticks) < 0.004) * rng.uniform(0.05, 0.15, ticks)
         w.job_wobble[j] = 0.02 * noise - slow
         t = float(rng.uniform(0.0, 1800.0))
