@@ -144,7 +144,8 @@ class Daemon:
     def _fresh_pipeline(self) -> None:
         labels = self.config.labels
         self.index = SeriesIndex(
-            LabelRules(node_labels=tuple(labels.node_labels), gpu_labels=tuple(labels.gpu_labels))
+            LabelRules(node_labels=tuple(labels.node_labels), gpu_labels=tuple(labels.gpu_labels)),
+            capacity=self.config.scrape.max_series_total,
         )
         self.pipeline: Pipeline = build_pipeline(self.config, self.index, self.calibration)
         self.kernel = KernelXids(self.index, self.config.node_name or socket.gethostname())
@@ -234,8 +235,15 @@ class Daemon:
             _log.warning("clock went backwards", now=now, last=self._last_time)
             now = self._last_time + 1e-3
         self._last_time = now
+        refused_before = self.index.refused
         round_ = await self.scraper.scrape_all(self.targets.current(), self.index, now)
         self.last_round = round_
+        if self.index.refused > refused_before:
+            _log.error(
+                "series refused: the index is full (scrape.max_series_total)",
+                refused=self.index.refused - refused_before,
+                series=len(self.index),
+            )
         for result in round_.targets:
             if result.error is not None:
                 _log.warning(

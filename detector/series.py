@@ -121,6 +121,8 @@ class SeriesIndex:
 
     rules: LabelRules = field(default_factory=LabelRules)
     infos: list[SeriesInfo] = field(default_factory=list)
+    capacity: int | None = None  # most series ``columns`` will add (see there)
+    refused: int = 0  # keys ``columns`` refused because the index was full
     _by_identity: dict[tuple[str, Labels], int] = field(default_factory=dict)
     _by_raw: dict[Labels, dict[str, int]] = field(default_factory=dict)  # extra -> key -> col
 
@@ -143,10 +145,16 @@ class SeriesIndex:
         metric, identity, *_ = normalize(name, labels, self.rules)
         return self._by_identity.get((metric, identity))
 
-    def columns(self, keys: Sequence[str], split: Splitter, extra: Labels = ()) -> IntArray:
+    def columns(
+        self, keys: Sequence[str], split: Splitter, extra: Labels = (), *, essential: bool = False
+    ) -> IntArray:
         """Columns of raw wire keys. ``extra`` labels (e.g. the target's instance/node) are
         added to every key's labels. As Prometheus does without honor_labels, a label the
-        target sets wins and the exporter's own value is kept as ``exported_<name>``."""
+        target sets wins and the exporter's own value is kept as ``exported_<name>``.
+
+        Once the index holds ``capacity`` series, a key of a series not in it yet gets column
+        -1 (the caller drops the sample) and is counted in ``refused``, unless ``essential``
+        (scrape health): label churn cannot grow memory without bound."""
         lookup = self._by_raw.get(extra)
         if lookup is None:
             lookup = self._by_raw[extra] = {}
@@ -166,7 +174,16 @@ class SeriesIndex:
                         tuple((f"exported_{k}", v) if k in mine else (k, v) for k, v in labels)
                         + extra
                     )
-                column = self.add(name, labels)
+                full = self.capacity is not None and len(self.infos) >= self.capacity
+                if full and not essential:
+                    known = self.column_of(name, labels)
+                    if known is None:  # not cached: the lookup must not grow either
+                        self.refused += 1
+                        out[i] = -1
+                        continue
+                    column = known
+                else:
+                    column = self.add(name, labels)
                 lookup[key] = column
             out[i] = column
         return out

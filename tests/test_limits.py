@@ -307,3 +307,25 @@ def test_nan_and_infinite_values_never_make_a_score_nan_infinite_or_out_of_range
     assert bool(((all_scores[sent] >= 0.0) & (all_scores[sent] <= 1.0)).all())
     assert bool(np.isfinite(scores(results[140:])).all())
     assert [] == alerts_started(results)
+
+
+def test_label_churn_stops_at_the_index_capacity() -> None:
+    """A target whose label values change every scrape adds new series each time; once the
+    index holds max_series_total series, new ones are refused (column -1, counted) while
+    known series and scrape health keep their columns."""
+    from detector.ingest.parse import split_series
+    from detector.series import SeriesIndex
+
+    index = SeriesIndex(capacity=50)
+    target = (("instance", "n1:9100"), ("node", "n1"))
+    for scrape in range(20):
+        keys = ["node_load1"] + [f'churn{{id="{scrape}-{i}"}}' for i in range(10)]
+        cols = index.columns(keys, split_series, target)
+        health = index.columns(["up"], split_series, target, essential=True)
+        assert cols[0] >= 0
+        assert health[0] >= 0
+    assert 50 == len(index)
+    assert 20 * 10 - (50 - 2) == index.refused  # every churned series past the capacity
+    # a new target's scrape health still gets its column when the index is full
+    other = (("instance", "n2:9100"), ("node", "n2"))
+    assert [50] == index.columns(["up"], split_series, other, essential=True).tolist()

@@ -203,12 +203,17 @@ class Scraper:
                 for family, kind in exp.types.items():
                     types.setdefault(family, kind)
         health = np.array(
-            [index.columns(HEALTH_METRICS, split_series, r.target.labels) for r in results],
+            [
+                index.columns(HEALTH_METRICS, split_series, r.target.labels, essential=True)
+                for r in results
+            ],
             dtype=np.int64,
         ).reshape(len(results), len(HEALTH_METRICS))
         frame = np.full(len(index), np.nan)
         if columns:
-            frame[np.concatenate(columns)] = np.concatenate(values)
+            cols, vals = np.concatenate(columns), np.concatenate(values)
+            keep = cols >= 0  # -1: refused, the index is at scrape.max_series_total
+            frame[cols[keep]] = vals[keep]
         _put_health(frame, health, results)
         return ScrapeRound(Frame(now, frame), tuple(results), types, self.clock() - started)
 
