@@ -30,6 +30,8 @@ How it is fast
     blank). ``findall`` runs it over the whole payload in C, first in its canonical form (the
     blanks exporters actually write), then in the tolerant form; if every line matched, the
     sample tuples are converted with ``map(float)`` and nothing else runs per line in Python.
+    The canonical form takes a ``# HELP`` line and the ``# TYPE`` line after it as one match
+    (fewer tuples to build), and every optional part of the grammar is possessive.
     Only when some line matches neither does the per-line path run, to keep the good lines and
     name the bad ones with a reason. bench/parse_bench.py measures it against prometheus_client.
 """
@@ -70,12 +72,16 @@ PARSE_STATS = ParseStats()
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*+"
 _LNAME = r"[a-zA-Z_][a-zA-Z0-9_]*+"
 _LVALUE = r'"[^"\\\n]*+(?:\\[\\"n][^"\\\n]*+)*+"'
+# Optional parts are possessive too (?+): a number is always followed by a blank, '#' or the
+# line end, never by '.', 'e', a digit or a sign, so giving an optional part back cannot help,
+# and sre runs a possessive optional group without the backtracking bookkeeping (~6% faster).
+_EXP = r"(?:[eE][-+]?+\d++)?+"
 _NUMBER = (
-    r"[-+]?(?:(?:\d++(?:\.\d*+)?|\.\d++)(?:[eE][-+]?\d++)?"
-    r"|[Nn][Aa][Nn]|[Ii][Nn][Ff](?:[Ii][Nn][Ii][Tt][Yy])?)"
+    rf"[-+]?+(?:\d++(?:\.\d*+)?+{_EXP}|\.\d++{_EXP}"
+    r"|[Nn][Aa][Nn]|[Ii][Nn][Ff](?:[Ii][Nn][Ii][Tt][Yy])?+)"
 )
 _TS_MS = r"[-+]?\d++"  # Prometheus text: integer milliseconds
-_TS_S = r"[-+]?(?:\d++(?:\.\d*+)?|\.\d++)(?:[eE][-+]?\d++)?"  # OpenMetrics: seconds
+_TS_S = rf"[-+]?+(?:\d++(?:\.\d*+)?+{_EXP}|\.\d++{_EXP})"  # OpenMetrics: seconds
 _TYPES = "counter|gauge|histogram|summary|untyped|unknown|info|stateset|gaugehistogram"
 _KEYWORDS = r"(?:TYPE|HELP|UNIT|EOF)(?:[ \t]|\r?$)"
 _BLANKS = r"[ \t]++"  # a separator, in the tolerant grammar
@@ -84,7 +90,7 @@ _PAD = r"[ \t]*+"  # optional blanks, in the tolerant grammar
 
 def _labels_pattern(pad: str) -> str:
     label = rf"{_LNAME}{pad}={pad}{_LVALUE}"
-    return rf"\{{{pad}(?:{label}{pad}(?:,{pad}{label}{pad})*+(?:,{pad})?)?\}}"
+    return rf"\{{{pad}(?:{label}{pad}(?:,{pad}{label}{pad})*+(?:,{pad})?+)?+\}}"
 
 
 _LABELS = _labels_pattern(_PAD)
@@ -95,22 +101,28 @@ def _line_pattern(ts: str, *, canonical: bool) -> str:
 
     The canonical grammar is the tolerant one minus the blanks real exporters never write
     (leading, inside label sets, runs of separators): ~12% faster to run, and any line it
-    accepts the tolerant grammar accepts with the same groups.
+    accepts the tolerant grammar accepts with the same groups. It also takes a ``# HELP``
+    line and the ``# TYPE`` line right after it as ONE match (exporters write them in pairs:
+    ~20% fewer matches, each a tuple findall builds); its extra group, before the TYPE
+    groups, is non-empty exactly then, so the caller can still count the lines matched.
     """
     sep, pad = (" ", "") if canonical else (_BLANKS, _PAD)
     labels = _labels_pattern(pad)
     exemplar = rf"{sep}#{sep}{labels}{sep}{_NUMBER}(?:{sep}{_TS_S})?"
-    sample = rf"({_NAME}(?:{labels})?){sep}({_NUMBER})(?:{sep}({ts}))?(?:{exemplar})?"
+    sample = rf"({_NAME}(?:{labels})?+){sep}({_NUMBER})(?:{sep}({ts}))?+(?:{exemplar})?+"
+    help_line = rf"HELP{sep}{_NAME}(?:[ \t][^\n]*+)?"
+    # possessive: a HELP line not followed by a TYPE line fails here and matches alone below
+    pair = rf"(?:{help_line}{_PAD}\r?(\n)#{sep})?+" if canonical else ""
     comment = (
-        rf"#{sep}HELP{sep}{_NAME}(?:[ \t][^\n]*+)?"
-        rf"|#{sep}TYPE{sep}({_NAME}){sep}({_TYPES})"
+        rf"#{sep}{pair}TYPE{sep}({_NAME}){sep}({_TYPES})"
+        rf"|#{sep}{help_line}"
         rf"|#{sep}UNIT{sep}{_NAME}(?:[ \t][^\n]*+)?"
         # EOF only as the last non-blank line: one earlier sends the payload to the slow path,
         # which detects OpenMetrics and reports what follows the EOF.
         rf"|#{sep}EOF(?=[ \t\r\n]*+\Z)"
         rf"|#(?![ \t]+{_KEYWORDS})[^\n]*+"
     )
-    return rf"^{pad}(?:{sample}|{comment})?{_PAD}\r?$"
+    return rf"^{pad}(?:{sample}|{comment})?+{_PAD}\r?$"
 
 
 # The bulk passes read timestamps with the OpenMetrics grammar (a superset of integer ms) and
@@ -127,7 +139,9 @@ _DCGM_PREFIXES = ("DCGM_", "dcgm_")
 _INF = float("inf")
 _NAN = float("nan")
 
-Row = tuple[str, str, str, str, str]  # key, value, timestamp, TYPE name, TYPE type
+# key, value, timestamp, TYPE name, TYPE type (the canonical grammar: key, value, timestamp,
+# HELP+TYPE pair mark, TYPE name, TYPE type)
+Row = tuple[str, ...]
 _NAME_AT = re.compile(_NAME)
 _LABELS_AT = re.compile(_LABELS)
 _NUMBER_FULL = re.compile(_NUMBER)
@@ -268,7 +282,7 @@ def _parse(
         rows = _parse_lines(text, _LINES if openmetrics else _PROM_LINES, source, exp)
     if not rows:
         return exp
-    keys, vtexts, ttexts, _, _ = zip(*rows, strict=True)
+    keys, vtexts, ttexts, *_ = zip(*rows, strict=True)
     stamps = None
     if any(ttexts):
         if openmetrics is None:
@@ -285,14 +299,18 @@ def _parse(
 
 def _fast_rows(text: str, lines: int, exp: Exposition) -> list[Row] | None:
     """Sample rows if all ``lines`` lines are valid (one findall in C), else None. Sets
-    ``types``. Each valid line yields exactly one match: the grammar is anchored at both ends,
-    so an invalid line yields none and the count tells."""
+    ``types``. Each valid line yields exactly one match (a canonical HELP+TYPE pair one for
+    both, and says so): the grammar is anchored at both ends, so an invalid line yields none
+    and the count of lines matched tells."""
     found = _CANONICAL_LINES.findall(text)
-    if len(found) != lines:
+    typed = [row for row in found if row[4]]
+    if len(found) + sum(1 for row in typed if row[3]) == lines:  # a pair is two lines
+        exp.types = {row[4]: row[5] for row in typed}
+    else:
         found = _LINES.findall(text)  # blanks where exporters rarely put them
         if len(found) != lines:
             return None
-    exp.types = {row[3]: row[4] for row in found if row[3]}
+        exp.types = {row[3]: row[4] for row in found if row[3]}
     return [row for row in found if row[0]]
 
 
@@ -355,7 +373,7 @@ def _parse_lines(text: str, pattern: re.Pattern[str], source: str, exp: Expositi
             reason = _diagnose(line, pattern is _LINES)
             exp.errors.append(ParseError(source, number, line.strip(), reason))
             continue
-        row: Row = match.groups(default="")  # type: ignore[assignment]
+        row: Row = match.groups(default="")
         if row[2] and not _timestamp_ok(row[2], pattern is _LINES):
             exp.errors.append(ParseError(source, number, line.strip(), "timestamp out of range"))
             continue
