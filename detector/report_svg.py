@@ -92,11 +92,6 @@ def heat_rgb(scores: FloatArray) -> np.ndarray:
     return np.round(rgb).astype(np.uint8)
 
 
-def heat_hex(score: float) -> str:
-    r, g, b = heat_rgb(np.array([score])).reshape(3).tolist()
-    return f"#{r:02x}{g:02x}{b:02x}"
-
-
 def encode_png(rgb: np.ndarray) -> bytes:
     """A truecolor PNG of an (height x width x 3) uint8 array."""
     height, width, _ = rgb.shape

@@ -188,9 +188,6 @@ class SeriesIndex:
             out[i] = column
         return out
 
-    def select(self, predicate: Callable[[SeriesInfo], bool]) -> list[int]:
-        return [info.column for info in self.infos if predicate(info)]
-
     def nodes(self) -> list[str]:
         return sorted({info.node for info in self.infos if info.node})
 

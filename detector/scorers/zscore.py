@@ -195,12 +195,6 @@ class RobustEWBaseline:
             scored = np.logical_and(warm, obs, out=w["warm"])
         return z, scored
 
-    def rebase(self, mask: BoolArray, new_mean: FloatArray, weight: FloatArray) -> None:
-        """Move the mean of ``mask`` columns to ``new_mean`` backed by at most ``weight``
-        observations (used after a detected change so the new level is learnt quickly)."""
-        self.mean = np.where(mask, new_mean, self.mean)
-        self.w_mean = np.where(mask, np.minimum(self.w_mean, np.maximum(weight, 1.0)), self.w_mean)
-
     def rebase_at(self, columns: IntArray, new_mean: FloatArray, weight: FloatArray) -> None:
         """``rebase`` for the listed ``columns`` only (``new_mean``/``weight`` aligned to them)."""
         self.mean[columns] = new_mean
