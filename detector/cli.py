@@ -245,7 +245,7 @@ def _replay(args: argparse.Namespace, *, record: bool) -> tuple[ReplayResult, st
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    result, label, config = _replay(args, record=args.html is not None)
+    result, label, _ = _replay(args, record=args.html is not None)
     print(f"detector replay: {label}")
     for line in summary_lines(result):
         print(line)
@@ -253,11 +253,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         args.report_json.write_text(json.dumps(result.evaluation.to_json(), indent=2) + "\n")
         print(f"report written to {args.report_json}")
     if args.html is not None:
-        _, calibration = _load(args)  # the threshold the pipeline used (config, calibration)
-        threshold = config.alerts.resolve_threshold(
-            calibration.threshold if calibration is not None else None
-        )
-        args.html.write_text(render_html(result, threshold=threshold, label=label), "utf-8")
+        html = render_html(result, threshold=result.threshold, label=label)
+        args.html.write_text(html, "utf-8")
         print(f"HTML report written to {args.html}")
     return 0
 

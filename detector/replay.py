@@ -53,6 +53,7 @@ class ReplayResult:
     times: FloatArray = field(default_factory=lambda: np.zeros(0))
     node_scores: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
     xid_held: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool))
+    threshold: float = float("nan")  # the alert threshold the pipeline ran with
 
 
 class ScoreRecorder:
@@ -230,6 +231,7 @@ def run_replay(
         evaluation=evaluation,
         wall_s=wallclock.perf_counter() - began,
         node_names=node_names,
+        threshold=pipeline.params.episodes.threshold,
     )
     if recorder is not None:
         result.times = np.asarray(recorder.times)
