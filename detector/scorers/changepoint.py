@@ -27,7 +27,8 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..model import FloatArray
-from .base import SCORE_CAP, ColumnLayout
+from .base import ColumnLayout
+from .kernels import cusum_step
 from .zscore import RobustEWBaseline, check_state, grow
 
 
@@ -65,9 +66,6 @@ class ChangePoint:
         self.last_t = np.zeros(0)
         self.change_t = np.zeros(0)  # time of the last detected change, -inf if none
         self.peak = np.zeros(0)  # score at the last change, held and fading
-        self._layout: ColumnLayout | None = None
-        self._up = np.zeros(0)
-        self._down = np.zeros(0)
 
     def _grow(self, n: int) -> None:
         if n <= self.s_pos.shape[0]:
@@ -78,84 +76,25 @@ class ChangePoint:
         self.change_t = grow(self.change_t, n, -np.inf)
 
     def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
-        """One tick. State arrays are updated in place where scored (masked copies), which is
-        the same as selecting old or new per column."""
-        self._grow(x.shape[0])
+        """One tick, baseline included, in one fused kernel pass (kernels.cusum_step);
+        columns not scored this tick keep their state."""
+        n = x.shape[0]
+        self._grow(n)
+        self.baseline.grow(n)
+        q = np.array(
+            [
+                self.k,
+                self.h,
+                self.alarm_z / self.h,
+                self.clip,
+                -1.0 / self.memory_half_life_s,
+                1.0 / self.hold_half_life_s,
+            ]
+        )
+        cusum = tuple(getattr(self, k) for k in self._KEYS)  # the kernel's order
+        score = np.empty(n)
         base = self.baseline
-        base.grow(x.shape[0])
-        # The pre-update mean and sigma matter only when a change is detected (rare): keep
-        # the two arrays sigma is computed from instead of computing it every tick.
-        mean_before = base.mean.copy()
-        var_before = base.var.copy()
-        z, scored = base.step(t, x)
-        if layout is not self._layout:  # the direction fold as two 0/1 factors
-            self._up = (layout.direction >= 0).astype(np.float64)
-            self._down = (layout.direction <= 0).astype(np.float64)
-            self._layout = layout
-        u = np.maximum(z, -self.clip)  # np.clip, without its call overhead
-        np.minimum(u, self.clip, out=u)
-        fade = np.subtract(t, self.last_t)
-        np.maximum(fade, 0.0, out=fade)
-        fade *= -1.0 / self.memory_half_life_s
-        np.exp2(fade, out=fade)
-        s_pos = np.multiply(self.s_pos, fade)
-        s_pos += u
-        s_pos -= self.k
-        np.maximum(s_pos, 0.0, out=s_pos)
-        s_neg = np.multiply(self.s_neg, fade)
-        s_neg -= u
-        s_neg -= self.k
-        np.maximum(s_neg, 0.0, out=s_neg)
-        # n * fade + 1 where the side is open, else 0 (both finite and >= 0, so a product
-        # with the 0/1 mask is exact)
-        n_pos = np.multiply(self.n_pos, fade)
-        n_pos += 1.0
-        n_pos *= s_pos > 0.0
-        n_neg = np.multiply(self.n_neg, fade, out=fade)
-        n_neg += 1.0
-        n_neg *= s_neg > 0.0
-
-        stat = np.multiply(s_pos, self._up)  # s_pos, s_neg >= 0: the same as base.directional
-        np.maximum(stat, np.multiply(s_neg, self._down, out=u), out=stat)
-        score = np.multiply(stat, self.alarm_z / self.h, out=stat)
-        np.minimum(score, SCORE_CAP, out=score)
-
-        up = s_pos >= self.h
-        up &= scored
-        down = s_neg >= self.h
-        down &= scored
-        down &= ~up
-        change = up | down
-        changed = np.flatnonzero(change)
-        if changed.size:  # most ticks some column alarms somewhere: work on those only
-            mean_c = mean_before[changed]
-            floor = (base.var_floor_rel * mean_c) ** 2 + base.var_floor_abs
-            sigma_before = np.sqrt(np.maximum(var_before[changed], floor))  # as base.sigma()
-            up_c = up[changed]
-            sp, sn, np_, nn = s_pos[changed], s_neg[changed], n_pos[changed], n_neg[changed]
-            with np.errstate(invalid="ignore", divide="ignore"):
-                shift_up = self.k + sp / np.maximum(np_, 1.0)
-                shift_down = self.k + sn / np.maximum(nn, 1.0)
-            shift = np.where(up_c, shift_up, -shift_down) * sigma_before
-            base.rebase_at(changed, mean_c + shift, np.where(up_c, np_, nn))
-            self.change_t[changed] = t
-            self.peak[changed] = score[changed]
-            s_pos[changed] = 0.0
-            s_neg[changed] = 0.0
-            n_pos[changed] = 0.0
-            n_neg[changed] = 0.0
-
-        np.copyto(self.s_pos, s_pos, where=scored)
-        np.copyto(self.s_neg, s_neg, where=scored)
-        np.copyto(self.n_pos, n_pos, where=scored)
-        np.copyto(self.n_neg, n_neg, where=scored)
-        np.copyto(self.last_t, t, where=scored)
-        held = np.subtract(self.change_t, t, out=s_pos)
-        held *= 1.0 / self.hold_half_life_s
-        np.exp2(held, out=held)
-        held *= self.peak
-        np.maximum(score, held, out=score)
-        score *= scored  # finite, so 0 where not scored
+        cusum_step(float(t), x, base.arrays(), base.params(), cusum, q, layout.direction, score)
         return score
 
     def time_since_change(self, t: float) -> FloatArray:

@@ -34,7 +34,8 @@ import numpy as np
 
 from ..errors import ConfigError, StateError
 from ..model import FloatArray
-from .base import SCORE_CAP, ColumnLayout
+from .base import ColumnLayout
+from .kernels import count_step
 from .zscore import grow
 
 
@@ -78,59 +79,23 @@ class CountBurst:
             self.observed_s = grow(self.observed_s, n, 0.0)
 
     def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
-        """One tick. Most counters see no event in a tick (k = 0: score 0, learn 0), so the
-        Poisson arithmetic runs only on the columns with events; the rest is whole-width."""
+        """One tick in one kernel pass (kernels.count_step). Most counters see no event in a
+        tick (k = 0: score 0, learn 0), so the Poisson arithmetic runs only where k > 0."""
         n = x.shape[0]
         self._grow(n)
-        with np.errstate(invalid="ignore", over="ignore"):
-            obs = np.isfinite(x)
-            obs &= x >= 0.0
-            later = np.isnan(self.last_t)  # first observation: no dt yet
-            np.logical_not(later, out=later)
-            later &= obs
-            dt = np.subtract(t, self.last_t)
-            np.copyto(dt, 0.0, where=~later)
-            np.maximum(dt, 0.0, out=dt)
-            k = np.multiply(x, dt)
-            np.rint(k, out=k)
-            np.copyto(k, 0.0, where=~(dt > 0))
-            warm = self.observed_s >= self.warmup_s
-            hot = np.flatnonzero(k > 0)
-            learn = k  # where k == 0 the clipped count is 0 too
-            score = np.zeros(n)
-            if hot.size:
-                k_h, dt_h = k[hot], dt[hot]
-                events, elapsed = self.events[hot], self.elapsed[hot]
-                # The prior keeps a quiet counter's rate above zero; a busy counter's own rate
-                # wins (the prior would bias it low, and with thousands of events a tick that
-                # matters).
-                rate = np.maximum(
-                    (events + self.prior_events) / (elapsed + self.prior_time_s),
-                    np.where(elapsed > 0, events / np.maximum(elapsed, 1e-300), 0.0),
-                )
-                mu = rate * dt_h
-                # A tick spanning more than burst_window_s (the first after a gap) is judged
-                # at the burst window's scale: hours of a rate a few % off would otherwise
-                # look like a burst, and a burst inside a long gap cannot be placed anyway.
-                shrink = np.minimum(1.0, self.burst_window_s / dt_h)
-                kk = np.maximum(k_h * shrink, 1.0)
-                z = 3.0 * np.sqrt(kk) * (1.0 - 1.0 / (9.0 * kk) - np.cbrt(mu * shrink / kk))
-                warm_h = warm[hot]
-                # Below one sigma of surprise is ordinary counting noise: report nothing.
-                hot_score = np.where(warm_h & (z >= 1.0), np.minimum(z, SCORE_CAP), 0.0)
-                score[hot] = np.nan_to_num(hot_score, nan=0.0, posinf=SCORE_CAP, neginf=0.0)
-                clipped = np.minimum(k_h, mu + self.learn_clip * np.sqrt(mu) + 1.0)
-                learn = k.copy()
-                learn[hot] = np.where(warm_h, clipped, k_h)  # warm-up learns all it sees
-            decay = np.negative(dt)
-            decay /= self.half_life_s
-            np.exp2(decay, out=decay)
-            self.observed_s += dt
-            self.events *= decay
-            self.events += learn
-            self.elapsed *= decay
-            self.elapsed += dt
-            np.copyto(self.last_t, t, where=obs)
+        q = np.array(
+            [
+                self.half_life_s,
+                self.prior_events,
+                self.prior_time_s,
+                self.learn_clip,
+                self.warmup_s,
+                self.burst_window_s,
+            ]
+        )
+        score = np.empty(n)
+        state = (self.events, self.elapsed, self.last_t, self.observed_s)
+        count_step(float(t), x, state, q, score)
         return score
 
     def state_dict(self) -> dict[str, np.ndarray]:

@@ -16,11 +16,10 @@ members score 0. The signed deviation is smoothed per column with ``smooth_half_
 smoothing. The score is the directional smoothed deviation; a column scores 0 for its first
 ``warmup`` peer-judged ticks while the smoothed group scale settles.
 
-Vectorization: the group structure is rebuilt only when the layout changes (length or
-identity): groups are found with ``np.lexsort`` and packed into padded matrices, one per
-power-of-two size class (at most 2x padding). Each tick is then a gather, two row-wise sorts
-(median, then MAD) and one gather of the group statistics per column, with no Python loop
-over groups or columns.
+Speed: the group structure is rebuilt only when the layout changes (length or identity):
+groups are found with ``np.lexsort`` (``peer_groups``) and flattened to CSR. Each tick is then
+two kernel passes (peer_kernels.py): per group an insertion sort of its observed values
+(median, then MAD), and per column the fused update, with no Python loop over groups or columns.
 """
 
 from __future__ import annotations
@@ -28,11 +27,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError
-from ..model import BoolArray, FloatArray, IntArray
-from .base import SCORE_CAP, ColumnLayout
-from .zscore import RobustEWBaseline, check_state, grow, observed
+from ..model import FloatArray, IntArray
+from .base import ColumnLayout
+from .peer_kernels import MAD_SCALE as MAD_SCALE
+from .peer_kernels import group_stats, peer_step
+from .zscore import RobustEWBaseline, check_state, grow
 
-MAD_SCALE = 1.4826  # MAD -> sigma for Gaussian noise
+_NO_BASELINE = tuple(np.zeros(0) for _ in range(6))  # peer_step without a habit baseline
 
 
 def peer_groups(layout: ColumnLayout, min_size: int) -> list[IntArray]:
@@ -101,12 +102,8 @@ class PeerDeviation:
         self.count = np.zeros(0)  # ticks this column was scored against its peers
         self.last_t = np.zeros(0)
         self._layout: ColumnLayout | None = None
-        self._groups: list[IntArray] = []
-        self._group_rows: list[IntArray] = []
-        self._row_of: IntArray = np.zeros(0, dtype=np.int64)
-        self._dir_layout: ColumnLayout | None = None
-        self._up = np.zeros(0)
-        self._down = np.zeros(0)
+        self._members: IntArray = np.zeros(0, dtype=np.int64)
+        self._starts: IntArray = np.zeros(1, dtype=np.int64)
         # Each column's usual deviation from its peers (a slot that always runs 3 C hotter, a
         # node whose config value differs): scored is the departure from that habit, in peer
         # sigmas (variance floor 1), so standing out only counts when it is new.
@@ -119,66 +116,35 @@ class PeerDeviation:
         )
 
     def _refresh_groups(self, layout: ColumnLayout) -> None:
-        """Group matrices, and per column the row of its group among all size classes' rows
-        (the last slot, NaN, for columns in no scored group), so each tick gathers the
-        per-column statistics once instead of scattering them per class."""
-        self._groups = peer_groups(layout, self.min_peers)
-        n = len(layout)
-        row_of = np.full(n + 1, sum(m.shape[0] for m in self._groups), dtype=np.int64)
-        offset = 0
-        self._group_rows = []
-        for matrix in self._groups:
-            rows = np.arange(matrix.shape[0], dtype=np.int64)
-            self._group_rows.append(rows)
-            row_of[matrix] = (rows + offset)[:, None]  # padding (-1) lands on slot n
-            offset += matrix.shape[0]
-        self._row_of = row_of[:n]
+        """The groups as CSR (members of group g: ``members[starts[g]:starts[g + 1]]``) for
+        the kernels, rebuilt only when the layout changes."""
+        rows = [row[row >= 0] for matrix in peer_groups(layout, self.min_peers) for row in matrix]
+        self._members = np.concatenate([np.zeros(0, dtype=np.int64), *rows])
+        self._starts = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum([r.shape[0] for r in rows], out=self._starts[1:])
         self._layout = layout
 
     def group_stats(self, x: FloatArray, layout: ColumnLayout) -> tuple[FloatArray, FloatArray]:
         """Per column, its group's median and floored MAD sigma over the members observed this
         tick (both NaN where the group has fewer than ``min_peers`` observed members)."""
-        return self._group_stats(x, observed(x), layout)
-
-    def _group_stats(
-        self, x: FloatArray, obs: BoolArray, layout: ColumnLayout
-    ) -> tuple[FloatArray, FloatArray]:
         if layout is not self._layout:
             self._refresh_groups(layout)
-        n = x.shape[0]
-        padded = np.empty(n + 1)  # index -1 (padding) -> NaN
-        padded[:n] = x
-        padded[n] = np.nan
-        np.copyto(padded[:n], np.nan, where=~obs)
-        meds: list[FloatArray] = []
-        sigmas: list[FloatArray] = []
-        for matrix, rows in zip(self._groups, self._group_rows, strict=True):
-            # one pass per size class, not per group
-            vals = padded[matrix]
-            count = matrix.shape[1] - np.isnan(vals).sum(axis=1)
-            lo = np.maximum((count - 1) // 2, 0)
-            hi = count // 2
-            ordered = np.sort(vals, axis=1)  # NaN last
-            med = 0.5 * (ordered[rows, lo] + ordered[rows, hi])
-            np.subtract(vals, med[:, None], out=vals)
-            np.abs(vals, out=vals)
-            vals.sort(axis=1)
-            mad = 0.5 * (vals[rows, lo] + vals[rows, hi])
-            sigma = np.maximum(
-                MAD_SCALE * mad, self.mad_floor_rel * np.abs(med) + self.mad_floor_abs
-            )
-            few = count < self.min_peers
-            med[few] = np.nan
-            sigma[few] = np.nan
-            meds.append(med)
-            sigmas.append(sigma)
-        nan = np.full(1, np.nan)
-        row_of = self._row_of
-        return np.concatenate([*meds, nan])[row_of], np.concatenate([*sigmas, nan])[row_of]
+        med, sigma = np.empty(x.shape[0]), np.empty(x.shape[0])
+        group_stats(
+            x,
+            self._members,
+            self._starts,
+            self.min_peers,
+            self.mad_floor_rel,
+            self.mad_floor_abs,
+            med,
+            sigma,
+        )
+        return med, sigma
 
     def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
-        """Vectorized over all columns in place: unscored columns are computed and then not
-        written back, which leaves their state untouched (see the module docstring)."""
+        """One tick: the group statistics, then one fused pass over the columns
+        (peer_kernels.peer_step); columns not judged against peers keep their state."""
         n = x.shape[0]
         if n > self.smoothed.shape[0]:
             self.smoothed = grow(self.smoothed, n, 0.0)
@@ -186,60 +152,17 @@ class PeerDeviation:
             self.scale_w = grow(self.scale_w, n, 0.0)
             self.count = grow(self.count, n, 0.0)
             self.last_t = grow(self.last_t, n, -np.inf)
-        obs = observed(x)
-        med, sigma = self._group_stats(x, obs, layout)
-        if layout is not self._dir_layout:  # the direction fold as two 0/1 factors
-            self._up = (layout.direction >= 0).astype(np.float64)
-            self._down = -(layout.direction <= 0).astype(np.float64)
-            self._dir_layout = layout
-        with np.errstate(invalid="ignore", over="ignore"):
-            scored = np.isnan(med)
-            np.logical_not(scored, out=scored)
-            scored &= obs
-            dt = np.subtract(t, self.last_t)
-            np.maximum(dt, 0.0, out=dt)
-            # A group's spread is stable over time, one tick's MAD is not (3 peers!): use the
-            # larger of this tick's spread and its time-smoothed value.
-            scale_w = np.multiply(dt, -1.0 / self.scale_half_life_s)
-            np.exp2(scale_w, out=scale_w)
-            scale_w *= self.scale_w
-            scale_w += 1.0
-            scale_var = np.multiply(sigma, sigma)
-            scale_var -= self.scale_var
-            scale_var /= scale_w
-            scale_var += self.scale_var
-            den = np.sqrt(scale_var)
-            np.maximum(sigma, den, out=den)
-            z = np.subtract(x, med, out=med)
-            z /= den
-            np.maximum(z, -SCORE_CAP, out=z)  # np.clip, without its call overhead
-            np.minimum(z, SCORE_CAP, out=z)
-            if self.smooth_half_life_s > 0:
-                keep = np.multiply(dt, -1.0 / self.smooth_half_life_s, out=dt)
-                np.exp2(keep, out=keep)
-                fresh = np.subtract(1.0, keep, out=den)
-                fresh *= z
-                keep *= self.smoothed
-                z = np.add(keep, fresh, out=z)
-            np.copyto(self.smoothed, z, where=scored)
-            np.copyto(self.scale_var, scale_var, where=scored)
-            np.copyto(self.scale_w, scale_w, where=scored)
-            judged = self.count >= self.warmup
-            judged &= scored
-            self.count += scored
-            np.copyto(self.last_t, t, where=scored)
-            if self.baseline is not None:
-                np.copyto(z, np.nan, where=~judged)
-                # 0 wherever the baseline did not score (and always finite)
-                z, _ = self.baseline.step(t, z)
-            else:
-                z = np.nan_to_num(z, copy=False)
-        # base.directional with cached factors, then 0 where not judged against peers
-        score = np.multiply(z, self._up)
-        np.maximum(score, np.multiply(z, self._down, out=sigma), out=score)
-        np.maximum(score, 0.0, out=score)
-        np.minimum(score, SCORE_CAP, out=score)
-        score *= judged
+        med, sigma = self.group_stats(x, layout)
+        smooth = -1.0 / self.smooth_half_life_s if self.smooth_half_life_s > 0 else 0.0
+        q = np.array([-1.0 / self.scale_half_life_s, smooth, self.warmup])
+        state = (self.smoothed, self.scale_var, self.scale_w, self.count, self.last_t)
+        if self.baseline is None:
+            base, p = _NO_BASELINE, _NO_BASELINE[0]
+        else:
+            self.baseline.grow(n)
+            base, p = self.baseline.arrays(), self.baseline.params()
+        score = np.empty(n)
+        peer_step(float(t), x, med, sigma, layout.direction, state, q, base, p, score)
         return score
 
     def state_dict(self) -> dict[str, np.ndarray]:

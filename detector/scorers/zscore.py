@@ -28,16 +28,15 @@ state untouched.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..errors import ConfigError, StateError
 from ..model import BoolArray, FloatArray, IntArray
-from .base import SCORE_CAP, ColumnLayout
+from .base import ColumnLayout
+from .kernels import MAX_ABS_VALUE as MAX_ABS_VALUE
+from .kernels import ew_step
 
-MAX_ABS_VALUE = 1e150  # squares stay finite in float64
-_FORGOTTEN_WEIGHT = 1e-6  # history weight below this (~20 half-lives) means "never seen"
+_NO_DIRECTION = np.zeros(0, dtype=np.int64)  # ew_step: return the signed z
 
 
 def observed(x: FloatArray) -> BoolArray:
@@ -97,7 +96,8 @@ class RobustEWBaseline:
         self.w_var = np.zeros(0)  # EW sum of weights behind the variance (skips anomalies)
         self.count = np.zeros(0)  # observations since the history was last forgotten
         self.last_t = np.zeros(0)  # any finite start: a zero weight makes the decay moot
-        self._scratch: dict[str, np.ndarray] = {}
+        self._z = np.zeros(0)  # scratch outputs of step, reused every tick
+        self._scored = np.zeros(0, dtype=bool)
 
     def __len__(self) -> int:
         return int(self.mean.shape[0])
@@ -115,85 +115,39 @@ class RobustEWBaseline:
         floor = (self.var_floor_rel * self.mean) ** 2 + self.var_floor_abs
         return np.sqrt(np.maximum(self.var, floor))
 
-    def _work(self, n: int) -> dict[str, np.ndarray]:
-        """Scratch arrays reused every tick (allocating ~10 temporaries of n floats per tick
-        costs more than the arithmetic itself)."""
-        if "n" not in self._scratch or self._scratch["n"].shape[0] != n:
-            floats = ("elapsed", "decay", "sigma", "resid", "z", "tmp", "bound")
-            bools = ("obs", "missing", "warm", "cold", "accept", "flag")
-            self._scratch = {k: np.empty(n) for k in floats}
-            self._scratch.update({k: np.empty(n, dtype=bool) for k in bools})
-            self._scratch["n"] = np.empty(n)
-        return self._scratch
+    def params(self) -> FloatArray:
+        """The parameters as the kernels take them (kernels.P_* index them)."""
+        return np.array(
+            [
+                -1.0 / self.half_life_s,
+                self.warmup,
+                self.clip,
+                self.var_floor_rel,
+                self.var_floor_abs,
+                self.relearn_weight,
+            ]
+        )
 
-    def step(self, t: float, x: FloatArray) -> tuple[FloatArray, BoolArray]:
+    def arrays(self) -> tuple[FloatArray, ...]:
+        """The state arrays in the kernels' order (updated in place by them)."""
+        return (self.mean, self.var, self.w_mean, self.w_var, self.count, self.last_t)
+
+    def step(
+        self, t: float, x: FloatArray, direction: IntArray | None = None
+    ) -> tuple[FloatArray, BoolArray]:
         """Score then learn one tick. Returns (signed z before the update, 0 where unscored;
-        mask of columns that were observed and past warm-up). Both are scratch arrays,
-        valid until the next call.
-
-        Unobserved columns go through the same arithmetic with decay 1 and zero increments,
-        which leaves their state bit-for-bit unchanged, instead of masking every array."""
+        mask of columns that were observed and past warm-up). With ``direction`` (one per
+        column) the first array is the directional score (``base.directional`` of z) instead.
+        Both are scratch arrays, valid until the next call. One fused kernel pass
+        (kernels.ew_step); unobserved columns keep their state bit for bit."""
         n = x.shape[0]
         self.grow(n)
-        w = self._work(n)
-        with np.errstate(invalid="ignore", over="ignore"):
-            obs = np.less_equal(np.abs(x, out=w["tmp"]), MAX_ABS_VALUE, out=w["obs"])
-            missing = np.logical_not(obs, out=w["missing"])
-            elapsed = np.subtract(t, self.last_t, out=w["elapsed"])
-            elapsed *= obs  # unobserved: no time passes for them, decay 1
-            decay = np.maximum(elapsed, 0.0, out=w["decay"])
-            np.multiply(decay, -1.0 / self.half_life_s, out=decay)
-            np.exp2(decay, out=decay)
-            self.w_mean *= decay
-            self.w_var *= decay
-            # History with no weight left is forgotten: warm-up starts again.
-            self.count *= np.greater_equal(self.w_mean, _FORGOTTEN_WEIGHT, out=w["flag"])
-            warm = np.greater_equal(self.count, self.warmup, out=w["warm"])
-
-            sigma = np.multiply(self.mean, self.var_floor_rel, out=w["sigma"])
-            np.multiply(sigma, sigma, out=sigma)
-            sigma += self.var_floor_abs
-            np.maximum(sigma, self.var, out=sigma)
-            np.sqrt(sigma, out=sigma)
-            resid = np.subtract(x, self.mean, out=w["resid"])
-            np.copyto(resid, 0.0, where=missing)
-            z = np.divide(resid, sigma, out=w["z"])
-
-            if math.isinf(self.clip):
-                accept = obs
-            else:
-                cold = np.logical_not(warm, out=w["cold"])
-                bound = np.multiply(sigma, self.clip, out=w["bound"])
-                np.copyto(bound, np.inf, where=cold)  # nothing to clip with during warm-up
-                np.minimum(resid, bound, out=resid)
-                np.negative(bound, out=bound)
-                np.maximum(resid, bound, out=resid)
-                # Anomalous points keep out of the variance while it still has evidence.
-                accept = np.less_equal(np.abs(z, out=w["tmp"]), self.clip, out=w["accept"])
-                accept |= cold
-                accept |= np.less(self.w_var, self.relearn_weight, out=w["flag"])
-                accept &= obs
-
-            self.w_mean += obs
-            step_mean = np.maximum(self.w_mean, 1.0, out=w["tmp"])
-            np.divide(resid, step_mean, out=step_mean)
-            self.mean += step_mean
-            self.w_var += accept
-            b = np.maximum(self.w_var, 1.0, out=w["tmp"])
-            np.divide(accept, b, out=b)
-            np.multiply(resid, resid, out=resid)  # var <- (1 - b)(var + b r²)
-            resid *= b
-            resid += self.var
-            np.subtract(1.0, b, out=b)
-            np.multiply(resid, b, out=self.var)
-            self.count += obs
-            self.last_t += elapsed  # == t where observed (to an ulp), unchanged elsewhere
-
-            np.minimum(z, SCORE_CAP, out=z)
-            np.maximum(z, -SCORE_CAP, out=z)
-            z *= warm  # resid (so z) is already 0 where unobserved
-            scored = np.logical_and(warm, obs, out=w["warm"])
-        return z, scored
+        if self._z.shape[0] != n:
+            self._z = np.empty(n)
+            self._scored = np.empty(n, dtype=bool)
+        fold = _NO_DIRECTION if direction is None else direction
+        ew_step(float(t), x, self.arrays(), self.params(), fold, self._z, self._scored)
+        return self._z, self._scored
 
     def rebase_at(self, columns: IntArray, new_mean: FloatArray, weight: FloatArray) -> None:
         """``rebase`` for the listed ``columns`` only (``new_mean``/``weight`` aligned to them)."""
@@ -228,27 +182,10 @@ class RobustZScore:
         self.baseline = RobustEWBaseline(
             half_life_s, warmup, clip, var_floor_rel, var_floor_abs, relearn_weight
         )
-        self._layout: ColumnLayout | None = None
-        self._up = np.zeros(0)
-        self._down = np.zeros(0)
-        self._scratch = np.zeros(0)
 
     def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
-        z, _ = self.baseline.step(t, x)
-        if layout is not self._layout:  # cache the direction fold as two 0/1 factors
-            self._up = (layout.direction >= 0).astype(np.float64)
-            self._down = -(layout.direction <= 0).astype(np.float64)
-            self._layout = layout
-        # Same as base.directional (z is already within ±SCORE_CAP), with fewer temporaries.
-        score = np.multiply(z, self._up)
-        np.maximum(score, np.multiply(z, self._down, out=self._tmp(z.shape[0])), out=score)
-        np.maximum(score, 0.0, out=score)
-        return score
-
-    def _tmp(self, n: int) -> FloatArray:
-        if self._scratch.shape[0] != n:
-            self._scratch = np.empty(n)
-        return self._scratch
+        score, _ = self.baseline.step(t, x, layout.direction)
+        return score.copy()  # the caller may keep it past the next tick
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return self.baseline.state_dict()

@@ -1,0 +1,35 @@
+"""The one numba decorator of the scorer kernels, and where compiled kernels are cached.
+
+Kernels are compiled on first call (a few seconds for all of them, printed by
+bench/scorer_bench.py) and cached on disk, so later processes load them in milliseconds. numba
+looks for a writable cache directory in this order: ``NUMBA_CACHE_DIR`` if set, the package's
+own ``__pycache__``, then the user's cache directory (``~/.cache/numba``). Where none is
+writable (a read-only root filesystem with no writable home, as under the Helm chart's
+``readOnlyRootFilesystem`` or the hardened systemd unit without their cache settings) numba
+refuses ``cache=True`` at decoration time with a RuntimeError; the kernels then compile in
+memory for each process instead of failing the import. deploy/ sets ``NUMBA_CACHE_DIR`` so the
+daemon keeps the cache across restarts.
+
+``error_model="numpy"``: a float division by zero gives inf/NaN as in numpy instead of raising
+(and costs no check per division). No ``fastmath``: it would reorder arithmetic and drop the
+NaN/inf semantics the scorers rely on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numba
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_OPTIONS: dict[str, Any] = {"error_model": "numpy", "nogil": True}
+
+
+def jit(fn: F) -> F:
+    """``numba.njit`` with the project's options, cached on disk where a cache dir is writable."""
+    try:
+        return numba.njit(cache=True, **_OPTIONS)(fn)  # type: ignore[no-any-return]
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        return numba.njit(cache=False, **_OPTIONS)(fn)  # type: ignore[no-any-return]

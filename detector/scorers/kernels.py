@@ -1,0 +1,236 @@
+"""Fused per-column kernels (numba) for the robust EW baseline, the z-score and the CUSUM.
+
+Why kernels: the scorers' arithmetic is a handful of flops per column, so as numpy over whole
+arrays each tick was ~45 passes over memory (one per ufunc, plus masks and temporaries) and
+bound by those passes, not by the arithmetic. A kernel walks the columns once with the state in
+registers. The state stays in the scorers' numpy arrays (updated in place), so state files and
+``state_dict`` are the same as before.
+
+The arithmetic is the one documented in zscore.py and changepoint.py, in the same order of
+operations, so results agree with the former numpy code to the last bit except where ``exp2``
+may round differently (an ulp). Unobserved columns (NaN, inf, beyond ``MAX_ABS_VALUE``) leave
+their state untouched, as before.
+
+Decay caching: on a regular cadence every column has the same elapsed time, so the decay
+factor is recomputed only when a column's elapsed time differs from the previous column's.
+
+Compilation: each kernel is compiled on its first call (see ``jit``); the bench prints how long.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..model import BoolArray, FloatArray, IntArray
+from .base import SCORE_CAP
+from .jit import jit
+
+MAX_ABS_VALUE = 1e150  # squares stay finite in float64
+FORGOTTEN_WEIGHT = 1e-6  # history weight below this (~20 half-lives) means "never seen"
+
+# Index of each RobustEWBaseline parameter in the float vector the kernels take.
+P_NEG_INV_HALF_LIFE, P_WARMUP, P_CLIP, P_FLOOR_REL, P_FLOOR_ABS, P_RELEARN = range(6)
+
+
+@jit
+def ew_column(
+    j: int,
+    t: float,
+    xj: float,
+    mean: FloatArray,
+    var: FloatArray,
+    w_mean: FloatArray,
+    w_var: FloatArray,
+    count: FloatArray,
+    last_t: FloatArray,
+    p: FloatArray,
+    prev_elapsed: float,
+    prev_decay: float,
+) -> tuple[float, bool, float, float]:
+    """Score then learn column ``j`` of one tick (the zscore.py contract). Returns (signed z
+    capped at ±SCORE_CAP, 0 unless scored; scored; the decay cache pair)."""
+    if not abs(xj) <= MAX_ABS_VALUE:  # not observed: no time passes, nothing learnt
+        if w_mean[j] < FORGOTTEN_WEIGHT:
+            count[j] = 0.0
+        return 0.0, False, prev_elapsed, prev_decay
+    elapsed = t - last_t[j]
+    if elapsed != prev_elapsed:
+        prev_elapsed = elapsed
+        prev_decay = np.exp2(max(elapsed, 0.0) * p[P_NEG_INV_HALF_LIFE])
+    wm = w_mean[j] * prev_decay
+    wv = w_var[j] * prev_decay
+    c = count[j]
+    if wm < FORGOTTEN_WEIGHT:  # history with no weight left is forgotten: warm-up again
+        c = 0.0
+    warm = c >= p[P_WARMUP]
+    m = mean[j]
+    v = var[j]
+    floor = m * p[P_FLOOR_REL]
+    floor = floor * floor + p[P_FLOOR_ABS]
+    sigma = math.sqrt(max(floor, v))
+    resid = xj - m
+    z = resid / sigma
+    clip = p[P_CLIP]
+    if warm:  # nothing to clip with during warm-up
+        bound = sigma * clip
+        resid = max(min(resid, bound), -bound)
+    wm += 1.0
+    m += resid / max(wm, 1.0)
+    # Anomalous points keep out of the variance while it still has evidence.
+    if abs(z) <= clip or not warm or wv < p[P_RELEARN]:
+        wv += 1.0
+        b = 1.0 / max(wv, 1.0)
+        v = (resid * resid * b + v) * (1.0 - b)  # West: the variance never goes negative
+    mean[j] = m
+    var[j] = v
+    w_mean[j] = wm
+    w_var[j] = wv
+    count[j] = c + 1.0
+    last_t[j] = last_t[j] + elapsed
+    if not warm:
+        return 0.0, False, prev_elapsed, prev_decay
+    return max(min(z, SCORE_CAP), -SCORE_CAP), True, prev_elapsed, prev_decay
+
+
+@jit
+def fold(z: float, direction: int) -> float:
+    """base.directional for one value: the non-negative part the direction allows, capped."""
+    up = z if direction >= 0 else 0.0
+    down = -z if direction <= 0 else 0.0
+    return min(max(up, down, 0.0), SCORE_CAP)
+
+
+@jit
+def ew_step(
+    t: float,
+    x: FloatArray,
+    state: tuple[FloatArray, ...],
+    p: FloatArray,
+    direction: IntArray,
+    z_out: FloatArray,
+    scored_out: BoolArray,
+) -> None:
+    """One tick over every column. ``state`` = (mean, var, w_mean, w_var, count, last_t) of a
+    ``RobustEWBaseline`` with parameters ``p``. ``z_out`` gets the signed z (``direction``
+    empty) or the directional score (``direction`` per column), ``scored_out`` the scored mask."""
+    mean, var, w_mean, w_var, count, last_t = state
+    directional = direction.shape[0] > 0
+    pe, pd = np.nan, 1.0
+    for j in range(x.shape[0]):
+        z, scored, pe, pd = ew_column(
+            j, t, x[j], mean, var, w_mean, w_var, count, last_t, p, pe, pd
+        )
+        z_out[j] = fold(z, direction[j]) if directional else z
+        scored_out[j] = scored
+
+
+@jit
+def cusum_step(
+    t: float,
+    x: FloatArray,
+    base: tuple[FloatArray, ...],
+    p: FloatArray,
+    cusum: tuple[FloatArray, ...],
+    q: FloatArray,
+    direction: IntArray,
+    score_out: FloatArray,
+) -> None:
+    """One ChangePoint tick (changepoint.py) over every column, its baseline included.
+
+    ``base`` = (mean, var, w_mean, w_var, count, last_t) of the slow baseline with parameters
+    ``p``; ``cusum`` = (s_pos, s_neg, n_pos, n_neg, last_t, change_t, peak);
+    ``q`` = (k, h, alarm_z / h, clip, -1 / memory half-life, 1 / hold half-life)."""
+    mean, var, w_mean, w_var, count, b_last = base
+    s_pos, s_neg, n_pos, n_neg, last_t, change_t, peak = cusum
+    k, h, scale, clip, neg_inv_memory, inv_hold = q[0], q[1], q[2], q[3], q[4], q[5]
+    pe, pd = np.nan, 1.0
+    fe, fd = np.nan, 1.0
+    for j in range(x.shape[0]):
+        mean_before, var_before = mean[j], var[j]
+        z, scored, pe, pd = ew_column(
+            j, t, x[j], mean, var, w_mean, w_var, count, b_last, p, pe, pd
+        )
+        if not scored:
+            score_out[j] = 0.0
+            continue
+        u = min(max(z, -clip), clip)
+        dt = t - last_t[j]
+        if dt != fe:
+            fe = dt
+            fd = np.exp2(max(dt, 0.0) * neg_inv_memory)
+        sp = max(s_pos[j] * fd + u - k, 0.0)
+        sn = max(s_neg[j] * fd - u - k, 0.0)
+        np_ = (n_pos[j] * fd + 1.0) if sp > 0.0 else 0.0
+        nn = (n_neg[j] * fd + 1.0) if sn > 0.0 else 0.0
+        up = sp if direction[j] >= 0 else 0.0
+        down = sn if direction[j] <= 0 else 0.0
+        score = min(max(up, down) * scale, SCORE_CAP)
+        if sp >= h or sn >= h:
+            # A change: the baseline moves to the post-change level the CUSUM estimates
+            # (from the pre-update mean and sigma), backed by the excursion's observations.
+            floor = p[P_FLOOR_REL] * mean_before
+            floor = floor * floor + p[P_FLOOR_ABS]
+            sigma_before = math.sqrt(max(var_before, floor))
+            if sp >= h:
+                shift = (k + sp / max(np_, 1.0)) * sigma_before
+                weight = np_
+            else:
+                shift = -(k + sn / max(nn, 1.0)) * sigma_before
+                weight = nn
+            mean[j] = mean_before + shift
+            w_mean[j] = min(w_mean[j], max(weight, 1.0))
+            change_t[j] = t
+            peak[j] = score
+            sp, sn, np_, nn = 0.0, 0.0, 0.0, 0.0
+        s_pos[j], s_neg[j], n_pos[j], n_neg[j] = sp, sn, np_, nn
+        last_t[j] = t
+        if peak[j] != 0.0:  # the alarm is held and fades (a zero peak holds nothing)
+            score = max(score, np.exp2((change_t[j] - t) * inv_hold) * peak[j])
+        score_out[j] = score
+
+
+@jit
+def count_step(
+    t: float, x: FloatArray, state: tuple[FloatArray, ...], q: FloatArray, score_out: FloatArray
+) -> None:
+    """One CountBurst tick (counts.py) over every column. ``state`` = (events, elapsed,
+    last_t, observed_s); ``q`` = (half_life_s, prior_events, prior_time_s, learn_clip,
+    warmup_s, burst_window_s)."""
+    events, elapsed, last_t, observed_s = state
+    half_life, prior_events, prior_time, learn_clip = q[0], q[1], q[2], q[3]
+    warmup, window = q[4], q[5]
+    de, dd = np.nan, 1.0  # decay cache
+    for j in range(x.shape[0]):
+        score_out[j] = 0.0
+        xj = x[j]
+        if not (math.isfinite(xj) and xj >= 0.0):
+            continue  # not observed: no time passes, nothing learnt
+        if math.isnan(last_t[j]):  # first observation: no dt yet, nothing to learn
+            last_t[j] = t
+            continue
+        dt = max(t - last_t[j], 0.0)
+        last_t[j] = t
+        k = np.rint(xj * dt) if dt > 0.0 else 0.0
+        learn = k  # most ticks see no event: score 0, learn 0
+        if k > 0.0:
+            e, el = events[j], elapsed[j]
+            # The prior keeps a quiet counter's rate above zero; a busy counter's own rate wins.
+            own = e / max(el, 1e-300) if el > 0.0 else 0.0
+            rate = max((e + prior_events) / (el + prior_time), own)
+            mu = rate * dt
+            # A tick spanning more than the burst window is judged at the window's scale.
+            shrink = min(1.0, window / dt)
+            kk = max(k * shrink, 1.0)
+            z = 3.0 * math.sqrt(kk) * (1.0 - 1.0 / (9.0 * kk) - np.cbrt(mu * shrink / kk))
+            if observed_s[j] >= warmup:
+                if z >= 1.0:  # below one sigma of surprise is ordinary counting noise
+                    score_out[j] = min(z, SCORE_CAP)
+                learn = min(k, mu + learn_clip * math.sqrt(mu) + 1.0)
+        if dt != de:
+            de = dt
+            dd = np.exp2(-dt / half_life)
+        observed_s[j] += dt
+        events[j] = events[j] * dd + learn
+        elapsed[j] = elapsed[j] * dd + dt

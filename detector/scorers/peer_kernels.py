@@ -1,0 +1,138 @@
+"""Fused kernels (numba) of PeerDeviation: per-group median and MAD, then the per-column update.
+
+Groups come as CSR: ``members[starts[g]:starts[g + 1]]`` are the columns of group ``g`` (only
+groups of at least ``min_peers`` columns). Peer groups are small (8 GPUs of a node, the nodes of
+a cohort), so each group's observed values are insertion-sorted in a small buffer: no padding,
+no NaN sentinels, no per-size-class matrices. The arithmetic is peers.py's, in the same order,
+so the statistics are bit-identical to a per-group ``np.median`` (see kernels.py for why these
+are kernels and for the ``exp2`` caveat).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..model import FloatArray, IntArray
+from .base import SCORE_CAP
+from .jit import jit
+from .kernels import MAX_ABS_VALUE, ew_column, fold
+
+MAD_SCALE = 1.4826  # MAD -> sigma for Gaussian noise
+
+
+@jit
+def _sort_prefix(buf: FloatArray, count: int) -> None:
+    """Insertion sort of ``buf[:count]`` (a handful of values)."""
+    for i in range(1, count):
+        v = buf[i]
+        j = i - 1
+        while j >= 0 and buf[j] > v:
+            buf[j + 1] = buf[j]
+            j -= 1
+        buf[j + 1] = v
+
+
+@jit
+def group_stats(
+    x: FloatArray,
+    members: IntArray,
+    starts: IntArray,
+    min_peers: int,
+    floor_rel: float,
+    floor_abs: float,
+    med_out: FloatArray,
+    sigma_out: FloatArray,
+) -> None:
+    """Per column, its group's median and floored MAD sigma over the members observed this
+    tick; NaN where the group has fewer than ``min_peers`` observed members or none at all."""
+    med_out[:] = np.nan
+    sigma_out[:] = np.nan
+    widest = 0
+    for g in range(starts.shape[0] - 1):
+        widest = max(widest, starts[g + 1] - starts[g])
+    buf = np.empty(widest)
+    for g in range(starts.shape[0] - 1):
+        count = 0
+        for i in range(starts[g], starts[g + 1]):
+            v = x[members[i]]
+            if abs(v) <= MAX_ABS_VALUE:
+                buf[count] = v
+                count += 1
+        if count < min_peers:
+            continue
+        _sort_prefix(buf, count)
+        lo, hi = (count - 1) // 2, count // 2
+        med = 0.5 * (buf[lo] + buf[hi])
+        for i in range(count):
+            buf[i] = abs(buf[i] - med)
+        _sort_prefix(buf, count)
+        mad = 0.5 * (buf[lo] + buf[hi])
+        sigma = max(MAD_SCALE * mad, floor_rel * abs(med) + floor_abs)
+        for i in range(starts[g], starts[g + 1]):
+            med_out[members[i]] = med
+            sigma_out[members[i]] = sigma
+
+
+@jit
+def peer_step(
+    t: float,
+    x: FloatArray,
+    med: FloatArray,
+    sigma: FloatArray,
+    direction: IntArray,
+    state: tuple[FloatArray, ...],
+    q: FloatArray,
+    base: tuple[FloatArray, ...],
+    p: FloatArray,
+    score_out: FloatArray,
+) -> None:
+    """One PeerDeviation tick per column from its group's ``med``/``sigma`` (group_stats).
+
+    ``state`` = (smoothed, scale_var, scale_w, count, last_t); ``q`` = (-1 / scale half-life,
+    -1 / smooth half-life or 0 for no smoothing, warmup); ``base`` = the habit baseline's
+    arrays with parameters ``p``, or empty arrays for none."""
+    smoothed, scale_var, scale_w, count, last_t = state
+    neg_inv_scale, neg_inv_smooth, warmup = q[0], q[1], q[2]
+    has_base = base[0].shape[0] > 0
+    mean, var, w_mean, w_var, b_count, b_last = base
+    se, sd, me, md = np.nan, 1.0, np.nan, 1.0  # decay caches: scale, smoothing
+    pe, pd = np.nan, 1.0  # and the baseline's
+    for j in range(x.shape[0]):
+        score_out[j] = 0.0
+        xj = x[j]
+        if math.isnan(med[j]) or not abs(xj) <= MAX_ABS_VALUE:  # not judged against peers
+            if has_base:  # the baseline sees "not observed" (forgets faded history)
+                _, _, pe, pd = ew_column(
+                    j, t, np.nan, mean, var, w_mean, w_var, b_count, b_last, p, pe, pd
+                )
+            continue
+        dt = max(t - last_t[j], 0.0)
+        if dt != se:
+            se = dt
+            sd = np.exp2(dt * neg_inv_scale)
+        # A group's spread is stable over time, one tick's MAD is not (3 peers!): use the
+        # larger of this tick's spread and its time-smoothed value.
+        w = sd * scale_w[j] + 1.0
+        sv = (sigma[j] * sigma[j] - scale_var[j]) / w + scale_var[j]
+        z = (xj - med[j]) / max(sigma[j], math.sqrt(sv))
+        z = min(max(z, -SCORE_CAP), SCORE_CAP)
+        if neg_inv_smooth != 0.0:
+            if dt != me:
+                me = dt
+                md = np.exp2(dt * neg_inv_smooth)
+            z = md * smoothed[j] + (1.0 - md) * z
+        smoothed[j] = z
+        scale_var[j] = sv
+        scale_w[j] = w
+        judged = count[j] >= warmup
+        count[j] += 1.0
+        last_t[j] = t
+        if has_base:  # the departure from the column's habit of standing out
+            zin = z if judged else np.nan
+            z, _, pe, pd = ew_column(
+                j, t, zin, mean, var, w_mean, w_var, b_count, b_last, p, pe, pd
+            )
+        if judged:
+            score_out[j] = fold(z, direction[j])
