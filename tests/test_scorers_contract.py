@@ -24,6 +24,7 @@ from detector.scorers.likelihood import AnomalyLikelihood
 from detector.scorers.novelty import RangeNovelty
 from detector.scorers.peers import PeerDeviation
 from detector.scorers.registry import grid_layout
+from detector.scorers.window_memory import WindowMemory
 from detector.scorers.zscore import RobustZScore
 
 GPU_SIGNALS = ("gpu_temp", "gpu_power")
@@ -183,6 +184,14 @@ CASES = [
         column(LAYOUT, "gpu_temp", 1, 3),
         _pattern_break,
         2.5,
+    ),
+    # no clock inside either; the cycle of 8 fills two blocks of 4, the break changes one
+    Case(
+        "window",
+        lambda s: WindowMemory(),
+        column(LAYOUT, "gpu_temp", 1, 3),
+        _pattern_break,
+        4.0,
     ),
 ]
 
