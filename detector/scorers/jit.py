@@ -10,6 +10,12 @@ refuses ``cache=True`` at decoration time with a RuntimeError; the kernels then 
 memory for each process instead of failing the import. deploy/ sets ``NUMBA_CACHE_DIR`` so the
 daemon keeps the cache across restarts.
 
+Where the process may not create executable memory (systemd's ``MemoryDenyWriteExecute=yes``,
+the kernel's ``PR_SET_MDWE``, SELinux ``execmem`` denied) numba cannot JIT at all: its import
+raises. The kernels then run as the plain Python functions they are (``COMPILED`` is False):
+same code, same results, about two orders of magnitude slower, which one node's agent (a few
+thousand series every 15 s) can afford and a fleet scorer cannot.
+
 ``error_model="numpy"``: a float division by zero gives inf/NaN as in numpy instead of raising
 (and costs no check per division). No ``fastmath``: it would reorder arithmetic and drop the
 NaN/inf semantics the scorers rely on.
@@ -20,15 +26,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import numba
-
 F = TypeVar("F", bound=Callable[..., Any])
+
+numba: Any
+try:
+    import numba
+except OSError:  # "cannot allocate executable memory": no JIT possible in this process
+    numba = None
+
+COMPILED = numba is not None  # False: the kernels run interpreted (see the module docstring)
 
 _OPTIONS: dict[str, Any] = {"error_model": "numpy", "nogil": True}
 
 
 def jit(fn: F) -> F:
-    """``numba.njit`` with the project's options, cached on disk where a cache dir is writable."""
+    """``numba.njit`` with the project's options, cached on disk where a cache dir is writable;
+    ``fn`` itself where numba cannot JIT."""
+    if numba is None:
+        return fn
     try:
         return numba.njit(cache=True, **_OPTIONS)(fn)  # type: ignore[no-any-return]
     except RuntimeError:  # "cannot cache function ...: no locator available"

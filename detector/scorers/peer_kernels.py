@@ -17,7 +17,7 @@ import numpy as np
 from ..model import FloatArray, IntArray
 from .base import SCORE_CAP
 from .jit import jit
-from .kernels import MAX_ABS_VALUE, ew_column, fold
+from .kernels import MAX_ABS_VALUE, NO_DECAY, ew_update, fold
 
 MAD_SCALE = 1.4826  # MAD -> sigma for Gaussian noise
 
@@ -97,42 +97,39 @@ def peer_step(
     neg_inv_scale, neg_inv_smooth, warmup = q[0], q[1], q[2]
     has_base = base[0].shape[0] > 0
     mean, var, w_mean, w_var, b_count, b_last = base
+    prm = (p[0], p[1], p[2], p[3], p[4], p[5])
     se, sd, me, md = np.nan, 1.0, np.nan, 1.0  # decay caches: scale, smoothing
-    pe, pd = np.nan, 1.0  # and the baseline's
+    cache = NO_DECAY  # and the baseline's
     for j in range(x.shape[0]):
         score_out[j] = 0.0
         xj = x[j]
-        if math.isnan(med[j]) or not abs(xj) <= MAX_ABS_VALUE:  # not judged against peers
-            if has_base:  # the baseline sees "not observed" (forgets faded history)
-                _, _, pe, pd = ew_column(
-                    j, t, np.nan, mean, var, w_mean, w_var, b_count, b_last, p, pe, pd
-                )
-            continue
-        dt = max(t - last_t[j], 0.0)
-        if dt != se:
-            se = dt
-            sd = np.exp2(dt * neg_inv_scale)
-        # A group's spread is stable over time, one tick's MAD is not (3 peers!): use the
-        # larger of this tick's spread and its time-smoothed value.
-        w = sd * scale_w[j] + 1.0
-        sv = (sigma[j] * sigma[j] - scale_var[j]) / w + scale_var[j]
-        z = (xj - med[j]) / max(sigma[j], math.sqrt(sv))
-        z = min(max(z, -SCORE_CAP), SCORE_CAP)
-        if neg_inv_smooth != 0.0:
-            if dt != me:
-                me = dt
-                md = np.exp2(dt * neg_inv_smooth)
-            z = md * smoothed[j] + (1.0 - md) * z
-        smoothed[j] = z
-        scale_var[j] = sv
-        scale_w[j] = w
-        judged = count[j] >= warmup
-        count[j] += 1.0
-        last_t[j] = t
-        if has_base:  # the departure from the column's habit of standing out
-            zin = z if judged else np.nan
-            z, _, pe, pd = ew_column(
-                j, t, zin, mean, var, w_mean, w_var, b_count, b_last, p, pe, pd
-            )
+        judged = False
+        z = np.nan
+        if not math.isnan(med[j]) and abs(xj) <= MAX_ABS_VALUE:  # judged against its peers
+            dt = max(t - last_t[j], 0.0)
+            if dt != se:
+                se = dt
+                sd = np.exp2(dt * neg_inv_scale)
+            # A group's spread is stable over time, one tick's MAD is not (3 peers!): use the
+            # larger of this tick's spread and its time-smoothed value.
+            w = sd * scale_w[j] + 1.0
+            sv = (sigma[j] * sigma[j] - scale_var[j]) / w + scale_var[j]
+            z = (xj - med[j]) / max(sigma[j], math.sqrt(sv))
+            z = min(max(z, -SCORE_CAP), SCORE_CAP)
+            if neg_inv_smooth != 0.0:
+                if dt != me:
+                    me = dt
+                    md = np.exp2(dt * neg_inv_smooth)
+                z = md * smoothed[j] + (1.0 - md) * z
+            smoothed[j] = z
+            scale_var[j] = sv
+            scale_w[j] = w
+            judged = count[j] >= warmup
+            count[j] += 1.0
+            last_t[j] = t
+        if has_base:  # the departure from the column's habit of standing out (NaN: unseen)
+            st = (mean[j], var[j], w_mean[j], w_var[j], b_count[j], b_last[j])
+            z, _, st, cache = ew_update(t, z if judged else np.nan, st, prm, cache)
+            mean[j], var[j], w_mean[j], w_var[j], b_count[j], b_last[j] = st
         if judged:
             score_out[j] = fold(z, direction[j])
