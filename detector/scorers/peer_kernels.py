@@ -23,18 +23,6 @@ MAD_SCALE = 1.4826  # MAD -> sigma for Gaussian noise
 
 
 @jit
-def _sort_prefix(buf: FloatArray, count: int) -> None:
-    """Insertion sort of ``buf[:count]`` (a handful of values)."""
-    for i in range(1, count):
-        v = buf[i]
-        j = i - 1
-        while j >= 0 and buf[j] > v:
-            buf[j + 1] = buf[j]
-            j -= 1
-        buf[j + 1] = v
-
-
-@jit
 def group_stats(
     x: FloatArray,
     members: IntArray,
@@ -62,13 +50,29 @@ def group_stats(
                 count += 1
         if count < min_peers:
             continue
-        _sort_prefix(buf, count)
+        for a in range(1, count):  # insertion sort (a handful of values; inline: a call
+            v = buf[a]  # per group that passes the buffer costs more than the sort)
+            b = a - 1
+            while b >= 0 and buf[b] > v:
+                buf[b + 1] = buf[b]
+                b -= 1
+            buf[b + 1] = v
         lo, hi = (count - 1) // 2, count // 2
         med = 0.5 * (buf[lo] + buf[hi])
-        for i in range(count):
-            buf[i] = abs(buf[i] - med)
-        _sort_prefix(buf, count)
-        mad = 0.5 * (buf[lo] + buf[hi])
+        # The sorted values' distances from the median are two ascending runs (leftwards
+        # from the middle, rightwards from it): merge them up to the hi-th for the MAD.
+        left, right, d_lo, d_hi = hi - 1, hi, 0.0, 0.0
+        for r in range(hi + 1):
+            if left < 0 or (right < count and buf[right] - med <= med - buf[left]):
+                d = buf[right] - med
+                right += 1
+            else:
+                d = med - buf[left]
+                left -= 1
+            if r == lo:
+                d_lo = d
+            d_hi = d
+        mad = 0.5 * (d_lo + d_hi)
         sigma = max(MAD_SCALE * mad, floor_rel * abs(med) + floor_abs)
         for i in range(starts[g], starts[g + 1]):
             med_out[members[i]] = med
