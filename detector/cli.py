@@ -25,6 +25,7 @@ import numpy as np
 from . import __version__
 from .calibration import (
     Calibration,
+    CalibrationResult,
     calibration_from_result,
     load_calibration,
     save_calibration,
@@ -33,6 +34,7 @@ from .config import Config, check_config, load_config
 from .daemon import main_run
 from .episodes import EpisodeParams
 from .errors import ConfigError, DetectorError
+from .fitting import Fitted, fit_calibration
 from .ingest.record import run_record
 from .logs import configure_logging
 from .pipeline import build_pipeline
@@ -40,7 +42,6 @@ from .progress import ProgressBar
 from .replay import (
     ReplayResult,
     dump_frames,
-    fit_threshold,
     load_event_files,
     run_replay,
     simulated_frames,
@@ -152,6 +153,12 @@ def _parser() -> argparse.ArgumentParser:
         help="false positives per day allowed (whole dump)",
     )
     cp.add_argument("--out", type=Path, required=True, help="calibration file to write")
+    cp.add_argument(
+        "--no-signal-weights",
+        action="store_true",
+        help="fit the threshold only (by default, with failures to learn from, signal weights "
+        "are fitted too and kept when they do better; this replays the history twice)",
+    )
 
     sp = add("simulate", "simulate a GPU cluster: write a dump + events, or serve live exporters")
     sp.add_argument("--nodes", type=int, default=63)
@@ -208,10 +215,15 @@ def _scenario(args: argparse.Namespace) -> Scenario:
     return dataclasses.replace(scenario, **overrides) if overrides else scenario
 
 
-def _replay(args: argparse.Namespace, *, record: bool) -> tuple[ReplayResult, str, Config]:
+def _replay(
+    args: argparse.Namespace,
+    *,
+    record: bool,
+    signal_weights: Mapping[str, float] | None = None,
+) -> tuple[ReplayResult, str, Config]:
     config, calibration = _load(args)
     index = _index(config)
-    pipeline = build_pipeline(config, index, calibration)
+    pipeline = build_pipeline(config, index, calibration, signal_weights=signal_weights)
     events = load_event_files(args.events)
     span: tuple[float, float] | None = None
     bar = ProgressBar.for_stream(quiet=args.quiet)  # None unless stderr is a terminal
@@ -262,10 +274,17 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     if not args.fp_per_day >= 0:
         raise ConfigError(f"--fp-per-day must be >= 0 (got {args.fp_per_day})")
-    result, label, config = _replay(args, record=True)
-    if not np.isfinite(result.node_scores).any():
-        raise DetectorError(f"{label}: no scores were produced; nothing to calibrate")
-    days = max((result.end - result.start) / 86400.0, 1e-9)
+    config = load_config(args.config)
+    label = ""
+
+    def replay(weights: Mapping[str, float] | None) -> ReplayResult:
+        nonlocal label
+        # A fresh fit: the weights tried (none at first), never those of an older file.
+        result, label, _ = _replay(args, record=True, signal_weights=weights or {})
+        if not np.isfinite(result.node_scores).any():
+            raise DetectorError(f"{label}: no scores were produced; nothing to calibrate")
+        return result
+
     al = config.alerts
     base = EpisodeParams(
         0.0,
@@ -274,26 +293,70 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         al.cooldown_s,
         restart_after_s=config.evaluation.horizon_s,
     )
-    found = fit_threshold(
-        result,
+    fitted = fit_calibration(
+        replay,
         base,
         args.fp_per_day,
         config.evaluation.horizon_s,
         config.evaluation.grace_s,
         early_first=al.alert_on_xid,
+        fit_weights=not args.no_signal_weights,
     )
-    cal = calibration_from_result(found, dump=label, days=days, failures=len(result.failures))
+    result, found = fitted.result, fitted.threshold
+    days = max((result.end - result.start) / 86400.0, 1e-9)
+    cal = calibration_from_result(
+        found,
+        dump=label,
+        days=days,
+        failures=len(result.failures),
+        signal_weights=fitted.signal_weights,
+    )
     save_calibration(args.out, cal)
-    p = found.point
     print(f"detector calibrate: {label}")
-    print(
-        f"threshold {p.threshold:.4f} ({found.mode}): "
-        f"detected {p.detected}/{len(result.failures)}, "
-        f"before the XID {p.detected_before}, false positives {p.false_positives} "
-        f"({p.fp_per_day:.2f}/day, budget {args.fp_per_day:g}/day) over {days:.2f} days"
+    print(_point_line("threshold", found, len(result.failures), days, args.fp_per_day))
+    weight_lines = (
+        ["signal weights: not fitted (--no-signal-weights)"]
+        if args.no_signal_weights
+        else _weight_lines(fitted, len(result.failures), days, args.fp_per_day)
     )
+    for line in weight_lines:
+        print(line)
     print(f"calibration written to {args.out}")
     return 0 if found.within_budget else 3
+
+
+def _point_line(
+    what: str, found: CalibrationResult, failures: int, days: float, budget: float
+) -> str:
+    p = found.point
+    return (
+        f"{what} {p.threshold:.4f} ({found.mode}): detected {p.detected}/{failures}, "
+        f"before the XID {p.detected_before}, false positives {p.false_positives} "
+        f"({p.fp_per_day:.2f}/day, budget {budget:g}/day) over {days:.2f} days"
+    )
+
+
+def _weight_lines(fitted: Fitted, failures: int, days: float, budget: float) -> list[str]:
+    """What the signal-weight pass found, for the terminal."""
+    if fitted.weighted is None:
+        if not failures:
+            return ["signal weights: none fitted (no failures in the history to learn from)"]
+        tp = sum(t for t, _ in fitted.signal_hits.values())
+        fp = sum(f for _, f in fitted.signal_hits.values())
+        return [
+            "signal weights: none fitted (needs alerts led by a signal before a failure and "
+            f"false alerts to contrast; found {tp} and {fp})"
+        ]
+    kept = fitted.signal_weights is not None
+    lines = [
+        _point_line("  without weights", fitted.unweighted, failures, days, budget),
+        _point_line("  with weights   ", fitted.weighted, failures, days, budget),
+    ]
+    tried = sorted((w, s) for s, w in fitted.tried_weights.items())
+    listed = tried if len(tried) <= 8 else [*tried[:4], *tried[-4:]]
+    shown = ", ".join(f"{s} x{w:.2f}" for w, s in listed)
+    verdict = "kept" if kept else "dropped: no better than without"
+    return [f"signal weights ({len(tried)} signals: {shown}): {verdict}", *lines]
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:

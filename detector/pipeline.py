@@ -12,7 +12,7 @@ calibration tunes the statistical threshold only) and names ``xid_<code>``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +52,8 @@ class PipelineParams:
     top_k: int = 5
     alert_on_xid: bool = True
     xid_hold_s: float = 300.0
+    # Calibrated multipliers of the rules' fusion weights, by signal name (absent: 1).
+    signal_weights: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +96,7 @@ class Pipeline:
         self._subsets: dict[str, np.ndarray] = {}
         self._sublayouts: dict[str, ColumnLayout] = {}
         self._node_columns: list[np.ndarray] = []
+        self._weights = np.zeros(0)
         self._xid_until = np.zeros(0)
         self._xid_signal: dict[int, str] = {}
         self._xid_gpu: dict[int, str | None] = {}
@@ -118,6 +121,9 @@ class Pipeline:
         self._node_columns = [
             order[bounds[i] : bounds[i + 1]] for i in range(len(layout.node_names))
         ]
+        calibrated = self.params.signal_weights
+        factor = np.array([calibrated.get(name, 1.0) for name in layout.signal_names])
+        self._weights = self.signal_map.weights * factor[layout.signal]
         grow = len(layout.node_names) - self._xid_until.shape[0]
         if grow > 0:
             self._xid_until = np.concatenate((self._xid_until, np.full(grow, -np.inf)))
@@ -161,7 +167,7 @@ class Pipeline:
         fused = fuse(
             scores,
             self._applies,
-            self.signal_map.weights,
+            self._weights,
             observed,
             layout,
             entities,
@@ -306,14 +312,38 @@ class Pipeline:
                 out.append(SignalScore(layout.node_names[node], gpu, name, z))
         return out
 
+    def lead_signals(self, tick: TickResult) -> np.ndarray:
+        """Per node of ``tick``: the signal id (``layout.signal_names``) of its strongest
+        column above the fusion's z0, -1 where none contributed evidence. What calibration
+        credits or blames for an alert without re-scoring."""
+        layout = self._layout
+        n_nodes = len(tick.node_names)
+        lead = np.full(n_nodes, -1, dtype=np.int32)
+        if layout is None or tick.column_z.shape[0] != len(layout):
+            return lead
+        live = np.flatnonzero(tick.column_z > self.params.fusion.z0)
+        if live.size:
+            # strongest first within each node; the first row per node is its leader
+            order = np.lexsort((-tick.column_z[live], layout.node[live]))
+            nodes = layout.node[live[order]]
+            first = np.flatnonzero(np.r_[True, nodes[1:] != nodes[:-1]])
+            lead[nodes[first]] = layout.signal[live[order[first]]]
+        return lead
+
 
 def build_pipeline(
-    config: Config, index: SeriesIndex, calibration: Calibration | None = None
+    config: Config,
+    index: SeriesIndex,
+    calibration: Calibration | None = None,
+    *,
+    signal_weights: Mapping[str, float] | None = None,
 ) -> Pipeline:
     """The production pipeline for ``config``: built-in or configured rules, one scorer for
     every scorer name the rules use (parameters from ``config.scoring``), and the alert
     threshold from (in order) the config, the calibration file, 0.6 (uncalibrated: about one
-    signal at 8 sigma, or three at 5)."""
+    signal at 8 sigma, or three at 5). Signal weights multiply the rules' fusion weights:
+    ``signal_weights`` when given (calibration trying weights it fits), else the calibration
+    file's, else none."""
     signals = load_signal_rules(config.rules.signals)
     if not config.rules.default_rule:
         signals = signals.model_copy(
@@ -350,6 +380,11 @@ def build_pipeline(
         top_k=sc.top_k,
         alert_on_xid=al.alert_on_xid,
         xid_hold_s=al.xid_hold_s,
+        signal_weights=dict(
+            signal_weights
+            if signal_weights is not None
+            else (calibration.signal_weights or {} if calibration is not None else {})
+        ),
     )
     return Pipeline(index, signals, xids, scorers, params)
 

@@ -53,30 +53,38 @@ class ReplayResult:
     times: FloatArray = field(default_factory=lambda: np.zeros(0))
     node_scores: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
     xid_held: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool))
+    # per tick and node: id in signal_names of the strongest signal, -1 where none (recorded)
+    lead_signal: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int32))
+    signal_names: tuple[str, ...] = ()
     threshold: float = float("nan")  # the alert threshold the pipeline ran with
 
 
 class ScoreRecorder:
-    """Keeps every node's alert score per tick (for calibration and reports)."""
+    """Keeps every node's alert score, XID hold and leading signal per tick (for calibration
+    and reports)."""
 
     def __init__(self) -> None:
         self.times: list[float] = []
         self.rows: list[FloatArray] = []
         self.held: list[np.ndarray] = []
+        self.leads: list[np.ndarray] = []
 
-    def add(self, tick: TickResult) -> None:
+    def add(self, tick: TickResult, lead: np.ndarray) -> None:
         self.times.append(tick.time)
         self.rows.append(tick.node_score.astype(np.float32))
         self.held.append(tick.xid_held.copy())
+        self.leads.append(lead)
 
-    def matrix(self, n_nodes: int) -> tuple[FloatArray, np.ndarray]:
-        """(scores, xid-held mask), ticks x nodes."""
+    def matrix(self, n_nodes: int) -> tuple[FloatArray, np.ndarray, np.ndarray]:
+        """(scores, xid-held mask, leading signal id or -1), ticks x nodes."""
         out = np.full((len(self.rows), n_nodes), np.nan, dtype=np.float32)
         held = np.zeros((len(self.rows), n_nodes), dtype=bool)
-        for i, (row, h) in enumerate(zip(self.rows, self.held, strict=True)):
+        leads = np.full((len(self.rows), n_nodes), -1, dtype=np.int32)
+        for i, (row, h, lead) in enumerate(zip(self.rows, self.held, self.leads, strict=True)):
             out[i, : row.shape[0]] = row
             held[i, : h.shape[0]] = h
-        return out.astype(np.float64), held
+            leads[i, : lead.shape[0]] = lead
+        return out.astype(np.float64), held, leads
 
 
 class ScoresCsv:
@@ -196,7 +204,7 @@ def run_replay(
                     incidents += 1
                 last_incident = tick.time
             if recorder is not None:
-                recorder.add(tick)
+                recorder.add(tick, pipeline.lead_signals(tick))
             if writer is not None:
                 writer.add(tick)
             if progress is not None:
@@ -235,7 +243,8 @@ def run_replay(
     )
     if recorder is not None:
         result.times = np.asarray(recorder.times)
-        result.node_scores, result.xid_held = recorder.matrix(len(node_names))
+        result.node_scores, result.xid_held, result.lead_signal = recorder.matrix(len(node_names))
+        result.signal_names = pipeline.signal_map.layout.signal_names
     return result
 
 
@@ -245,11 +254,15 @@ def alerts_at_threshold(
     node_names: Sequence[str],
     params: EpisodeParams,
     held: np.ndarray | None = None,
+    leads: tuple[np.ndarray, Sequence[str]] | None = None,
 ) -> list[Alert]:
     """Re-run alert episodes over recorded node scores (calibration: no re-scoring needed);
-    ``held`` (ticks x nodes) marks where a failure XID forced the alert."""
+    ``held`` (ticks x nodes) marks where a failure XID forced the alert. With ``leads`` (the
+    recorded leading-signal ids, ticks x nodes, and their names) each alert names the signal
+    that led at its peak, as the pipeline's alerts do; XID-held ticks keep the precursor."""
     episodes = Episodes(params, scores.shape[1])
     alerts: list[Alert] = []
+    peak_signal: dict[int, tuple[str, ...]] = {}
     for i in range(times.shape[0]):
         t = float(times[i])
         changes = episodes.update(t, scores[i], None if held is None else held[i])
@@ -259,7 +272,16 @@ def alerts_at_threshold(
             changes.ended_peak.tolist(),
             strict=True,
         ):
-            alerts.append(Alert(node_names[node], None, start, t, peak, ()))
+            alerts.append(Alert(node_names[node], None, start, t, peak, peak_signal.get(node, ())))
+        if leads is None:
+            continue
+        ids, names = leads
+        for node in changes.opened.tolist():
+            peak_signal.pop(node, None)
+        for node in changes.new_peak.tolist():
+            lead = int(ids[i, node])
+            if lead >= 0 and (held is None or not held[i, node]):
+                peak_signal[node] = (names[lead],)
     for node in episodes.firing().tolist():
         alerts.append(
             Alert(
@@ -268,7 +290,7 @@ def alerts_at_threshold(
                 float(episodes.start[node]),
                 None,
                 float(episodes.peak[node]),
-                (),
+                peak_signal.get(node, ()),
             )
         )
     return alerts
@@ -277,9 +299,11 @@ def alerts_at_threshold(
 def evaluate_at_threshold(
     result: ReplayResult, params: EpisodeParams, horizon_s: float, grace_s: float
 ) -> Evaluation:
-    """The evaluation a replay would have had with other episode parameters (no re-scoring)."""
+    """The evaluation a replay would have had with other episode parameters (no re-scoring);
+    its alerts name their leading signal when the replay recorded them."""
+    leads = (result.lead_signal, result.signal_names) if result.lead_signal.size else None
     alerts = alerts_at_threshold(
-        result.times, result.node_scores, result.node_names, params, result.xid_held
+        result.times, result.node_scores, result.node_names, params, result.xid_held, leads
     )
     return evaluate(
         alerts,

@@ -4,9 +4,11 @@ simulated cluster history, replay another (different seed: other workload, failu
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 from detector.config import load_config
 from detector.episodes import EpisodeParams
+from detector.fitting import fit_calibration
 from detector.pipeline import build_pipeline
 from detector.replay import (
     ReplayResult,
@@ -21,11 +23,15 @@ from detector.simulate import Scenario, SimulatedCluster
 BUDGET = 2.0  # false positives per day
 
 
-def history(seed: int) -> ReplayResult:
-    scenario = dataclasses.replace(Scenario.demo(), nodes=16, days=1.0, seed=seed, failure_count=4)
+def history(
+    seed: int, weights: Mapping[str, float] | None = None, failure_count: int = 4
+) -> ReplayResult:
+    scenario = dataclasses.replace(
+        Scenario.demo(), nodes=16, days=1.0, seed=seed, failure_count=failure_count
+    )
     cluster = SimulatedCluster(scenario)
     index = SeriesIndex()
-    pipeline = build_pipeline(load_config(None, env={}), index)
+    pipeline = build_pipeline(load_config(None, env={}), index, signal_weights=weights)
     frames = simulated_frames(cluster, index)
     return run_replay(pipeline, frames, events=cluster.events(), record_scores=True)
 
@@ -45,3 +51,19 @@ def test_threshold_fitted_on_one_history_stays_near_budget_on_another() -> None:
     assert at_fitted.fp_per_day <= 2 * BUDGET
     assert at_fitted.false_positives <= at_default.false_positives
     assert at_fitted.detected >= 1
+
+
+def test_signal_weights_and_threshold_fitted_on_one_history_stay_near_budget_on_another() -> None:
+    """Weights are fitted where the labels allow (a history whose failures have precursor
+    alerts, and false alerts); whatever the fit keeps, replaying another history with its
+    weights and threshold stays within 2x the budget and still catches failures."""
+    base = EpisodeParams(0.6, 0.8, 60.0, 900.0)
+    fitted = fit_calibration(lambda w: history(21, w, 15), base, BUDGET, 3600.0, 300.0)
+    assert fitted.tried_weights
+    assert all(0.25 <= w <= 4.0 for w in fitted.tried_weights.values())
+    assert fitted.threshold.within_budget
+    held_out = history(22, fitted.signal_weights, 15)
+    params = dataclasses.replace(base, threshold=fitted.threshold.point.threshold)
+    summary = evaluate_at_threshold(held_out, params, 3600.0, 300.0).summary
+    assert summary.fp_per_day <= 2 * BUDGET
+    assert summary.detected >= 1

@@ -237,3 +237,22 @@ def test_replay_without_dump_runs_the_simulated_cluster(
     assert "6 nodes in" in out
     assert "failures " in out
     assert "lead time" in out
+
+
+def test_calibrate_tries_signal_weights_and_reports_both_passes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On a simulated history with failures, calibrate fits signal weights, replays with them
+    and prints both passes; here the weighted pass is no better, so the file carries none.
+    --no-signal-weights skips the second pass and says so."""
+    out = tmp_path / "calibration.json"
+    sim = ["--days", "0.5", "--nodes", "8", "--seed", "7", "--fp-per-day", "2", "--quiet"]
+    assert 0 == main(["calibrate", *sim, "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert "signal weights (" in printed
+    assert "dropped: no better than without" in printed
+    assert "  without weights " in printed
+    assert "  with weights " in printed
+    assert load_calibration(out).signal_weights is None
+    assert 0 == main(["calibrate", *sim, "--out", str(out), "--no-signal-weights"])
+    assert "signal weights: not fitted (--no-signal-weights)" in capsys.readouterr().out

@@ -1,0 +1,127 @@
+"""Fitting a calibration from replayed history: the alert threshold, and signal weights where
+the labels allow.
+
+Two passes over the same history (``fit_calibration``):
+
+1. Replay with the rules' weights, fit the threshold (``replay.fit_threshold``).
+2. Where there are failures to learn from, credit and blame signals: re-run the alert episodes
+   over the recorded scores at a looser operating point (the lowest threshold within
+   ``WEIGHT_FIT_FP_FACTOR`` times the budget, so there are enough alerts to compare signals;
+   at the budget itself a good detector raises only a handful of false alerts), count per
+   signal how often it led an alert that matched a failure and one that did not, and turn the
+   counts into weight multipliers (``calibration.fit_signal_weights``: smoothed likelihood
+   ratio, clipped to [0.25, 4]). New weights move every score, so the threshold found in pass
+   1 no longer applies: replay again with the weights and fit the threshold anew.
+
+The weights are kept only when the weighted pass does strictly better on the history than the
+unweighted one (more failures caught before the XID, then caught at all, then fewer false
+positives per day, the calibration objective's order) while within the budget; otherwise
+the file carries no weights and says so. That comparison is in-sample, so it is a guard
+against weights that hurt, not a promise: the held-out tests check what carries over.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from .calibration import (
+    CalibrationPoint,
+    CalibrationResult,
+    calibrate,
+    candidate_thresholds,
+    fit_signal_weights,
+)
+from .episodes import EpisodeParams
+from .replay import ReplayResult, evaluate_at_threshold, fit_threshold
+
+WEIGHT_FIT_FP_FACTOR = 10.0  # looser operating point whose alerts the weights learn from
+XID_SIGNAL_PREFIX = "xid_"  # forced XID alerts: the failure itself, not a precursor
+
+# A replay of the history with the given weight multipliers (None: the rules' weights alone),
+# recorded (``record_scores=True``) so thresholds can be re-evaluated without re-scoring.
+ReplayFn = Callable[[Mapping[str, float] | None], ReplayResult]
+
+
+@dataclass(frozen=True, slots=True)
+class Fitted:
+    """What ``fit_calibration`` chose and what it compared."""
+
+    result: ReplayResult  # the replay the chosen threshold was fitted on
+    threshold: CalibrationResult
+    signal_weights: dict[str, float] | None  # None: no weights in the file
+    tried_weights: dict[str, float]  # the multipliers pass 2 tried (empty: none tried)
+    unweighted: CalibrationResult  # pass 1, for the record
+    weighted: CalibrationResult | None  # pass 2, when weights were tried
+    signal_hits: dict[str, tuple[int, int]]  # (led a matched alert, led an unmatched alert)
+
+
+def signal_hits(
+    result: ReplayResult,
+    base: EpisodeParams,
+    fp_per_day: float,
+    horizon_s: float,
+    grace_s: float,
+) -> dict[str, tuple[int, int]]:
+    """Per signal, alerts it led that matched a failure / did not, at the looser operating
+    point (module docstring). Forced XID alerts name no precursor and are not counted."""
+    if result.lead_signal.size == 0:
+        raise ValueError("the replay recorded no leading signals (record_scores=True needed)")
+    finite = result.node_scores[np.isfinite(result.node_scores)]
+    if finite.size == 0:
+        return {}
+
+    def fp_at(threshold: float) -> CalibrationPoint:
+        params = dataclasses.replace(base, threshold=threshold)
+        s = evaluate_at_threshold(result, params, horizon_s, grace_s).summary
+        return CalibrationPoint(
+            threshold, s.detected, s.detected_before_failure, s.false_positives, s.fp_per_day
+        )
+
+    loose = calibrate(
+        fp_at,
+        candidate_thresholds(finite).tolist(),
+        fp_budget_per_day=fp_per_day * WEIGHT_FIT_FP_FACTOR,
+        failures=0,  # only the budget boundary: the lowest threshold within it
+    )
+    params = dataclasses.replace(base, threshold=loose.point.threshold)
+    hits = evaluate_at_threshold(result, params, horizon_s, grace_s).signal_hits()
+    return {s: h for s, h in hits.items() if not s.startswith(XID_SIGNAL_PREFIX)}
+
+
+def _objective(point: CalibrationPoint, early_first: bool) -> tuple[float, float, float]:
+    caught = (point.detected_before, point.detected)
+    first, second = caught if early_first else caught[::-1]
+    return (first, second, -point.fp_per_day)
+
+
+def fit_calibration(
+    replay: ReplayFn,
+    base: EpisodeParams,
+    fp_per_day: float,
+    horizon_s: float,
+    grace_s: float,
+    *,
+    early_first: bool = True,
+    fit_weights: bool = True,
+) -> Fitted:
+    """Threshold and, where labels allow, signal weights for the history ``replay`` replays
+    (module docstring). ``replay`` is called once, or twice when weights are tried."""
+    first = replay(None)
+    unweighted = fit_threshold(first, base, fp_per_day, horizon_s, grace_s, early_first=early_first)
+    hits: dict[str, tuple[int, int]] = {}
+    if fit_weights and first.failures:
+        hits = signal_hits(first, base, fp_per_day, horizon_s, grace_s)
+    weights = {s: w for s, w in fit_signal_weights(hits, {}).items() if w != 1.0}
+    if not weights:
+        return Fitted(first, unweighted, None, {}, unweighted, None, hits)
+    second = replay(weights)
+    weighted = fit_threshold(second, base, fp_per_day, horizon_s, grace_s, early_first=early_first)
+    if weighted.within_budget and _objective(weighted.point, early_first) > _objective(
+        unweighted.point, early_first
+    ):
+        return Fitted(second, weighted, weights, weights, unweighted, weighted, hits)
+    return Fitted(first, unweighted, None, weights, unweighted, weighted, hits)
