@@ -391,6 +391,8 @@ async def run_daemon(
             mode=config.mode,
             state=str(config.state.path),
             kmsg=daemon.kmsg is not None,
+            threshold=daemon.pipeline.params.episodes.threshold,
+            signal_weights=len(daemon.pipeline.params.signal_weights),
         )
         next_at = loop.time()
         while not stop.is_set():

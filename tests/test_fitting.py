@@ -9,6 +9,7 @@ from collections.abc import Mapping
 import numpy as np
 import pytest
 
+from detector.calibration import CalibrationPoint, calibrate, calibration_from_result
 from detector.config import load_config
 from detector.episodes import EpisodeParams
 from detector.evaluation import evaluate
@@ -61,6 +62,21 @@ def test_calibrated_weight_scales_the_fused_column_scores_of_its_signal() -> Non
     names = plain.signal_map.layout.signal_names
     assert [-1, -1] == lead[:2].tolist()
     assert "gpu_temp" == names[int(lead[2])]
+
+
+def test_build_pipeline_takes_weights_from_the_file_unless_given() -> None:
+    """The calibration file's signal_weights reach the pipeline (run and replay build it this
+    way); an explicit signal_weights (calibration's second pass) replaces them."""
+    result = calibrate(lambda th: CalibrationPoint(th, 1, 1, 0, 0.0), [0.7], fp_budget_per_day=1)
+    cal = calibration_from_result(
+        result, dump="d", days=1.0, failures=1, signal_weights={"gpu_temp": 0.5}
+    )
+    config = load_config(None, env={})
+    assert {"gpu_temp": 0.5} == build_pipeline(config, SeriesIndex(), cal).params.signal_weights
+    assert 0.7 == build_pipeline(config, SeriesIndex(), cal).params.episodes.threshold
+    replaced = build_pipeline(config, SeriesIndex(), cal, signal_weights={})
+    assert {} == replaced.params.signal_weights
+    assert {} == build_pipeline(config, SeriesIndex()).params.signal_weights
 
 
 def _history(
