@@ -24,6 +24,7 @@ from detector.scorers.likelihood import AnomalyLikelihood
 from detector.scorers.novelty import RangeNovelty
 from detector.scorers.peers import PeerDeviation
 from detector.scorers.registry import grid_layout
+from detector.scorers.seasonal import SeasonalProfile
 from detector.scorers.window_memory import WindowMemory
 from detector.scorers.zscore import RobustZScore
 
@@ -184,6 +185,14 @@ CASES = [
         column(LAYOUT, "gpu_temp", 1, 3),
         _pattern_break,
         2.5,
+    ),
+    # a 'day' of 480 s in 8 bins: 6 ticks per bin, learnt after 2 of the 5 days before the spike
+    Case(
+        "seasonal",
+        lambda s: SeasonalProfile(period_s=480 * s, bins=8),
+        column(LAYOUT, "gpu_temp", 1, 3),
+        _spike,
+        5.0,
     ),
     # no clock inside either; the cycle of 8 fills two blocks of 4, the break changes one
     Case(
