@@ -310,6 +310,7 @@ class Daemon:
                 for r in round_.targets
             }
         )
+        exporter.observe_series(len(self.index), self.index.refused)
         exporter.set_alert_stats(self.alerts.stats())
         exporter.set_accounting(self.accounting.snapshot(now))
 

@@ -93,6 +93,8 @@ class Exporter:
         self._scrape_errors: Counter[tuple[str, str]] = Counter()
         self._alert_stats: AlertStats | None = None
         self._accounting: AccountingSnapshot | None = None
+        self._series = 0
+        self._series_refused = 0
         self.registry.register(self)
 
     def observe_tick(self, tick: TickResult, duration_s: float) -> None:
@@ -121,6 +123,12 @@ class Exporter:
         """
         self._scrape_s = {target: duration for target, (duration, _) in results.items()}
         self._scrape_errors.update((t, err) for t, (_, err) in results.items() if err)
+
+    def observe_series(self, series: int, refused: int) -> None:
+        """The series index: how many series it holds, and how many it refused since the
+        process started because it was full (``scrape.max_series_total``)."""
+        self._series = series
+        self._series_refused = refused
 
     def set_alert_stats(self, stats: AlertStats) -> None:
         self._alert_stats = stats
@@ -154,6 +162,14 @@ class Exporter:
             "detector_tick_duration_seconds", "Time to process one tick (scrape excluded)."
         )
         yield from self._scrapes()
+        series = GaugeMetricFamily("detector_series", "Series in the index (scraped columns).")
+        series.add_metric([], float(self._series))
+        refused = CounterMetricFamily(
+            "detector_series_refused",
+            "Series dropped because the index was full (scrape.max_series_total).",
+        )
+        refused.add_metric([], float(self._series_refused))
+        yield from (series, refused)
         yield from self._delivery()
         yield from self._evaluation()
 

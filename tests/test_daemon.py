@@ -345,3 +345,17 @@ def test_main_run_refuses_a_bad_config_with_exit_2(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text("scrape:\n  timeot_s: 1\n")
     assert 2 == main_run(path, env={})
+
+
+async def test_full_series_index_is_exported_as_refused_series(
+    tmp_path: Path, exporters: dict[str, tuple[str, str]], alertmanager: FakeAlertmanager
+) -> None:
+    """With scrape.max_series_total below what the exporters publish, the index stops at the
+    cap (plus scrape-health series, which are never refused) and /metrics counts the rest in
+    detector_series_refused_total, so operators see it, not only a log line."""
+    config = daemon_config(tmp_path, exporters, alertmanager.url, scrape={"max_series_total": 200})
+    (daemon,) = await run_until(config, lambda d, t: d.stats.ticks >= 3)
+    got = metrics(daemon)
+    assert 200 <= got["detector_series"] < 230
+    assert got["detector_series"] == len(daemon.index)
+    assert got["detector_series_refused_total"] == daemon.index.refused > 0

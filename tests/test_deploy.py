@@ -244,7 +244,7 @@ def test_promtool_checks_and_unit_tests_rules() -> None:
     promtool = _tool("promtool")
     check = _run(promtool, "check", "rules", str(RULES / "detector.rules.yaml"))
     assert 0 == check.returncode, check.stdout + check.stderr
-    assert "SUCCESS: 20 rules found" in check.stdout
+    assert "SUCCESS: 21 rules found" in check.stdout
     test = _run(promtool, "test", "rules", str(RULES / "detector.rules.test.yaml"))
     assert 0 == test.returncode, test.stdout + test.stderr
 
