@@ -34,12 +34,25 @@ FORGOTTEN_WEIGHT = 1e-6  # history weight below this (~20 half-lives) means "nev
 P_NEG_INV_HALF_LIFE, P_WARMUP, P_CLIP, P_FLOOR_REL, P_FLOOR_ABS, P_RELEARN = range(6)
 
 
-# One column's baseline state (mean, var, w_mean, w_var, count, last_t) and the decay cache
-# (elapsed, decay) travel as tuples of floats: passing the state arrays into a per-column
-# function instead costs reference counting on every call (measured: 4x slower).
+# One column's baseline state (mean, var, w_mean, w_var, count, last_t) and a decay cache
+# travel as tuples of floats: passing the state arrays into a per-column function instead
+# costs reference counting on every call (measured: 4x slower).
 EwState = tuple[float, float, float, float, float, float]
-DecayCache = tuple[float, float]
-NO_DECAY: DecayCache = (np.nan, 1.0)  # NaN never equals an elapsed time: compute on first use
+# The two most recent (elapsed, decay) pairs: a column that missed a tick has twice the
+# elapsed time of its neighbours, and two entries keep such alternations from calling exp2.
+DecayCache = tuple[float, float, float, float]
+NO_DECAY: DecayCache = (np.nan, 1.0, np.nan, 1.0)  # NaN equals nothing: computed on first use
+
+
+@jit
+def decay(elapsed: float, rate: float, cache: DecayCache) -> tuple[float, DecayCache]:
+    """``exp2(elapsed * rate)`` through ``cache``; returns it and the updated cache."""
+    if elapsed == cache[0]:
+        return cache[1], cache
+    if elapsed == cache[2]:
+        return cache[3], (cache[2], cache[3], cache[0], cache[1])
+    d = np.exp2(elapsed * rate)
+    return d, (elapsed, d, cache[0], cache[1])
 
 
 @jit
@@ -55,11 +68,9 @@ def ew_update(
             count = 0.0
         return 0.0, False, (mean, var, w_mean, w_var, count, last_t), cache
     elapsed = t - last_t
-    if elapsed != cache[0]:
-        cache = (elapsed, np.exp2(max(elapsed, 0.0) * p[P_NEG_INV_HALF_LIFE]))
-    decay = cache[1]
-    wm = w_mean * decay
-    wv = w_var * decay
+    d, cache = decay(max(elapsed, 0.0), p[P_NEG_INV_HALF_LIFE], cache)
+    wm = w_mean * d
+    wv = w_var * d
     c = count
     if wm < FORGOTTEN_WEIGHT:  # history with no weight left is forgotten: warm-up again
         c = 0.0
@@ -85,6 +96,12 @@ def ew_update(
     if not warm:
         return 0.0, False, new, cache
     return max(min(z, SCORE_CAP), -SCORE_CAP), True, new, cache
+
+
+@jit
+def positive(a: float) -> float:
+    """``max(a, 0.0)`` without a branch (a + |a| is 2a or 0, both exact; a finite)."""
+    return (a + abs(a)) * 0.5
 
 
 @jit
@@ -141,7 +158,7 @@ def cusum_step(
     k, h, scale, clip, neg_inv_memory, inv_hold = q[0], q[1], q[2], q[3], q[4], q[5]
     prm = (p[0], p[1], p[2], p[3], p[4], p[5])
     cache = NO_DECAY
-    fe, fd = np.nan, 1.0
+    fade = NO_DECAY
     for j in range(x.shape[0]):
         mean_before, var_before = mean[j], var[j]
         st = (mean_before, var_before, w_mean[j], w_var[j], count[j], b_last[j])
@@ -151,14 +168,14 @@ def cusum_step(
             score_out[j] = 0.0
             continue
         u = min(max(z, -clip), clip)
-        dt = t - last_t[j]
-        if dt != fe:
-            fe = dt
-            fd = np.exp2(max(dt, 0.0) * neg_inv_memory)
-        sp = max(s_pos[j] * fd + u - k, 0.0)
-        sn = max(s_neg[j] * fd - u - k, 0.0)
-        np_ = (n_pos[j] * fd + 1.0) if sp > 0.0 else 0.0
-        nn = (n_neg[j] * fd + 1.0) if sn > 0.0 else 0.0
+        fd, fade = decay(max(t - last_t[j], 0.0), neg_inv_memory, fade)
+        # Branch-free on purpose (the signs are random: mispredicted branches here cost 3x
+        # the rest of the kernel). positive(a) == max(a, 0) exactly; a 0/1 factor times a
+        # finite value is exact too.
+        sp = positive(s_pos[j] * fd + u - k)
+        sn = positive(s_neg[j] * fd - u - k)
+        np_ = (n_pos[j] * fd + 1.0) * (sp > 0.0)
+        nn = (n_neg[j] * fd + 1.0) * (sn > 0.0)
         up = sp if direction[j] >= 0 else 0.0
         down = sn if direction[j] <= 0 else 0.0
         score = min(max(up, down) * scale, SCORE_CAP)

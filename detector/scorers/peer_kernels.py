@@ -17,9 +17,26 @@ import numpy as np
 from ..model import FloatArray, IntArray
 from .base import SCORE_CAP
 from .jit import jit
-from .kernels import MAX_ABS_VALUE, NO_DECAY, ew_update, fold
+from .kernels import MAX_ABS_VALUE, NO_DECAY, decay, ew_update, fold
 
 MAD_SCALE = 1.4826  # MAD -> sigma for Gaussian noise
+
+
+# Knuth's 19-comparator sorting network for 8 values: branch-free min/max pairs, so sorting
+# a node's 8 GPUs costs no mispredicted branches (an insertion sort's dominate the tick).
+_NETWORK8 = (
+    (0, 2), (1, 3), (4, 6), (5, 7), (0, 4), (1, 5), (2, 6), (3, 7), (0, 1), (2, 3),
+    (4, 5), (6, 7), (2, 4), (3, 5), (1, 4), (3, 6), (1, 2), (3, 4), (5, 6),
+)  # fmt: skip
+
+
+@jit
+def _sort8(buf: FloatArray) -> None:
+    """Sort ``buf[:8]`` in place (pad unused slots with +inf: they sort last)."""
+    for a, b in _NETWORK8:
+        lo, hi = buf[a], buf[b]
+        buf[a] = min(lo, hi)
+        buf[b] = max(lo, hi)
 
 
 @jit
@@ -40,7 +57,7 @@ def group_stats(
     widest = 0
     for g in range(starts.shape[0] - 1):
         widest = max(widest, starts[g + 1] - starts[g])
-    buf = np.empty(widest)
+    buf = np.empty(max(widest, 8))
     for g in range(starts.shape[0] - 1):
         count = 0
         for i in range(starts[g], starts[g + 1]):
@@ -50,28 +67,40 @@ def group_stats(
                 count += 1
         if count < min_peers:
             continue
-        for a in range(1, count):  # insertion sort (a handful of values; inline: a call
-            v = buf[a]  # per group that passes the buffer costs more than the sort)
-            b = a - 1
-            while b >= 0 and buf[b] > v:
-                buf[b + 1] = buf[b]
-                b -= 1
-            buf[b + 1] = v
+        small = starts[g + 1] - starts[g] <= 8
+        if small:
+            for a in range(count, 8):
+                buf[a] = np.inf
+            _sort8(buf)
+        else:  # larger groups (the nodes of a cohort): insertion sort
+            for a in range(1, count):
+                v = buf[a]
+                b = a - 1
+                while b >= 0 and buf[b] > v:
+                    buf[b + 1] = buf[b]
+                    b -= 1
+                buf[b + 1] = v
         lo, hi = (count - 1) // 2, count // 2
         med = 0.5 * (buf[lo] + buf[hi])
-        # The sorted values' distances from the median are two ascending runs (leftwards
-        # from the middle, rightwards from it): merge them up to the hi-th for the MAD.
-        left, right, d_lo, d_hi = hi - 1, hi, 0.0, 0.0
-        for r in range(hi + 1):
-            if left < 0 or (right < count and buf[right] - med <= med - buf[left]):
-                d = buf[right] - med
-                right += 1
-            else:
-                d = med - buf[left]
-                left -= 1
-            if r == lo:
-                d_lo = d
-            d_hi = d
+        if small:  # the distances from the median, sorted by the network again
+            for a in range(count):
+                buf[a] = abs(buf[a] - med)
+            _sort8(buf)
+            d_lo, d_hi = buf[lo], buf[hi]
+        else:
+            # The sorted values' distances from the median are two ascending runs (leftwards
+            # from the middle, rightwards from it): merge them up to the hi-th.
+            left, right, d_lo, d_hi = hi - 1, hi, 0.0, 0.0
+            for r in range(hi + 1):
+                if left < 0 or (right < count and buf[right] - med <= med - buf[left]):
+                    d = buf[right] - med
+                    right += 1
+                else:
+                    d = med - buf[left]
+                    left -= 1
+                if r == lo:
+                    d_lo = d
+                d_hi = d
         mad = 0.5 * (d_lo + d_hi)
         sigma = max(MAD_SCALE * mad, floor_rel * abs(med) + floor_abs)
         for i in range(starts[g], starts[g + 1]):
@@ -102,8 +131,7 @@ def peer_step(
     has_base = base[0].shape[0] > 0
     mean, var, w_mean, w_var, b_count, b_last = base
     prm = (p[0], p[1], p[2], p[3], p[4], p[5])
-    se, sd, me, md = np.nan, 1.0, np.nan, 1.0  # decay caches: scale, smoothing
-    cache = NO_DECAY  # and the baseline's
+    scale_cache, smooth_cache, cache = NO_DECAY, NO_DECAY, NO_DECAY  # and the baseline's
     for j in range(x.shape[0]):
         score_out[j] = 0.0
         xj = x[j]
@@ -111,9 +139,7 @@ def peer_step(
         z = np.nan
         if not math.isnan(med[j]) and abs(xj) <= MAX_ABS_VALUE:  # judged against its peers
             dt = max(t - last_t[j], 0.0)
-            if dt != se:
-                se = dt
-                sd = np.exp2(dt * neg_inv_scale)
+            sd, scale_cache = decay(dt, neg_inv_scale, scale_cache)
             # A group's spread is stable over time, one tick's MAD is not (3 peers!): use the
             # larger of this tick's spread and its time-smoothed value.
             w = sd * scale_w[j] + 1.0
@@ -121,9 +147,7 @@ def peer_step(
             z = (xj - med[j]) / max(sigma[j], math.sqrt(sv))
             z = min(max(z, -SCORE_CAP), SCORE_CAP)
             if neg_inv_smooth != 0.0:
-                if dt != me:
-                    me = dt
-                    md = np.exp2(dt * neg_inv_smooth)
+                md, smooth_cache = decay(dt, neg_inv_smooth, smooth_cache)
                 z = md * smoothed[j] + (1.0 - md) * z
             smoothed[j] = z
             scale_var[j] = sv
