@@ -22,21 +22,35 @@ from .kernels import MAX_ABS_VALUE, NO_DECAY, decay, ew_update, fold
 MAD_SCALE = 1.4826  # MAD -> sigma for Gaussian noise
 
 
-# Knuth's 19-comparator sorting network for 8 values: branch-free min/max pairs, so sorting
-# a node's 8 GPUs costs no mispredicted branches (an insertion sort's dominate the tick).
-_NETWORK8 = (
-    (0, 2), (1, 3), (4, 6), (5, 7), (0, 4), (1, 5), (2, 6), (3, 7), (0, 1), (2, 3),
-    (4, 5), (6, 7), (2, 4), (3, 5), (1, 4), (3, 6), (1, 2), (3, 4), (5, 6),
-)  # fmt: skip
+Eight = tuple[float, float, float, float, float, float, float, float]
 
 
 @jit
-def _sort8(buf: FloatArray) -> None:
-    """Sort ``buf[:8]`` in place (pad unused slots with +inf: they sort last)."""
-    for a, b in _NETWORK8:
-        lo, hi = buf[a], buf[b]
-        buf[a] = min(lo, hi)
-        buf[b] = max(lo, hi)
+def _sorted8(v: Eight) -> Eight:
+    """``v`` sorted by Knuth's 19-comparator network: branch-free min/max pairs on values in
+    registers, so sorting a node's 8 GPUs costs no mispredicted branches (an insertion
+    sort's dominated the tick). Pad unused slots with +inf: they sort last."""
+    v0, v1, v2, v3, v4, v5, v6, v7 = v
+    v0, v2 = min(v0, v2), max(v0, v2)
+    v1, v3 = min(v1, v3), max(v1, v3)
+    v4, v6 = min(v4, v6), max(v4, v6)
+    v5, v7 = min(v5, v7), max(v5, v7)
+    v0, v4 = min(v0, v4), max(v0, v4)
+    v1, v5 = min(v1, v5), max(v1, v5)
+    v2, v6 = min(v2, v6), max(v2, v6)
+    v3, v7 = min(v3, v7), max(v3, v7)
+    v0, v1 = min(v0, v1), max(v0, v1)
+    v2, v3 = min(v2, v3), max(v2, v3)
+    v4, v5 = min(v4, v5), max(v4, v5)
+    v6, v7 = min(v6, v7), max(v6, v7)
+    v2, v4 = min(v2, v4), max(v2, v4)
+    v3, v5 = min(v3, v5), max(v3, v5)
+    v1, v4 = min(v1, v4), max(v1, v4)
+    v3, v6 = min(v3, v6), max(v3, v6)
+    v1, v2 = min(v1, v2), max(v1, v2)
+    v3, v4 = min(v3, v4), max(v3, v4)
+    v5, v6 = min(v5, v6), max(v5, v6)
+    return (v0, v1, v2, v3, v4, v5, v6, v7)
 
 
 @jit
@@ -61,46 +75,47 @@ def group_stats(
     for g in range(starts.shape[0] - 1):
         count = 0
         for i in range(starts[g], starts[g + 1]):
-            v = x[members[i]]
-            if abs(v) <= MAX_ABS_VALUE:
-                buf[count] = v
+            xv = x[members[i]]
+            if abs(xv) <= MAX_ABS_VALUE:
+                buf[count] = xv
                 count += 1
         if count < min_peers:
             continue
-        small = starts[g + 1] - starts[g] <= 8
-        if small:
+        lo, hi = (count - 1) // 2, count // 2
+        if starts[g + 1] - starts[g] <= 8:
             for a in range(count, 8):
                 buf[a] = np.inf
-            _sort8(buf)
+            v = _sorted8((buf[0], buf[1], buf[2], buf[3], buf[4], buf[5], buf[6], buf[7]))
+            med = 0.5 * (v[lo] + v[hi])
+            # the distances from the median (inf for the padding), sorted the same way
+            v = (
+                abs(v[0] - med), abs(v[1] - med), abs(v[2] - med), abs(v[3] - med),
+                abs(v[4] - med), abs(v[5] - med), abs(v[6] - med), abs(v[7] - med),
+            )  # fmt: skip
+            d = _sorted8(v)
+            d_lo, d_hi = d[lo], d[hi]
         else:  # larger groups (the nodes of a cohort): insertion sort
             for a in range(1, count):
-                v = buf[a]
+                u = buf[a]
                 b = a - 1
-                while b >= 0 and buf[b] > v:
+                while b >= 0 and buf[b] > u:
                     buf[b + 1] = buf[b]
                     b -= 1
-                buf[b + 1] = v
-        lo, hi = (count - 1) // 2, count // 2
-        med = 0.5 * (buf[lo] + buf[hi])
-        if small:  # the distances from the median, sorted by the network again
-            for a in range(count):
-                buf[a] = abs(buf[a] - med)
-            _sort8(buf)
-            d_lo, d_hi = buf[lo], buf[hi]
-        else:
+                buf[b + 1] = u
+            med = 0.5 * (buf[lo] + buf[hi])
             # The sorted values' distances from the median are two ascending runs (leftwards
             # from the middle, rightwards from it): merge them up to the hi-th.
             left, right, d_lo, d_hi = hi - 1, hi, 0.0, 0.0
             for r in range(hi + 1):
                 if left < 0 or (right < count and buf[right] - med <= med - buf[left]):
-                    d = buf[right] - med
+                    dist = buf[right] - med
                     right += 1
                 else:
-                    d = med - buf[left]
+                    dist = med - buf[left]
                     left -= 1
                 if r == lo:
-                    d_lo = d
-                d_hi = d
+                    d_lo = dist
+                d_hi = dist
         mad = 0.5 * (d_lo + d_hi)
         sigma = max(MAD_SCALE * mad, floor_rel * abs(med) + floor_abs)
         for i in range(starts[g], starts[g + 1]):
