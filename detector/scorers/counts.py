@@ -35,7 +35,7 @@ import numpy as np
 from ..errors import ConfigError, StateError
 from ..model import FloatArray
 from .base import ColumnLayout
-from .kernels import count_step
+from .counts_health_kernels import count_step
 from .zscore import grow
 
 

@@ -31,11 +31,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError, StateError
-from ..model import FloatArray, IntArray
-from .base import ColumnLayout, directional
-from .zscore import RobustEWBaseline, check_state, grow, observed
-
-KIND_UP, KIND_DEFICIT, KIND_EXCESS, KIND_LOGZ = 1, 2, 3, 4
+from ..model import FloatArray
+from .base import ColumnLayout
+from .counts_health_kernels import KIND_DEFICIT, KIND_EXCESS, KIND_LOGZ, KIND_UP, health_step
+from .zscore import RobustEWBaseline, check_state, grow
 
 
 def health_kind(signal_name: str) -> int:
@@ -94,43 +93,18 @@ class TelemetryHealth:
         self.n_seen = n
 
     def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
+        """One tick over the health columns in one kernel pass (health_step)."""
         self._classify(layout)
         scores = np.zeros(x.shape[0])
         if self.columns.shape[0] == 0:
             return scores
-        v = x[self.columns]
-        obs = observed(v)
-        kinds = self.kinds
-        seen = self.last_t > -np.inf
-        e = self.expected
-        with np.errstate(invalid="ignore", divide="ignore"):
-            lost = np.where(e > 0, (e - v) / (e * self.full_fraction), 0.0)
-            gained = (v - e) / self.full_fraction
-            # np.select over the (exclusive) kinds, without its ~100 us of call overhead
-            frac = np.where(
-                kinds == KIND_UP,
-                1.0 - v,
-                np.where(
-                    kinds == KIND_DEFICIT,
-                    np.where(seen, lost, 0.0),
-                    np.where(kinds == KIND_EXCESS, np.where(seen, gained, 0.0), 0.0),
-                ),
-            )
-            np.maximum(frac, 0.0, out=frac)  # np.clip(frac, 0, 1), likewise
-            np.minimum(frac, 1.0, out=frac)
-            structural = self.down_z * frac
-
-            logv = np.where(obs & (kinds == KIND_LOGZ), np.log1p(np.maximum(v, 0.0)), np.nan)
-            z, _ = self.baseline.step(t, logv)
-            direction: IntArray = layout.direction[self.columns]
-            logz = directional(z, direction)
-
-            keep = np.exp2(np.maximum(t - self.last_t, 0.0) * (-1.0 / self.memory_half_life_s))
-            relaxed = v + (e - v) * keep
-            track = np.where(kinds == KIND_DEFICIT, np.maximum(v, relaxed), np.minimum(v, relaxed))
-        self.expected = np.where(obs, track, e)
-        self.last_t = np.where(obs, t, self.last_t)
-        scores[self.columns] = np.where(obs, np.where(kinds == KIND_LOGZ, logz, structural), 0.0)
+        q = np.array([self.down_z, self.full_fraction, -1.0 / self.memory_half_life_s])
+        base = self.baseline
+        tracked = (self.expected, self.last_t)
+        health_step(
+            float(t), x, layout.direction, self.columns, self.kinds, tracked, q,
+            base.arrays(), base.params(), scores,
+        )  # fmt: skip
         return scores
 
     def state_dict(self) -> dict[str, np.ndarray]:

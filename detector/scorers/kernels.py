@@ -1,5 +1,7 @@
 """Fused per-column kernels (numba) for the robust EW baseline, the z-score and the CUSUM.
 
+peer_kernels.py and counts_health_kernels.py hold the other scorers' kernels.
+
 Why kernels: the scorers' arithmetic is a handful of flops per column, so as numpy over whole
 arrays each tick was ~45 passes over memory (one per ufunc, plus masks and temporaries) and
 bound by those passes, not by the arithmetic. A kernel walks the columns once with the state in
@@ -11,8 +13,8 @@ operations, so results agree with the former numpy code to the last bit except w
 may round differently (an ulp). Unobserved columns (NaN, inf, beyond ``MAX_ABS_VALUE``) leave
 their state untouched, as before.
 
-Decay caching: on a regular cadence every column has the same elapsed time, so the decay
-factor is recomputed only when a column's elapsed time differs from the previous column's.
+Decay caching: on a regular cadence every column has the same elapsed time, so a decay factor
+is recomputed only when a column's elapsed time is neither of the last two seen (``decay``).
 
 Compilation: each kernel is compiled on its first call (see ``jit``); the bench prints how long.
 """
@@ -201,48 +203,3 @@ def cusum_step(
         if peak[j] != 0.0:  # the alarm is held and fades (a zero peak holds nothing)
             score = max(score, np.exp2((change_t[j] - t) * inv_hold) * peak[j])
         score_out[j] = score
-
-
-@jit
-def count_step(
-    t: float, x: FloatArray, state: tuple[FloatArray, ...], q: FloatArray, score_out: FloatArray
-) -> None:
-    """One CountBurst tick (counts.py) over every column. ``state`` = (events, elapsed,
-    last_t, observed_s); ``q`` = (half_life_s, prior_events, prior_time_s, learn_clip,
-    warmup_s, burst_window_s)."""
-    events, elapsed, last_t, observed_s = state
-    half_life, prior_events, prior_time, learn_clip = q[0], q[1], q[2], q[3]
-    warmup, window = q[4], q[5]
-    de, dd = np.nan, 1.0  # decay cache
-    for j in range(x.shape[0]):
-        score_out[j] = 0.0
-        xj = x[j]
-        if not (math.isfinite(xj) and xj >= 0.0):
-            continue  # not observed: no time passes, nothing learnt
-        if math.isnan(last_t[j]):  # first observation: no dt yet, nothing to learn
-            last_t[j] = t
-            continue
-        dt = max(t - last_t[j], 0.0)
-        last_t[j] = t
-        k = np.rint(xj * dt) if dt > 0.0 else 0.0
-        learn = k  # most ticks see no event: score 0, learn 0
-        if k > 0.0:
-            e, el = events[j], elapsed[j]
-            # The prior keeps a quiet counter's rate above zero; a busy counter's own rate wins.
-            own = e / max(el, 1e-300) if el > 0.0 else 0.0
-            rate = max((e + prior_events) / (el + prior_time), own)
-            mu = rate * dt
-            # A tick spanning more than the burst window is judged at the window's scale.
-            shrink = min(1.0, window / dt)
-            kk = max(k * shrink, 1.0)
-            z = 3.0 * math.sqrt(kk) * (1.0 - 1.0 / (9.0 * kk) - np.cbrt(mu * shrink / kk))
-            if observed_s[j] >= warmup:
-                if z >= 1.0:  # below one sigma of surprise is ordinary counting noise
-                    score_out[j] = min(z, SCORE_CAP)
-                learn = min(k, mu + learn_clip * math.sqrt(mu) + 1.0)
-        if dt != de:
-            de = dt
-            dd = np.exp2(-dt / half_life)
-        observed_s[j] += dt
-        events[j] = events[j] * dd + learn
-        elapsed[j] = elapsed[j] * dd + dt

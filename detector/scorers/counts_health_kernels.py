@@ -1,0 +1,119 @@
+"""Fused per-column kernels (numba) of CountBurst (counts.py) and TelemetryHealth (health.py).
+
+Same approach and caveats as kernels.py: the arithmetic of the scorer's docstring in the
+former numpy code's order of operations, state in the scorers' arrays, updated in place.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..model import FloatArray, IntArray
+from .base import SCORE_CAP
+from .jit import jit
+from .kernels import MAX_ABS_VALUE, NO_DECAY, decay, ew_update, fold
+
+# TelemetryHealth's kinds (health.py re-exports them)
+KIND_UP, KIND_DEFICIT, KIND_EXCESS, KIND_LOGZ = 1, 2, 3, 4
+
+
+@jit
+def count_step(
+    t: float, x: FloatArray, state: tuple[FloatArray, ...], q: FloatArray, score_out: FloatArray
+) -> None:
+    """One CountBurst tick (counts.py) over every column. ``state`` = (events, elapsed,
+    last_t, observed_s); ``q`` = (half_life_s, prior_events, prior_time_s, learn_clip,
+    warmup_s, burst_window_s)."""
+    events, elapsed, last_t, observed_s = state
+    half_life, prior_events, prior_time, learn_clip = q[0], q[1], q[2], q[3]
+    warmup, window = q[4], q[5]
+    de, dd = np.nan, 1.0  # decay cache (exp2(-dt / half_life), counts.py's own rounding)
+    for j in range(x.shape[0]):
+        score_out[j] = 0.0
+        xj = x[j]
+        if not (math.isfinite(xj) and xj >= 0.0):
+            continue  # not observed: no time passes, nothing learnt
+        if math.isnan(last_t[j]):  # first observation: no dt yet, nothing to learn
+            last_t[j] = t
+            continue
+        dt = max(t - last_t[j], 0.0)
+        last_t[j] = t
+        k = np.rint(xj * dt) if dt > 0.0 else 0.0
+        learn = k  # most ticks see no event: score 0, learn 0
+        if k > 0.0:
+            e, el = events[j], elapsed[j]
+            # The prior keeps a quiet counter's rate above zero; a busy counter's own rate wins.
+            own = e / max(el, 1e-300) if el > 0.0 else 0.0
+            rate = max((e + prior_events) / (el + prior_time), own)
+            mu = rate * dt
+            # A tick spanning more than the burst window is judged at the window's scale.
+            shrink = min(1.0, window / dt)
+            kk = max(k * shrink, 1.0)
+            z = 3.0 * math.sqrt(kk) * (1.0 - 1.0 / (9.0 * kk) - np.cbrt(mu * shrink / kk))
+            if observed_s[j] >= warmup:
+                if z >= 1.0:  # below one sigma of surprise is ordinary counting noise
+                    score_out[j] = min(z, SCORE_CAP)
+                learn = min(k, mu + learn_clip * math.sqrt(mu) + 1.0)
+        if dt != de:
+            de = dt
+            dd = np.exp2(-dt / half_life)
+        observed_s[j] += dt
+        events[j] = events[j] * dd + learn
+        elapsed[j] = elapsed[j] * dd + dt
+
+
+@jit
+def health_step(
+    t: float,
+    x: FloatArray,
+    direction: IntArray,
+    columns: IntArray,
+    kinds: IntArray,
+    tracked: tuple[FloatArray, FloatArray],
+    q: FloatArray,
+    base: tuple[FloatArray, ...],
+    p: FloatArray,
+    score_out: FloatArray,
+) -> None:
+    """One TelemetryHealth tick over its columns (``columns`` index ``x``, ``direction`` and
+    ``score_out``, which holds zeros elsewhere). ``tracked`` = (expected, last_t) per health
+    column; ``q`` = (down_z, full_fraction, -1 / memory half-life); ``base`` = the log-z
+    baseline's arrays (one per health column) with parameters ``p``."""
+    expected, last_t = tracked
+    down_z, full, neg_inv_memory = q[0], q[1], q[2]
+    mean, var, w_mean, w_var, count, b_last = base
+    prm = (p[0], p[1], p[2], p[3], p[4], p[5])
+    cache, keep_cache = NO_DECAY, NO_DECAY
+    for c in range(columns.shape[0]):
+        col = columns[c]
+        v = x[col]
+        obs = abs(v) <= MAX_ABS_VALUE
+        kind = kinds[c]
+        # the log-z baseline sees only observed log-z columns (NaN: state untouched)
+        logv = math.log1p(max(v, 0.0)) if obs and kind == KIND_LOGZ else np.nan
+        st = (mean[c], var[c], w_mean[c], w_var[c], count[c], b_last[c])
+        z, _, st, cache = ew_update(t, logv, st, prm, cache)
+        mean[c], var[c], w_mean[c], w_var[c], count[c], b_last[c] = st
+        score_out[col] = 0.0
+        if not obs:
+            continue
+        e = expected[c]
+        seen = last_t[c] > -np.inf
+        frac = 0.0
+        if kind == KIND_UP:
+            frac = 1.0 - v
+        elif kind == KIND_DEFICIT and seen:
+            frac = (e - v) / (e * full) if e > 0 else 0.0
+        elif kind == KIND_EXCESS and seen:
+            frac = (v - e) / full
+        frac = min(max(frac, 0.0), 1.0)
+        if kind == KIND_LOGZ:
+            score_out[col] = fold(z, direction[col])
+        else:
+            score_out[col] = down_z * frac
+        keep, keep_cache = decay(max(t - last_t[c], 0.0), neg_inv_memory, keep_cache)
+        relaxed = v + (e - v) * keep  # the forgetting max (deficit) or min relaxes towards v
+        expected[c] = max(v, relaxed) if kind == KIND_DEFICIT else min(v, relaxed)
+        last_t[c] = t
