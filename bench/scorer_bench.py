@@ -108,9 +108,21 @@ def run_all(scorers: list[Scorer], layout: ColumnLayout, x: np.ndarray) -> float
 
 
 def run_routed(
-    scorers: dict[str, Scorer], subsets: dict[str, tuple[np.ndarray, ColumnLayout]], x: np.ndarray
+    scorers: dict[str, Scorer],
+    subsets: dict[str, tuple[np.ndarray, ColumnLayout]],
+    x: np.ndarray,
+    gather: bool = True,
 ) -> float:
-    """CPU seconds of the realistic path: each scorer on its own columns, as Pipeline.step."""
+    """CPU seconds of the realistic path: each scorer on its own columns. With ``gather``
+    as Pipeline.step does it (gather the scorer's columns, scatter its scores into a full
+    row); without, the scorers alone on inputs gathered beforehand."""
+    if not gather:
+        parts = {name: np.ascontiguousarray(x[:, idx]) for name, (idx, _) in subsets.items()}
+        start = time.process_time()
+        for i in range(x.shape[0]):
+            for name, scorer in scorers.items():
+                scorer.update(TICK_S * i, parts[name][i], subsets[name][1])
+        return time.process_time() - start
     start = time.process_time()
     for i, row in enumerate(x):
         for name, scorer in scorers.items():
@@ -248,17 +260,18 @@ def main() -> None:
         return {s: SCORERS[s]() for s in subsets}
 
     run_routed(make_routed(), routed, xr[:2])
-    seconds = statistics.median(run_routed(make_routed(), routed, xr) for _ in range(args.repeats))
     routed_scorers = make_routed()
     run_routed(routed_scorers, routed, xr[:2])
+    per_series = state_bytes(list(routed_scorers.values())) / m
     mix = ", ".join(f"{s} {idx.size / m:.0%}" for s, idx in subsets.items())
-    rows.append(
-        (
-            "realistic path (rules' scorers)",
-            m * args.ticks / seconds,
-            state_bytes(list(routed_scorers.values())) / m,
+    for label, gather in (
+        ("realistic: scorers alone", False),
+        ("realistic: + pipeline gather", True),
+    ):
+        seconds = statistics.median(
+            run_routed(make_routed(), routed, xr, gather) for _ in range(args.repeats)
         )
-    )
+        rows.append((label, m * args.ticks / seconds, per_series))
 
     print(
         f"layout: {n} columns ({n // (8 * len(GPU_SIGNALS) + len(NODE_SIGNALS))} nodes x 8 "
