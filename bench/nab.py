@@ -26,6 +26,12 @@ Detectors:
   idea: novel contexts of quantized values) alone, configured by ``ContextConfig``; and
   ``likelihoodContext``: max of ``likelihood``'s two z scores and the context z put on their
   scale. Same holdoff and score map as ``project``.
+- ``likelihoodContextSeasonal`` (group ``seasonal``, the best row): ``likelihoodContext`` whose
+  likelihood and context surprises are discounted (down to half) where SeasonalProfile
+  (detector/scorers/seasonal.py) finds the value ordinary for its hour of the day, with a
+  holdoff of 80 rows (``SeasonalConfig``); ablations ``likelihoodContextHold80`` (no gate),
+  ``likelihoodContextSeasonalHold300`` (the gate at the old holdoff) and ``windowMemory``
+  (WindowMemory, detector/scorers/window_memory.py, alone: the ART-like window memory).
 """
 
 from __future__ import annotations
