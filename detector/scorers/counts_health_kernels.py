@@ -13,7 +13,7 @@ import numpy as np
 from ..model import FloatArray, IntArray
 from .base import SCORE_CAP
 from .jit import jit
-from .kernels import MAX_ABS_VALUE, NO_DECAY, decay, ew_update, fold
+from .kernels import MAX_ABS_VALUE, NO_DECAY, decay, ew_step
 
 # TelemetryHealth's kinds (health.py re-exports them)
 KIND_UP, KIND_DEFICIT, KIND_EXCESS, KIND_LOGZ = 1, 2, 3, 4
@@ -83,21 +83,24 @@ def health_step(
     baseline's arrays (one per health column) with parameters ``p``."""
     expected, last_t = tracked
     down_z, full, neg_inv_memory = q[0], q[1], q[2]
-    mean, var, w_mean, w_var, count, b_last = base
-    prm = (p[0], p[1], p[2], p[3], p[4], p[5])
-    cache, keep_cache = NO_DECAY, NO_DECAY
-    for c in range(columns.shape[0]):
+    m = columns.shape[0]
+    # the log-z baseline sees only observed log-z columns (NaN: state untouched)
+    logv = np.empty(m)
+    folds = np.empty(m, dtype=np.int64)
+    for c in range(m):
+        v = x[columns[c]]
+        logz = abs(v) <= MAX_ABS_VALUE and kinds[c] == KIND_LOGZ
+        logv[c] = math.log1p(max(v, 0.0)) if logz else np.nan
+        folds[c] = direction[columns[c]]
+    z = np.empty(m)
+    ew_step(t, logv, base, p, folds, z, np.empty(m, dtype=np.bool_))
+    keep_cache = NO_DECAY
+    for c in range(m):
         col = columns[c]
         v = x[col]
-        obs = abs(v) <= MAX_ABS_VALUE
         kind = kinds[c]
-        # the log-z baseline sees only observed log-z columns (NaN: state untouched)
-        logv = math.log1p(max(v, 0.0)) if obs and kind == KIND_LOGZ else np.nan
-        st = (mean[c], var[c], w_mean[c], w_var[c], count[c], b_last[c])
-        z, _, st, cache = ew_update(t, logv, st, prm, cache)
-        mean[c], var[c], w_mean[c], w_var[c], count[c], b_last[c] = st
         score_out[col] = 0.0
-        if not obs:
+        if not abs(v) <= MAX_ABS_VALUE:
             continue
         e = expected[c]
         seen = last_t[c] > -np.inf
@@ -109,10 +112,7 @@ def health_step(
         elif kind == KIND_EXCESS and seen:
             frac = (v - e) / full
         frac = min(max(frac, 0.0), 1.0)
-        if kind == KIND_LOGZ:
-            score_out[col] = fold(z, direction[col])
-        else:
-            score_out[col] = down_z * frac
+        score_out[col] = z[c] if kind == KIND_LOGZ else down_z * frac
         keep, keep_cache = decay(max(t - last_t[c], 0.0), neg_inv_memory, keep_cache)
         relaxed = v + (e - v) * keep  # the forgetting max (deficit) or min relaxes towards v
         expected[c] = max(v, relaxed) if kind == KIND_DEFICIT else min(v, relaxed)

@@ -4,17 +4,24 @@ peer_kernels.py and counts_health_kernels.py hold the other scorers' kernels.
 
 Why kernels: the scorers' arithmetic is a handful of flops per column, so as numpy over whole
 arrays each tick was ~45 passes over memory (one per ufunc, plus masks and temporaries) and
-bound by those passes, not by the arithmetic. A kernel walks the columns once with the state in
-registers. The state stays in the scorers' numpy arrays (updated in place), so state files and
-``state_dict`` are the same as before.
+bound by those passes, not by the arithmetic. A kernel walks the columns once or twice with the
+state in registers. The state stays in the scorers' numpy arrays (updated in place), so state
+files and ``state_dict`` are the same as before.
+
+The main loops are written to be vectorized by LLVM (AVX-512/AVX2 on x86): no branch in the
+loop body, every column loaded, computed and stored, unobserved columns keeping their old
+values by selection. Data-dependent branches (a column's sign, a rare changepoint) cost more
+than the arithmetic when mispredicted, and a loop with them runs one column at a time. What
+does not vectorize (``exp2``, a detected change, a held alarm) runs in short scalar loops over
+the few columns that need it.
 
 The arithmetic is the one documented in zscore.py and changepoint.py, in the same order of
 operations, so results agree with the former numpy code to the last bit except where ``exp2``
 may round differently (an ulp). Unobserved columns (NaN, inf, beyond ``MAX_ABS_VALUE``) leave
 their state untouched, as before.
 
-Decay caching: on a regular cadence every column has the same elapsed time, so a decay factor
-is recomputed only when a column's elapsed time is neither of the last two seen (``decay``).
+Decays: on a regular cadence every column has the same elapsed time, so ``decays`` computes
+``exp2`` once for it and only the odd columns (a missed tick, a new column) one by one.
 
 Compilation: each kernel is compiled on its first call (see ``jit``); the bench prints how long.
 """
@@ -36,12 +43,8 @@ FORGOTTEN_WEIGHT = 1e-6  # history weight below this (~20 half-lives) means "nev
 P_NEG_INV_HALF_LIFE, P_WARMUP, P_CLIP, P_FLOOR_REL, P_FLOOR_ABS, P_RELEARN = range(6)
 
 
-# One column's baseline state (mean, var, w_mean, w_var, count, last_t) and a decay cache
-# travel as tuples of floats: passing the state arrays into a per-column function instead
-# costs reference counting on every call (measured: 4x slower).
-EwState = tuple[float, float, float, float, float, float]
-# The two most recent (elapsed, decay) pairs: a column that missed a tick has twice the
-# elapsed time of its neighbours, and two entries keep such alternations from calling exp2.
+# A decay cache: the two most recent (elapsed, decay) pairs (a column that missed a tick has
+# twice its neighbours' elapsed time; two entries keep such alternations from calling exp2).
 DecayCache = tuple[float, float, float, float]
 NO_DECAY: DecayCache = (np.nan, 1.0, np.nan, 1.0)  # NaN equals nothing: computed on first use
 
@@ -58,46 +61,25 @@ def decay(elapsed: float, rate: float, cache: DecayCache) -> tuple[float, DecayC
 
 
 @jit
-def ew_update(
-    t: float, xj: float, s: EwState, p: EwState, cache: DecayCache
-) -> tuple[float, bool, EwState, DecayCache]:
-    """Score then learn one column of one tick (the zscore.py contract) from its state ``s``
-    and the parameters ``p`` (``P_*`` order). Returns (signed z before the update, capped at
-    ±SCORE_CAP, 0 unless scored; scored; the new state; the decay cache)."""
-    mean, var, w_mean, w_var, count, last_t = s
-    if not abs(xj) <= MAX_ABS_VALUE:  # not observed: no time passes, nothing learnt
-        if w_mean < FORGOTTEN_WEIGHT:
-            count = 0.0
-        return 0.0, False, (mean, var, w_mean, w_var, count, last_t), cache
-    elapsed = t - last_t
-    d, cache = decay(max(elapsed, 0.0), p[P_NEG_INV_HALF_LIFE], cache)
-    wm = w_mean * d
-    wv = w_var * d
-    c = count
-    if wm < FORGOTTEN_WEIGHT:  # history with no weight left is forgotten: warm-up again
-        c = 0.0
-    warm = c >= p[P_WARMUP]
-    floor = mean * p[P_FLOOR_REL]
-    floor = floor * floor + p[P_FLOOR_ABS]
-    sigma = math.sqrt(max(floor, var))
-    resid = xj - mean
-    z = resid / sigma
-    clip = p[P_CLIP]
-    if warm:  # nothing to clip with during warm-up
-        bound = sigma * clip
-        resid = max(min(resid, bound), -bound)
-    wm += 1.0
-    m = mean + resid / max(wm, 1.0)
-    v = var
-    # Anomalous points keep out of the variance while it still has evidence.
-    if abs(z) <= clip or not warm or wv < p[P_RELEARN]:
-        wv += 1.0
-        b = 1.0 / max(wv, 1.0)
-        v = (resid * resid * b + v) * (1.0 - b)  # West: the variance never goes negative
-    new = (m, v, wm, wv, c + 1.0, last_t + elapsed)
-    if not warm:
-        return 0.0, False, new, cache
-    return max(min(z, SCORE_CAP), -SCORE_CAP), True, new, cache
+def decays(t: float, last_t: FloatArray, rate: float, out: FloatArray) -> None:
+    """``out[j] = exp2(max(t - last_t[j], 0) * rate)``: one vectorized pass with the first
+    column's elapsed time, then ``decay`` for the columns whose time differs."""
+    n = last_t.shape[0]
+    if n == 0:
+        return
+    e0 = max(t - last_t[0], 0.0)
+    d0 = np.exp2(e0 * rate)
+    odd = 0
+    for j in range(n):
+        e = max(t - last_t[j], 0.0)
+        same = e == e0
+        out[j] = d0 if same else np.nan
+        odd += not same
+    if odd:
+        cache = (e0, d0, np.nan, 1.0)
+        for j in range(n):
+            if math.isnan(out[j]):
+                out[j], cache = decay(max(t - last_t[j], 0.0), rate, cache)
 
 
 @jit
@@ -109,9 +91,9 @@ def positive(a: float) -> float:
 @jit
 def fold(z: float, direction: int) -> float:
     """base.directional for one value: the non-negative part the direction allows, capped."""
-    up = z if direction >= 0 else 0.0
-    down = -z if direction <= 0 else 0.0
-    return min(max(up, down, 0.0), SCORE_CAP)
+    up = z * (direction >= 0)
+    down = -z * (direction <= 0)
+    return min(max(max(up, down), 0.0), SCORE_CAP)
 
 
 @jit
@@ -124,19 +106,59 @@ def ew_step(
     z_out: FloatArray,
     scored_out: BoolArray,
 ) -> None:
-    """One tick over every column. ``state`` = (mean, var, w_mean, w_var, count, last_t) of a
-    ``RobustEWBaseline`` with parameters ``p``. ``z_out`` gets the signed z (``direction``
-    empty) or the directional score (``direction`` per column), ``scored_out`` the scored mask."""
+    """Score then learn one tick of every column (the zscore.py contract). ``state`` = (mean,
+    var, w_mean, w_var, count, last_t) of a ``RobustEWBaseline`` with parameters ``p``
+    (``P_*`` order). ``z_out`` gets the signed z before the update, capped at ±SCORE_CAP, 0
+    unless scored (``direction`` empty) or the directional score (``direction`` per column);
+    ``scored_out`` the mask of columns observed and past warm-up. Unobserved columns keep
+    their state bit for bit (no time passes for them, nothing is learnt)."""
     mean, var, w_mean, w_var, count, last_t = state
-    prm = (p[0], p[1], p[2], p[3], p[4], p[5])
-    directional = direction.shape[0] > 0
-    cache = NO_DECAY
-    for j in range(x.shape[0]):
-        st = (mean[j], var[j], w_mean[j], w_var[j], count[j], last_t[j])
-        z, scored, st, cache = ew_update(t, x[j], st, prm, cache)
-        mean[j], var[j], w_mean[j], w_var[j], count[j], last_t[j] = st
-        z_out[j] = fold(z, direction[j]) if directional else z
-        scored_out[j] = scored
+    n = x.shape[0]
+    d_all = np.empty(n)
+    decays(t, last_t, p[P_NEG_INV_HALF_LIFE], d_all)
+    warmup, clip, floor_rel, floor_abs, relearn = p[1], p[2], p[3], p[4], p[5]
+    for j in range(n):
+        xj = x[j]
+        obs = abs(xj) <= MAX_ABS_VALUE  # NaN compares False
+        # every load unconditional, choices by selection: the loop vectorizes
+        m, v, lt, dj, wm, wv, c = (
+            mean[j],
+            var[j],
+            last_t[j],
+            d_all[j],
+            w_mean[j],
+            w_var[j],
+            count[j],
+        )
+        elapsed = (t - lt) if obs else 0.0
+        d = dj if obs else 1.0
+        wm = wm * d
+        wv = wv * d
+        c = c * (wm >= FORGOTTEN_WEIGHT)  # no weight left: forgotten, warm up again
+        warm = c >= warmup
+        floor = m * floor_rel
+        floor = floor * floor + floor_abs
+        sigma = math.sqrt(max(floor, v))
+        resid = (xj - m) if obs else 0.0
+        z = resid / sigma
+        bound = (sigma * clip) if warm else np.inf  # nothing to clip with during warm-up
+        resid = max(min(resid, bound), -bound)
+        # Anomalous points keep out of the variance while it still has evidence.
+        accept = obs & ((abs(z) <= clip) | (c < warmup) | (wv < relearn))
+        wm = wm + obs
+        wv = wv + accept
+        b = accept / max(wv, 1.0)
+        mean[j] = m + resid / max(wm, 1.0)
+        var[j] = (resid * resid * b + v) * (1.0 - b)  # West: the variance never goes negative
+        w_mean[j] = wm
+        w_var[j] = wv
+        count[j] = c + obs
+        last_t[j] = lt + elapsed
+        z_out[j] = max(min(z, SCORE_CAP), -SCORE_CAP) * warm
+        scored_out[j] = warm & obs
+    if direction.shape[0] > 0:
+        for j in range(n):
+            z_out[j] = fold(z_out[j], direction[j])
 
 
 @jit
@@ -155,51 +177,57 @@ def cusum_step(
     ``base`` = (mean, var, w_mean, w_var, count, last_t) of the slow baseline with parameters
     ``p``; ``cusum`` = (s_pos, s_neg, n_pos, n_neg, last_t, change_t, peak);
     ``q`` = (k, h, alarm_z / h, clip, -1 / memory half-life, 1 / hold half-life)."""
-    mean, var, w_mean, w_var, count, b_last = base
     s_pos, s_neg, n_pos, n_neg, last_t, change_t, peak = cusum
     k, h, scale, clip, neg_inv_memory, inv_hold = q[0], q[1], q[2], q[3], q[4], q[5]
-    prm = (p[0], p[1], p[2], p[3], p[4], p[5])
-    cache = NO_DECAY
-    fade = NO_DECAY
-    for j in range(x.shape[0]):
-        mean_before, var_before = mean[j], var[j]
-        st = (mean_before, var_before, w_mean[j], w_var[j], count[j], b_last[j])
-        z, scored, st, cache = ew_update(t, x[j], st, prm, cache)
-        mean[j], var[j], w_mean[j], w_var[j], count[j], b_last[j] = st
-        if not scored:
-            score_out[j] = 0.0
+    n = x.shape[0]
+    # The pre-update mean and variance matter only where a change is detected (rare).
+    mean_before, var_before = base[0].copy(), base[1].copy()
+    z_all = np.empty(n)
+    scored_all = np.empty(n, dtype=np.bool_)
+    ew_step(t, x, base, p, np.empty(0, dtype=np.int64), z_all, scored_all)
+    fade_all = np.empty(n)
+    decays(t, last_t, neg_inv_memory, fade_all)
+    changes = 0
+    for j in range(n):
+        scored = scored_all[j]
+        sp0, sn0, np0, nn0, lt = s_pos[j], s_neg[j], n_pos[j], n_neg[j], last_t[j]
+        u = min(max(z_all[j], -clip), clip)
+        fd = fade_all[j]
+        sp = positive(sp0 * fd + u - k)
+        sn = positive(sn0 * fd - u - k)
+        np_ = (np0 * fd + 1.0) * (sp > 0.0)  # a 0/1 factor times a finite value: exact
+        nn = (nn0 * fd + 1.0) * (sn > 0.0)
+        dj = direction[j]
+        score = min(max(sp * (dj >= 0), sn * (dj <= 0)) * scale, SCORE_CAP)
+        s_pos[j] = sp if scored else sp0
+        s_neg[j] = sn if scored else sn0
+        n_pos[j] = np_ if scored else np0
+        n_neg[j] = nn if scored else nn0
+        last_t[j] = t if scored else lt
+        score_out[j] = score if scored else 0.0
+        changes += scored & ((sp >= h) | (sn >= h))
+    mean, w_mean = base[0], base[2]
+    for j in range(n if changes else 0):
+        sp, sn = s_pos[j], s_neg[j]
+        if not (scored_all[j] and (sp >= h or sn >= h)):
             continue
-        u = min(max(z, -clip), clip)
-        fd, fade = decay(max(t - last_t[j], 0.0), neg_inv_memory, fade)
-        # Branch-free on purpose (the signs are random: mispredicted branches here cost 3x
-        # the rest of the kernel). positive(a) == max(a, 0) exactly; a 0/1 factor times a
-        # finite value is exact too.
-        sp = positive(s_pos[j] * fd + u - k)
-        sn = positive(s_neg[j] * fd - u - k)
-        np_ = (n_pos[j] * fd + 1.0) * (sp > 0.0)
-        nn = (n_neg[j] * fd + 1.0) * (sn > 0.0)
-        up = sp if direction[j] >= 0 else 0.0
-        down = sn if direction[j] <= 0 else 0.0
-        score = min(max(up, down) * scale, SCORE_CAP)
-        if sp >= h or sn >= h:
-            # A change: the baseline moves to the post-change level the CUSUM estimates
-            # (from the pre-update mean and sigma), backed by the excursion's observations.
-            floor = prm[P_FLOOR_REL] * mean_before
-            floor = floor * floor + prm[P_FLOOR_ABS]
-            sigma_before = math.sqrt(max(var_before, floor))
-            if sp >= h:
-                shift = (k + sp / max(np_, 1.0)) * sigma_before
-                weight = np_
-            else:
-                shift = -(k + sn / max(nn, 1.0)) * sigma_before
-                weight = nn
-            mean[j] = mean_before + shift
-            w_mean[j] = min(w_mean[j], max(weight, 1.0))
-            change_t[j] = t
-            peak[j] = score
-            sp, sn, np_, nn = 0.0, 0.0, 0.0, 0.0
-        s_pos[j], s_neg[j], n_pos[j], n_neg[j] = sp, sn, np_, nn
-        last_t[j] = t
-        if peak[j] != 0.0:  # the alarm is held and fades (a zero peak holds nothing)
-            score = max(score, np.exp2((change_t[j] - t) * inv_hold) * peak[j])
-        score_out[j] = score
+        # A change: the baseline moves to the post-change level the CUSUM estimates (from
+        # the pre-update mean and sigma), backed by the excursion's observations.
+        floor = p[P_FLOOR_REL] * mean_before[j]
+        floor = floor * floor + p[P_FLOOR_ABS]
+        sigma_before = math.sqrt(max(var_before[j], floor))
+        if sp >= h:
+            shift = (k + sp / max(n_pos[j], 1.0)) * sigma_before
+            weight = n_pos[j]
+        else:
+            shift = -(k + sn / max(n_neg[j], 1.0)) * sigma_before
+            weight = n_neg[j]
+        mean[j] = mean_before[j] + shift
+        w_mean[j] = min(w_mean[j], max(weight, 1.0))
+        change_t[j] = t
+        peak[j] = score_out[j]
+        s_pos[j], s_neg[j], n_pos[j], n_neg[j] = 0.0, 0.0, 0.0, 0.0
+    for j in range(n):  # a detected change's score is held and fades (a zero peak holds none)
+        if peak[j] != 0.0 and scored_all[j]:
+            held = np.exp2((change_t[j] - t) * inv_hold) * peak[j]
+            score_out[j] = max(score_out[j], held)

@@ -17,7 +17,7 @@ import numpy as np
 from ..model import FloatArray, IntArray
 from .base import SCORE_CAP
 from .jit import jit
-from .kernels import MAX_ABS_VALUE, NO_DECAY, decay, ew_update, fold
+from .kernels import MAX_ABS_VALUE, decays, ew_step, fold
 
 MAD_SCALE = 1.4826  # MAD -> sigma for Gaussian noise
 
@@ -143,36 +143,37 @@ def peer_step(
     arrays with parameters ``p``, or empty arrays for none."""
     smoothed, scale_var, scale_w, count, last_t = state
     neg_inv_scale, neg_inv_smooth, warmup = q[0], q[1], q[2]
-    has_base = base[0].shape[0] > 0
-    mean, var, w_mean, w_var, b_count, b_last = base
-    prm = (p[0], p[1], p[2], p[3], p[4], p[5])
-    scale_cache, smooth_cache, cache = NO_DECAY, NO_DECAY, NO_DECAY  # and the baseline's
-    for j in range(x.shape[0]):
-        score_out[j] = 0.0
-        xj = x[j]
-        judged = False
-        z = np.nan
-        if not math.isnan(med[j]) and abs(xj) <= MAX_ABS_VALUE:  # judged against its peers
-            dt = max(t - last_t[j], 0.0)
-            sd, scale_cache = decay(dt, neg_inv_scale, scale_cache)
-            # A group's spread is stable over time, one tick's MAD is not (3 peers!): use the
-            # larger of this tick's spread and its time-smoothed value.
-            w = sd * scale_w[j] + 1.0
-            sv = (sigma[j] * sigma[j] - scale_var[j]) / w + scale_var[j]
-            z = (xj - med[j]) / max(sigma[j], math.sqrt(sv))
-            z = min(max(z, -SCORE_CAP), SCORE_CAP)
-            if neg_inv_smooth != 0.0:
-                md, smooth_cache = decay(dt, neg_inv_smooth, smooth_cache)
-                z = md * smoothed[j] + (1.0 - md) * z
-            smoothed[j] = z
-            scale_var[j] = sv
-            scale_w[j] = w
-            judged = count[j] >= warmup
-            count[j] += 1.0
-            last_t[j] = t
-        if has_base:  # the departure from the column's habit of standing out (NaN: unseen)
-            st = (mean[j], var[j], w_mean[j], w_var[j], b_count[j], b_last[j])
-            z, _, st, cache = ew_update(t, z if judged else np.nan, st, prm, cache)
-            mean[j], var[j], w_mean[j], w_var[j], b_count[j], b_last[j] = st
-        if judged:
-            score_out[j] = fold(z, direction[j])
+    n = x.shape[0]
+    scale_d = np.empty(n)
+    decays(t, last_t, neg_inv_scale, scale_d)
+    smooth_d = np.zeros(n)  # keep nothing of the old value: no smoothing
+    if neg_inv_smooth != 0.0:
+        decays(t, last_t, neg_inv_smooth, smooth_d)
+    z_all = np.empty(n)
+    judged_all = np.empty(n, dtype=np.bool_)
+    for j in range(n):  # every load unconditional, choices by selection: vectorizes
+        xj, m, sg, d, md = x[j], med[j], sigma[j], scale_d[j], smooth_d[j]
+        sm0, sv0, sw0, c, lt = smoothed[j], scale_var[j], scale_w[j], count[j], last_t[j]
+        scored = (m == m) & (abs(xj) <= MAX_ABS_VALUE)  # judged against its peers this tick
+        # A group's spread is stable over time, one tick's MAD is not (3 peers!): use the
+        # larger of this tick's spread and its time-smoothed value.
+        w = d * sw0 + 1.0
+        sv = (sg * sg - sv0) / w + sv0
+        z = (xj - m) / max(sg, math.sqrt(sv))
+        z = min(max(z, -SCORE_CAP), SCORE_CAP)
+        z = md * sm0 + (1.0 - md) * z
+        smoothed[j] = z if scored else sm0
+        scale_var[j] = sv if scored else sv0
+        scale_w[j] = w if scored else sw0
+        judged = scored & (c >= warmup)
+        count[j] = c + scored
+        last_t[j] = t if scored else lt
+        z_all[j] = z if judged else np.nan  # what the habit baseline sees (NaN: nothing)
+        judged_all[j] = judged
+    if base[0].shape[0] > 0:  # the departure from the column's habit of standing out
+        ew_step(t, z_all, base, p, direction, score_out, np.empty(n, dtype=np.bool_))
+    else:
+        for j in range(n):
+            score_out[j] = fold(z_all[j], direction[j])
+    for j in range(n):
+        score_out[j] = score_out[j] if judged_all[j] else 0.0
