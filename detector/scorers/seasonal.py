@@ -7,11 +7,14 @@ each bin an exponentially weighted mean of the values seen in that phase and the
 absolute deviation from it, with a half-life of ``half_life_periods`` periods measured on the
 clock (so the profile follows slow drifts and forgets a changed routine in a few periods).
 
-The score is ``|x - mean| / scale`` of the value against its phase bin, where ``scale`` is the
-bin's deviation (times 1.25: mean absolute deviation -> sigma for a normal) floored at
-``tolerance`` times the column's all-time range, so a bin that happened to be constant cannot
-turn a tiny wobble into certainty (Numenta's 5 % spatial tolerance again); folded by the
-column's direction, capped at ``SCORE_CAP``.
+Each bin also keeps a decaying *envelope*: its highest and lowest value, whose excess over the
+bin's mean fades with the same half-life. The score is the distance of the value beyond that
+envelope (0 inside it) divided by ``scale``, the bin's deviation (times 1.25: mean absolute
+deviation -> sigma for a normal) floored at ``tolerance`` times the column's all-time range, so
+a bin that happened to be constant cannot turn a tiny wobble into certainty (Numenta's 5 %
+spatial tolerance again); folded by the column's direction, capped at ``SCORE_CAP``. A spike
+that comes every night at 03:20 widens the 03:00 envelope and stops scoring after a day or
+two; the day's level at night, or a spike twice that size, still scores.
 
 A bin is *learnt* once values have fallen in it on ``warmup_periods`` separate visits (a visit
 starts when the bin was last fed more than half a period ago); before that the column scores 0
@@ -112,7 +115,7 @@ class SeasonalProfile:
         folded = directional(z, layout.direction[cols])
         score[cols] = np.where(learnt, folded, 0.0)
         self.learnt[cols] = learnt
-        # learn: clock-weighted EW mean and absolute deviation of this phase bin
+        # learn: clock-weighted EW mean, absolute deviation and envelope of this phase bin
         fresh = self.weight[cols, b] == 0
         new_visit = fresh | (elapsed > 0.5 * self.period_s)
         weight = self.weight[cols, b] * fade + 1.0
