@@ -54,10 +54,28 @@ def _sorted8(v: Eight) -> Eight:
 
 
 @jit
+def _pick(v: Eight, i: int) -> float:
+    """``v[i]`` by selection (vectorizes, unlike an indexed tuple)."""
+    return (
+        v[0] if i <= 0 else v[1] if i == 1 else v[2] if i == 2 else v[3] if i == 3
+        else v[4] if i == 4 else v[5] if i == 5 else v[6] if i == 6 else v[7]
+    )  # fmt: skip
+
+
+@jit
+def _mad_sigma(
+    count: int, med: float, mad: float, min_peers: int, floor_rel: float, floor_abs: float
+) -> tuple[float, float]:
+    """(median, floored MAD sigma), both NaN for fewer than ``min_peers`` observed members."""
+    sigma = max(MAD_SCALE * mad, floor_rel * abs(med) + floor_abs)
+    few = count < min_peers
+    return (np.nan if few else med), (np.nan if few else sigma)
+
+
+@jit
 def group_stats(
     x: FloatArray,
-    members: IntArray,
-    starts: IntArray,
+    groups: tuple[IntArray, IntArray, IntArray, IntArray],
     min_peers: int,
     floor_rel: float,
     floor_abs: float,
@@ -65,62 +83,84 @@ def group_stats(
     sigma_out: FloatArray,
 ) -> None:
     """Per column, its group's median and floored MAD sigma over the members observed this
-    tick; NaN where the group has fewer than ``min_peers`` observed members or none at all."""
-    med_out[:] = np.nan
-    sigma_out[:] = np.nan
-    widest = 0
-    for g in range(starts.shape[0] - 1):
-        widest = max(widest, starts[g + 1] - starts[g])
-    buf = np.empty(max(widest, 8))
-    for g in range(starts.shape[0] - 1):
+    tick; NaN where the group has fewer than ``min_peers`` observed members or none at all.
+
+    ``groups`` = (small, members, starts, row_of): groups of up to 8 as rows of ``small``
+    (padded with -1), larger ones as CSR (``members[starts[k]:starts[k + 1]]``), and per
+    column its group's row (small rows first, then the large groups; the last row for none)."""
+    small, members, starts, row_of = groups
+    n_small, n_large = small.shape[0], starts.shape[0] - 1
+    med_g = np.empty(n_small + n_large + 1)
+    sigma_g = np.empty(n_small + n_large + 1)
+    for g in range(n_small):  # vectorizes: 8 values per group, sorted by the network
+        v = (x[small[g, 0]], x[small[g, 1]], x[small[g, 2]], x[small[g, 3]],
+             x[small[g, 4]], x[small[g, 5]], x[small[g, 6]], x[small[g, 7]])  # fmt: skip
         count = 0
-        for i in range(starts[g], starts[g + 1]):
+        for i in range(8):  # padding (-1, read as x[-1]) and unobserved values sort last
+            ok = (small[g, i] >= 0) & (abs(v[i]) <= MAX_ABS_VALUE)
+            count += ok
+        v = (
+            v[0] if (small[g, 0] >= 0) & (abs(v[0]) <= MAX_ABS_VALUE) else np.inf,
+            v[1] if (small[g, 1] >= 0) & (abs(v[1]) <= MAX_ABS_VALUE) else np.inf,
+            v[2] if (small[g, 2] >= 0) & (abs(v[2]) <= MAX_ABS_VALUE) else np.inf,
+            v[3] if (small[g, 3] >= 0) & (abs(v[3]) <= MAX_ABS_VALUE) else np.inf,
+            v[4] if (small[g, 4] >= 0) & (abs(v[4]) <= MAX_ABS_VALUE) else np.inf,
+            v[5] if (small[g, 5] >= 0) & (abs(v[5]) <= MAX_ABS_VALUE) else np.inf,
+            v[6] if (small[g, 6] >= 0) & (abs(v[6]) <= MAX_ABS_VALUE) else np.inf,
+            v[7] if (small[g, 7] >= 0) & (abs(v[7]) <= MAX_ABS_VALUE) else np.inf,
+        )
+        v = _sorted8(v)
+        lo, hi = (count - 1) // 2, count // 2
+        med = 0.5 * (_pick(v, lo) + _pick(v, hi))
+        med = med if count > 0 else 0.0  # no member observed: no inf - inf below
+        # the distances from the median (inf for the padding), sorted the same way
+        d = _sorted8(
+            (abs(v[0] - med), abs(v[1] - med), abs(v[2] - med), abs(v[3] - med),
+             abs(v[4] - med), abs(v[5] - med), abs(v[6] - med), abs(v[7] - med))
+        )  # fmt: skip
+        mad = 0.5 * (_pick(d, lo) + _pick(d, hi))
+        med_g[g], sigma_g[g] = _mad_sigma(count, med, mad, min_peers, floor_rel, floor_abs)
+    widest = 0
+    for k in range(n_large):
+        widest = max(widest, starts[k + 1] - starts[k])
+    buf = np.empty(widest)
+    for k in range(n_large):  # the nodes of a cohort: insertion sort, then a merge
+        count = 0
+        for i in range(starts[k], starts[k + 1]):
             xv = x[members[i]]
             if abs(xv) <= MAX_ABS_VALUE:
                 buf[count] = xv
                 count += 1
-        if count < min_peers:
-            continue
-        lo, hi = (count - 1) // 2, count // 2
-        if starts[g + 1] - starts[g] <= 8:
-            for a in range(count, 8):
-                buf[a] = np.inf
-            v = _sorted8((buf[0], buf[1], buf[2], buf[3], buf[4], buf[5], buf[6], buf[7]))
-            med = 0.5 * (v[lo] + v[hi])
-            # the distances from the median (inf for the padding), sorted the same way
-            v = (
-                abs(v[0] - med), abs(v[1] - med), abs(v[2] - med), abs(v[3] - med),
-                abs(v[4] - med), abs(v[5] - med), abs(v[6] - med), abs(v[7] - med),
-            )  # fmt: skip
-            d = _sorted8(v)
-            d_lo, d_hi = d[lo], d[hi]
-        else:  # larger groups (the nodes of a cohort): insertion sort
-            for a in range(1, count):
-                u = buf[a]
-                b = a - 1
-                while b >= 0 and buf[b] > u:
-                    buf[b + 1] = buf[b]
-                    b -= 1
-                buf[b + 1] = u
-            med = 0.5 * (buf[lo] + buf[hi])
-            # The sorted values' distances from the median are two ascending runs (leftwards
-            # from the middle, rightwards from it): merge them up to the hi-th.
-            left, right, d_lo, d_hi = hi - 1, hi, 0.0, 0.0
-            for r in range(hi + 1):
-                if left < 0 or (right < count and buf[right] - med <= med - buf[left]):
-                    dist = buf[right] - med
-                    right += 1
-                else:
-                    dist = med - buf[left]
-                    left -= 1
-                if r == lo:
-                    d_lo = dist
-                d_hi = dist
+        for a in range(1, count):
+            u = buf[a]
+            b = a - 1
+            while b >= 0 and buf[b] > u:
+                buf[b + 1] = buf[b]
+                b -= 1
+            buf[b + 1] = u
+        lo, hi = max((count - 1) // 2, 0), count // 2
+        med = 0.5 * (buf[lo] + buf[hi]) if count else np.nan
+        # The sorted values' distances from the median are two ascending runs (leftwards
+        # from the middle, rightwards from it): merge them up to the hi-th.
+        left, right, d_lo, d_hi = hi - 1, hi, 0.0, 0.0
+        for r in range(hi + 1 if count else 0):
+            if left < 0 or (right < count and buf[right] - med <= med - buf[left]):
+                dist = buf[right] - med
+                right += 1
+            else:
+                dist = med - buf[left]
+                left -= 1
+            if r == lo:
+                d_lo = dist
+            d_hi = dist
         mad = 0.5 * (d_lo + d_hi)
-        sigma = max(MAD_SCALE * mad, floor_rel * abs(med) + floor_abs)
-        for i in range(starts[g], starts[g + 1]):
-            med_out[members[i]] = med
-            sigma_out[members[i]] = sigma
+        row = n_small + k
+        med_g[row], sigma_g[row] = _mad_sigma(count, med, mad, min_peers, floor_rel, floor_abs)
+    med_g[n_small + n_large] = np.nan
+    sigma_g[n_small + n_large] = np.nan
+    for j in range(med_out.shape[0]):
+        med_out[j] = med_g[row_of[j]]
+        sigma_out[j] = sigma_g[row_of[j]]
 
 
 @jit

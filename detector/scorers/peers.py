@@ -102,8 +102,12 @@ class PeerDeviation:
         self.count = np.zeros(0)  # ticks this column was scored against its peers
         self.last_t = np.zeros(0)
         self._layout: ColumnLayout | None = None
-        self._members: IntArray = np.zeros(0, dtype=np.int64)
-        self._starts: IntArray = np.zeros(1, dtype=np.int64)
+        self._groups: tuple[IntArray, IntArray, IntArray, IntArray] = (
+            np.zeros((0, 8), dtype=np.int64),
+            np.zeros(0, dtype=np.int64),
+            np.zeros(1, dtype=np.int64),
+            np.zeros(0, dtype=np.int64),
+        )
         # Each column's usual deviation from its peers (a slot that always runs 3 C hotter, a
         # node whose config value differs): scored is the departure from that habit, in peer
         # sigmas (variance floor 1), so standing out only counts when it is new.
@@ -116,12 +120,23 @@ class PeerDeviation:
         )
 
     def _refresh_groups(self, layout: ColumnLayout) -> None:
-        """The groups as CSR (members of group g: ``members[starts[g]:starts[g + 1]]``) for
-        the kernels, rebuilt only when the layout changes."""
+        """The groups as the kernel takes them (peer_kernels.group_stats), rebuilt only when
+        the layout changes: groups of up to 8 as rows of a padded matrix, larger ones as CSR,
+        and per column the row of its group."""
         rows = [row[row >= 0] for matrix in peer_groups(layout, self.min_peers) for row in matrix]
-        self._members = np.concatenate([np.zeros(0, dtype=np.int64), *rows])
-        self._starts = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum([r.shape[0] for r in rows], out=self._starts[1:])
+        small = [r for r in rows if r.shape[0] <= 8]
+        large = [r for r in rows if r.shape[0] > 8]
+        padded = np.full((len(small), 8), -1, dtype=np.int64)
+        row_of = np.full(len(layout), len(small) + len(large), dtype=np.int64)
+        for g, r in enumerate(small):
+            padded[g, : r.shape[0]] = r
+            row_of[r] = g
+        for k, r in enumerate(large):
+            row_of[r] = len(small) + k
+        starts = np.zeros(len(large) + 1, dtype=np.int64)
+        np.cumsum([r.shape[0] for r in large], out=starts[1:])
+        members = np.concatenate([np.zeros(0, dtype=np.int64), *large])
+        self._groups = (padded, members, starts, row_of)
         self._layout = layout
 
     def group_stats(self, x: FloatArray, layout: ColumnLayout) -> tuple[FloatArray, FloatArray]:
@@ -132,8 +147,7 @@ class PeerDeviation:
         med, sigma = np.empty(x.shape[0]), np.empty(x.shape[0])
         group_stats(
             x,
-            self._members,
-            self._starts,
+            self._groups,
             self.min_peers,
             self.mad_floor_rel,
             self.mad_floor_abs,
