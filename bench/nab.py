@@ -44,7 +44,7 @@ import multiprocessing
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -267,6 +267,7 @@ class LikelihoodConfig:
     range_tolerance: float = 0.05
     holdoff_rows: int = 300
     score_scale: float = 10.0
+    season_period_s: float = 0.0  # > 0: ForecastError's seasonal twins (clock seconds), 0: off
 
 
 class _Tap:
@@ -310,6 +311,7 @@ def predictive_z(
             level_half_lives_s=tuple(h * cadence for h in cfg.level_half_lives),
             scale_half_life_s=cfg.forecast_scale_half_life * cadence,
             warmup=cfg.forecast_warmup,
+            season_period_s=cfg.season_period_s,
         )
     )
     likelihood = AnomalyLikelihood(
@@ -484,20 +486,39 @@ def window_z(f: NabFile, cfg: SeasonalConfig = SeasonalConfig()) -> FloatArray:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Components:
+    """The z-unit scores of one file that the fused detectors combine (one per row each)."""
+
+    likelihood: FloatArray  # AnomalyLikelihood(ForecastError)
+    range: FloatArray  # RangeNovelty
+    context: FloatArray  # ContextNovelty, unweighted
+    seasonal: FloatArray  # SeasonalProfile, +inf where the hour is unlearnt
+
+
+def fuse(parts: Components, cfg: SeasonalConfig, context_weight: float) -> FloatArray:
+    """``holdoff(max(g x likelihood, range, context_weight x g x context))`` in z units.
+
+    ``g = clip(seasonal / gate_z, gate_floor, 1)``: ``gate_floor = 1`` is "no gate",
+    ``context_weight = 0`` leaves the context out (``likelihood``'s fusion)."""
+    gate = np.clip(parts.seasonal / cfg.gate_z, cfg.gate_floor, 1.0)  # inf -> 1
+    fused = np.maximum(gate * parts.likelihood, parts.range)
+    if context_weight > 0:
+        fused = np.maximum(fused, context_weight * gate * parts.context)
+    return holdoff(fused, cfg.holdoff_rows)
+
+
 def seasonal_detectors(f: NabFile, cfg: SeasonalConfig = SeasonalConfig()) -> dict[str, FloatArray]:
     """``likelihoodContextSeasonal`` (the main candidate, see ``SeasonalConfig``); ablations:
     ``likelihoodContextHold80`` (no gate), ``likelihoodContextSeasonalHold300`` (the gate at
     the inherited holdoff), ``windowMemory`` (WindowMemory alone)."""
-    _, lik, rng = predictive_z(f)
+    parts = Components(*predictive_z(f)[1:], context_z(f), seasonal_z(f, cfg))
     weight = ContextConfig().context_weight
-    ctx = weight * context_z(f)
-    gate = np.clip(seasonal_z(f, cfg) / cfg.gate_z, cfg.gate_floor, 1.0)  # inf -> 1
-    gated = np.maximum(np.maximum(gate * lik, rng), gate * ctx)
-    plain = np.maximum(np.maximum(lik, rng), ctx)
+    plain = replace(cfg, gate_floor=1.0)
     held = {
-        "likelihoodContextSeasonal": holdoff(gated, cfg.holdoff_rows),
-        "likelihoodContextHold80": holdoff(plain, cfg.holdoff_rows),
-        "likelihoodContextSeasonalHold300": holdoff(gated, 300),
+        "likelihoodContextSeasonal": fuse(parts, cfg, weight),
+        "likelihoodContextHold80": fuse(parts, plain, weight),
+        "likelihoodContextSeasonalHold300": fuse(parts, replace(cfg, holdoff_rows=300), weight),
         "windowMemory": holdoff(window_z(f, cfg), cfg.holdoff_rows),
     }
     return {name: 1.0 - np.exp(-s / cfg.score_scale) for name, s in held.items()}

@@ -165,6 +165,20 @@ CASES = [
         _spike,
         8.0,
     ),
+    # seasonal twins on a 'day' of 480 s (48 ticks): the profile fades in before the spike
+    Case(
+        "forecastSeasonal",
+        lambda s: ForecastError(
+            level_half_lives_s=(5 * s, 20 * s, 80 * s),
+            scale_half_life_s=600 * s,
+            warmup=10,
+            season_period_s=480 * s,
+            season_bins=8,
+        ),
+        column(LAYOUT, "gpu_temp", 1, 3),
+        _spike,
+        8.0,
+    ),
     Case(
         "likelihood",
         lambda s: AnomalyLikelihood(

@@ -63,9 +63,60 @@ def test_heavy_tailed_errors_widen_the_scale_instead_of_alarming_forever() -> No
         {"warmup": 0},
         {"clip": 0.0},
         {"var_floor_abs": 0.0},
+        {"season_period_s": -1.0},
+        {"season_period_s": 86400.0, "season_bins": 1},
+        {"season_period_s": 86400.0, "season_half_life_periods": 0.0},
+        {"season_period_s": 86400.0, "season_warmup_periods": 0.5},
     ],
 )
 def test_bad_parameters_raise_config_error(kwargs: dict[str, object]) -> None:
     """Nonsensical parameters are refused with ConfigError naming the parameter."""
     with pytest.raises(ConfigError):
         ForecastError(**kwargs)  # type: ignore[arg-type]
+
+
+PERIOD_S = 2400.0  # a 'day' of 240 ticks, 24 bins of 10 ticks
+
+
+def _rhythm(days: int, seed: int) -> FloatArray:
+    """A daily sinusoid (amplitude 30) in unit Gaussian noise, 4 columns."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(days * 240) * TICK_S
+    return 30.0 * np.sin(2 * np.pi * t / PERIOD_S)[:, None] + rng.normal(size=(t.size, 4))
+
+
+def make_seasonal() -> ForecastError:
+    return ForecastError(
+        level_half_lives_s=(2.5, 10, 40, 160, 640), scale_half_life_s=5000, season_period_s=PERIOD_S
+    )
+
+
+def test_seasonal_twins_sharpen_spikes_on_a_daily_rhythm() -> None:
+    """Spikes of 6 noise sigmas on a daily rhythm score higher once the rhythm is predicted."""
+    x = _rhythm(12, seed=5)
+    rows = np.random.default_rng(6).choice(np.arange(240 * 6, 240 * 12, 37), size=20, replace=False)
+    x[rows, 1] += 6.0
+    plain = scores(make(), x, LAYOUT)[rows, 1]
+    seasonal = scores(make_seasonal(), x, LAYOUT)[rows, 1]
+    assert seasonal.mean() > 1.15 * plain.mean()
+    assert np.median(seasonal) > 4.5
+
+
+def test_seasonal_twins_stay_calibrated() -> None:
+    """On a noisy rhythm and on white noise the twins still score like |N(0, 1)|."""
+    rhythm = scores(make_seasonal(), _rhythm(10, seed=7), LAYOUT)[240 * 3 :]
+    rng = np.random.default_rng(8)
+    noise = scores(make_seasonal(), rng.normal(size=(2400, 4)) * 3.0 + 100.0, LAYOUT)[300:]
+    for z in (rhythm, noise):
+        assert 0.65 < z.mean() < 0.95
+        assert np.mean(z > 4.0) < 1e-3
+
+
+def test_seasonal_twins_keep_state_keys_apart() -> None:
+    """With twins the state holds the doubled ladder and the profile; without, neither."""
+    x = _rhythm(1, seed=9)
+    with_twins, without = make_seasonal(), make()
+    scores(with_twins, x, LAYOUT)
+    scores(without, x, LAYOUT)
+    assert {"level.9", "offset.23", "day_mean"} <= with_twins.state_dict().keys()
+    assert not {"level.5", "offset.0", "day_mean"} & without.state_dict().keys()
