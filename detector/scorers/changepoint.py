@@ -76,7 +76,7 @@ class ChangePoint:
         self.change_t = grow(self.change_t, n, -np.inf)
 
     def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
-        """One tick, baseline included, in one fused kernel pass (kernels.cusum_step);
+        """One tick, baseline included, in one kernel call (kernels.cusum_step);
         columns not scored this tick keep their state."""
         n = x.shape[0]
         self._grow(n)

@@ -79,8 +79,8 @@ class CountBurst:
             self.observed_s = grow(self.observed_s, n, 0.0)
 
     def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
-        """One tick in one kernel pass (kernels.count_step). Most counters see no event in a
-        tick (k = 0: score 0, learn 0), so the Poisson arithmetic runs only where k > 0."""
+        """One tick in one kernel pass (counts_health_kernels.count_step). Most counters see
+        no event in a tick (k = 0: score 0, learn 0): the Poisson arithmetic runs where k > 0."""
         n = x.shape[0]
         self._grow(n)
         q = np.array(

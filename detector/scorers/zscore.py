@@ -138,7 +138,7 @@ class RobustEWBaseline:
         """Score then learn one tick. Returns (signed z before the update, 0 where unscored;
         mask of columns that were observed and past warm-up). With ``direction`` (one per
         column) the first array is the directional score (``base.directional`` of z) instead.
-        Both are scratch arrays, valid until the next call. One fused kernel pass
+        Both are scratch arrays, valid until the next call. One kernel call
         (kernels.ew_step); unobserved columns keep their state bit for bit."""
         n = x.shape[0]
         self.grow(n)
