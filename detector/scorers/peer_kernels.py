@@ -93,22 +93,25 @@ def group_stats(
     med_g = np.empty(n_small + n_large + 1)
     sigma_g = np.empty(n_small + n_large + 1)
     for g in range(n_small):  # vectorizes: 8 values per group, sorted by the network
-        v = (x[small[g, 0]], x[small[g, 1]], x[small[g, 2]], x[small[g, 3]],
-             x[small[g, 4]], x[small[g, 5]], x[small[g, 6]], x[small[g, 7]])  # fmt: skip
-        count = 0
-        for i in range(8):  # padding (-1, read as x[-1]) and unobserved values sort last
-            ok = (small[g, i] >= 0) & (abs(v[i]) <= MAX_ABS_VALUE)
-            count += ok
+        # written out for the 8 slots (an inner loop would be what gets vectorized)
+        c0, c1, c2, c3 = small[g, 0], small[g, 1], small[g, 2], small[g, 3]
+        c4, c5, c6, c7 = small[g, 4], small[g, 5], small[g, 6], small[g, 7]
+        x0, x1, x2, x3, x4, x5, x6, x7 = x[c0], x[c1], x[c2], x[c3], x[c4], x[c5], x[c6], x[c7]
+        # padding (-1, read as x[-1]) and unobserved values count as +inf: they sort last
+        o0 = (c0 >= 0) & (abs(x0) <= MAX_ABS_VALUE)
+        o1 = (c1 >= 0) & (abs(x1) <= MAX_ABS_VALUE)
+        o2 = (c2 >= 0) & (abs(x2) <= MAX_ABS_VALUE)
+        o3 = (c3 >= 0) & (abs(x3) <= MAX_ABS_VALUE)
+        o4 = (c4 >= 0) & (abs(x4) <= MAX_ABS_VALUE)
+        o5 = (c5 >= 0) & (abs(x5) <= MAX_ABS_VALUE)
+        o6 = (c6 >= 0) & (abs(x6) <= MAX_ABS_VALUE)
+        o7 = (c7 >= 0) & (abs(x7) <= MAX_ABS_VALUE)
+        count = o0 + o1 + o2 + o3 + o4 + o5 + o6 + o7
+        inf = np.inf
         v = (
-            v[0] if (small[g, 0] >= 0) & (abs(v[0]) <= MAX_ABS_VALUE) else np.inf,
-            v[1] if (small[g, 1] >= 0) & (abs(v[1]) <= MAX_ABS_VALUE) else np.inf,
-            v[2] if (small[g, 2] >= 0) & (abs(v[2]) <= MAX_ABS_VALUE) else np.inf,
-            v[3] if (small[g, 3] >= 0) & (abs(v[3]) <= MAX_ABS_VALUE) else np.inf,
-            v[4] if (small[g, 4] >= 0) & (abs(v[4]) <= MAX_ABS_VALUE) else np.inf,
-            v[5] if (small[g, 5] >= 0) & (abs(v[5]) <= MAX_ABS_VALUE) else np.inf,
-            v[6] if (small[g, 6] >= 0) & (abs(v[6]) <= MAX_ABS_VALUE) else np.inf,
-            v[7] if (small[g, 7] >= 0) & (abs(v[7]) <= MAX_ABS_VALUE) else np.inf,
-        )
+            x0 if o0 else inf, x1 if o1 else inf, x2 if o2 else inf, x3 if o3 else inf,
+            x4 if o4 else inf, x5 if o5 else inf, x6 if o6 else inf, x7 if o7 else inf,
+        )  # fmt: skip
         v = _sorted8(v)
         lo, hi = (count - 1) // 2, count // 2
         med = 0.5 * (_pick(v, lo) + _pick(v, hi))
