@@ -106,7 +106,8 @@ def group_stats(
         o5 = (c5 >= 0) & (abs(x5) <= MAX_ABS_VALUE)
         o6 = (c6 >= 0) & (abs(x6) <= MAX_ABS_VALUE)
         o7 = (c7 >= 0) & (abs(x7) <= MAX_ABS_VALUE)
-        count = o0 + o1 + o2 + o3 + o4 + o5 + o6 + o7
+        # int() each: numpy bools (the interpreted fallback) add as logical or
+        count = int(o0) + int(o1) + int(o2) + int(o3) + int(o4) + int(o5) + int(o6) + int(o7)
         inf = np.inf
         v = (
             x0 if o0 else inf, x1 if o1 else inf, x2 if o2 else inf, x3 if o3 else inf,

@@ -1,0 +1,82 @@
+"""Scorer kernels: the decay pass, the sorting network, and compiled == interpreted."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from detector.scorers.kernels import decays
+from detector.scorers.peer_kernels import _sorted8
+
+# Scores of every kernel-backed scorer on a small seeded cluster, printed as JSON; run in this
+# process (compiled) and in a child with NUMBA_DISABLE_JIT=1 (the plain-Python fallback used
+# where executable memory is denied).
+_RUN = """
+import json, sys
+import numpy as np
+from detector.scorers.changepoint import ChangePoint
+from detector.scorers.counts import CountBurst
+from detector.scorers.health import TelemetryHealth
+from detector.scorers.peers import PeerDeviation
+from detector.scorers.registry import grid_layout
+from detector.scorers.zscore import RobustZScore
+
+def scores():
+    layout = grid_layout(6, 8, ("a", "b"), ("n", "health_up", "health_scrape_duration"),
+                         cohorts=2, directions={"a": 1, "b": -1})
+    rng = np.random.default_rng(7)
+    x = 50.0 + rng.normal(size=(60, len(layout)))
+    x[30:, ::5] += 9.0
+    x[rng.random(x.shape) < 0.1] = np.nan
+    x[:, layout.signal == 3] = 1.0
+    scorers = [RobustZScore(warmup=5), ChangePoint(warmup=5, half_life_s=300.0),
+               PeerDeviation(warmup=2), CountBurst(warmup_s=60.0), TelemetryHealth(warmup=5)]
+    out = []
+    for i, row in enumerate(x):
+        t = 15.0 * i + (40.0 if i > 45 else 0.0)
+        out.append([s.update(t, np.abs(row) if s.name == "counts" else row, layout).tolist()
+                    for s in scorers])
+    return out
+
+if __name__ == "__main__":
+    json.dump(scores(), sys.stdout)
+"""
+
+
+def test_decays_match_exp2_for_irregular_elapsed_times() -> None:
+    """Repeated, odd, negative and infinite elapsed times all get exp2(max(e, 0) * rate)."""
+    rng = np.random.default_rng(0)
+    last_t = 1000.0 - rng.choice([15.0, 15.0, 15.0, 30.0, 7.5, -5.0], size=500)
+    last_t[[3, 200]] = -np.inf
+    out = np.empty(500)
+    decays(1000.0, last_t, -1.0 / 3600.0, out)
+    expected = np.exp2(np.maximum(1000.0 - last_t, 0.0) * (-1.0 / 3600.0))
+    np.testing.assert_allclose(out, expected, rtol=1e-15, atol=0.0)
+    assert 0.0 == out[3]
+
+
+def test_sorting_network_sorts_every_order_with_ties_and_padding() -> None:
+    """The 19-comparator network sorts all orders of 8 values (ties, +inf padding)."""
+    values = (3.0, -1.0, 3.0, np.inf, 0.5, -7.0, np.inf, 2.0)
+    for perm in itertools.islice(itertools.permutations(values), 0, None, 7):
+        assert sorted(values) == list(_sorted8(perm))
+
+
+def test_interpreted_kernels_give_the_compiled_scores() -> None:
+    """Where numba cannot JIT, the same kernels run as Python: same scores (to exp2's ulp)."""
+    namespace: dict[str, object] = {"__name__": "kernels_run"}
+    exec(compile(_RUN, "kernels_run", "exec"), namespace)
+    compiled = np.array(namespace["scores"]())  # type: ignore[operator]
+    env = {**os.environ, "NUMBA_DISABLE_JIT": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _RUN], env=env, capture_output=True, text=True, check=True
+    )
+    interpreted = np.array(json.loads(proc.stdout))
+    assert compiled.shape == interpreted.shape
+    assert compiled.max() > 3.0  # the planted shift scores: the comparison is not all zeros
+    np.testing.assert_allclose(interpreted, compiled, rtol=1e-9, atol=1e-9)
