@@ -29,7 +29,8 @@ def count_step(
     events, elapsed, last_t, observed_s = state
     half_life, prior_events, prior_time, learn_clip = q[0], q[1], q[2], q[3]
     warmup, window = q[4], q[5]
-    de, dd = np.nan, 1.0  # decay cache (exp2(-dt / half_life), counts.py's own rounding)
+    cache = NO_DECAY
+    neg_inv_half_life = -1.0 / half_life
     for j in range(x.shape[0]):
         score_out[j] = 0.0
         xj = x[j]
@@ -56,9 +57,7 @@ def count_step(
                 if z >= 1.0:  # below one sigma of surprise is ordinary counting noise
                     score_out[j] = min(z, SCORE_CAP)
                 learn = min(k, mu + learn_clip * math.sqrt(mu) + 1.0)
-        if dt != de:
-            de = dt
-            dd = np.exp2(-dt / half_life)
+        dd, cache = decay(dt, neg_inv_half_life, cache)
         observed_s[j] += dt
         events[j] = events[j] * dd + learn
         elapsed[j] = elapsed[j] * dd + dt
