@@ -268,6 +268,26 @@ class LikelihoodConfig:
     holdoff_rows: int = 300
     score_scale: float = 10.0
     season_period_s: float = 0.0  # > 0: ForecastError's seasonal twins (clock seconds), 0: off
+    # > 0: a second likelihood of the same forecast errors averaged over this many observations
+    # (sustained mild surprise); the likelihood z is then the max of both. 0: off
+    slow_half_life: float = 0.0
+
+
+class _Replay:
+    """Scorer that returns a tap's last output without updating anything (a second reader)."""
+
+    def __init__(self, tap: _Tap) -> None:
+        self.tap = tap
+        self.name = tap.name
+
+    def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
+        return self.tap.last
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        return None
 
 
 class _Tap:
@@ -321,6 +341,15 @@ def predictive_z(
         skip=cfg.forecast_warmup,
         warmup=cfg.likelihood_warmup,
     )
+    slow = None
+    if cfg.slow_half_life > 0:
+        slow = AnomalyLikelihood(
+            _Replay(forecast),
+            short_half_life_s=cfg.slow_half_life * cadence,
+            long_half_life_s=cfg.long_half_life * cadence,
+            skip=cfg.forecast_warmup,
+            warmup=cfg.likelihood_warmup,
+        )
     novelty = RangeNovelty(tolerance=cfg.range_tolerance)
     layout = _one_column_layout()
     n = f.values.shape[0]
@@ -330,6 +359,8 @@ def predictive_z(
         clock = max(clock, float(f.times[i]))
         x = f.values[i : i + 1]
         lik[i] = likelihood.update(clock, x, layout)[0]
+        if slow is not None:  # after the fast one: it reads the forecast error just computed
+            lik[i] = max(lik[i], slow.update(clock, x, layout)[0])
         raw[i] = forecast.last[0]
         rng[i] = novelty.update(clock, x, layout)[0]
     for out in (raw, lik, rng):
@@ -437,6 +468,7 @@ class SeasonalConfig:
     gate_floor: float = 0.5
     holdoff_rows: int = 80
     score_scale: float = 10.0
+    severity_ratio: float = 1.0  # > 1: alert once per level of a geometric ladder (1: off)
     # WindowMemory ablation (a-priori values: ARTime's 8 values per window and ~1/13 of the
     # 750-row probation per window -> blocks of 7 rows; 5 % vigilance), same holdoff
     window_block: int = 7
@@ -496,6 +528,21 @@ class Components:
     seasonal: FloatArray  # SeasonalProfile, +inf where the hour is unlearnt
 
 
+def severity_levels(z: FloatArray, ratio: float) -> FloatArray:
+    """``z`` rounded down to a geometric ladder of severity levels ``ratio**k`` (k integer);
+    ``ratio <= 1`` leaves it unchanged, values below 1 keep their own value.
+
+    Before the holdoff, this turns "the score is still rising" into "the alert's severity rose
+    a level": a score that creeps up row after row alerts once per level (``log_ratio`` of its
+    growth) instead of on every row, whatever threshold is chosen later; after a quiet spell a
+    threshold on a level is first crossed on the same row as without the ladder."""
+    if ratio <= 1.0:
+        return z
+    with np.errstate(divide="ignore"):
+        k = np.floor(np.log(np.maximum(z, 1e-300)) / math.log(ratio))
+    return np.where(z >= 1.0, ratio**k, z)
+
+
 def fuse(parts: Components, cfg: SeasonalConfig, context_weight: float) -> FloatArray:
     """``holdoff(max(g x likelihood, range, context_weight x g x context))`` in z units.
 
@@ -505,7 +552,7 @@ def fuse(parts: Components, cfg: SeasonalConfig, context_weight: float) -> Float
     fused = np.maximum(gate * parts.likelihood, parts.range)
     if context_weight > 0:
         fused = np.maximum(fused, context_weight * gate * parts.context)
-    return holdoff(fused, cfg.holdoff_rows)
+    return holdoff(severity_levels(fused, cfg.severity_ratio), cfg.holdoff_rows)
 
 
 def seasonal_detectors(f: NabFile, cfg: SeasonalConfig = SeasonalConfig()) -> dict[str, FloatArray]:

@@ -54,6 +54,8 @@ GATES = ((2.0, 1.0), (2.0, 0.5), (2.0, 0.25), (2.0, 0.0), (3.0, 0.5))  # floor 1
 FORECASTS: dict[str, LikelihoodConfig] = {
     "base": LikelihoodConfig(),
     "seasonal": LikelihoodConfig(season_period_s=86400.0),  # ForecastError's daily twins
+    "slow": LikelihoodConfig(slow_half_life=35.0),  # + likelihood of a 10x longer average
+    "seasonalSlow": LikelihoodConfig(season_period_s=86400.0, slow_half_life=35.0),
 }
 # Context variants scored in the sessions that chose ContextConfig (levels, orders, rate
 # half-life); 2 levels is left out: its label-free weight is undefined (99.9th pct 0).
@@ -95,30 +97,41 @@ class Candidate:
             if self.cfg.gate_floor >= 1.0
             else f"g{self.cfg.gate_z:g}/{self.cfg.gate_floor:g}"
         )
-        return f"{self.forecast}:{self.context or 'noctx'}:{gate}:h{self.cfg.holdoff_rows}"
+        name = f"{self.forecast}:{self.context or 'noctx'}:{gate}:h{self.cfg.holdoff_rows}"
+        return name + (f":s{self.cfg.severity_ratio:g}" if self.cfg.severity_ratio > 1 else "")
 
 
-def candidates(forecasts: tuple[str, ...], contexts: tuple[str, ...]) -> list[Candidate]:
+def candidates(
+    forecasts: tuple[str, ...], contexts: tuple[str, ...], severities: tuple[float, ...] = (1.0,)
+) -> list[Candidate]:
     """The grid the selection chooses from (see module docstring)."""
     base = SeasonalConfig()
     return [
-        Candidate(fc, ctx, replace(base, gate_z=gz, gate_floor=gf, holdoff_rows=h))
+        Candidate(
+            fc, ctx, replace(base, gate_z=gz, gate_floor=gf, holdoff_rows=h, severity_ratio=r)
+        )
         for fc in forecasts
         for ctx in ("", *contexts)
         for gz, gf in GATES
         for h in HOLDOFFS
+        for r in severities
     ]
 
 
-def fold_of(names: list[str]) -> list[int]:
-    """Fold (0 or 1) of each file: parity of its position among its category's sorted files."""
+def fold_of(names: list[str], split: str = "parity") -> list[int]:
+    """Fold (0 or 1) of each file from its position among its category's sorted files:
+    ``parity`` (the default) position % 2, ``blocks`` (position // 2) % 2 (files 0, 1 | 2, 3
+    | ...: a second fixed split, to see how much the estimate depends on the split)."""
+    if split not in ("parity", "blocks"):
+        raise ValueError(f"unknown split {split!r}: parity or blocks")
     position: dict[str, int] = {}
     seen: dict[str, int] = {}
     for name in sorted(names):
         category = name.split("/")[0]
         position[name] = seen.get(category, 0)
         seen[category] = position[name] + 1
-    return [position[name] % 2 for name in names]
+    step = 1 if split == "parity" else 2
+    return [(position[name] // step) % 2 for name in names]
 
 
 def _cached(
@@ -195,6 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=None, help="cache of per-file z scores")
     parser.add_argument("--forecasts", default="base", help=f"comma list of {list(FORECASTS)}")
     parser.add_argument("--contexts", default=",".join(CONTEXTS), help=f"of {list(CONTEXTS)}")
+    parser.add_argument(
+        "--severity", default="1", help="comma list of severity ladder ratios (1: no ladder)"
+    )
+    parser.add_argument("--split", default="parity", choices=("parity", "blocks"))
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument(
         "--reference",
@@ -206,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     corpus = nab.load_corpus(args.data)
     profiles = nab_score.load_profiles(args.data / "config" / "profiles.json")
     names = list(profiles)
-    folds = fold_of([f.name for f in corpus])
+    folds = fold_of([f.name for f in corpus], args.split)
     forecasts = tuple(v for v in args.forecasts.split(",") if v)
     contexts = tuple(v for v in args.contexts.split(",") if v)
     started = time.perf_counter()
@@ -232,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     for (fc, ctx), w in weights.items():
         print(f"context weight {fc}:{ctx} = {w:.3f}", file=sys.stderr)
 
-    grid = candidates(forecasts, contexts)
+    severities = tuple(float(v) for v in args.severity.split(",") if v)
+    grid = candidates(forecasts, contexts, severities)
     std = profiles[names[0]]
 
     def rows(cand: Candidate, fold: int) -> list[nab_score.FileRows]:
@@ -259,10 +277,12 @@ def main(argv: list[str] | None = None) -> int:
     ]
     held: dict[str, list[nab_score.CorpusResult]] = {p: [] for p in names}
     nulls: dict[str, list[float]] = {p: [] for p in names}
+    stitched: list[nab_score.FileRows] = []  # every file scored by the pick made without it
     for test in (0, 1):
         train = 1 - test
         best = max(grid, key=lambda c: fits[(c.name, train)].normalized)  # first on ties
         train_rows, test_rows = rows(best, train), rows(best, test)
+        stitched += test_rows
         cells = []
         for p in names:
             threshold = nab_score.best_threshold(train_rows, profiles[p]).threshold
@@ -274,12 +294,27 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {test} | {best.name} | {train_std:.2f} | " + " | ".join(cells) + " |")
     cells = [f"{combined(held[p], nulls[p], profiles[p]):.2f}" for p in names]
     lines.append("| both (combined) | | | " + " | ".join(cells) + " |")
+    cells = [f"{nab_score.best_threshold(stitched, profiles[p]).normalized:.2f}" for p in names]
+    lines.append("| both, NAB's threshold sweep (stitched) | | | " + " | ".join(cells) + " |")
     for ref in (c for c in grid if c.name in args.reference.split(",")):
-        everything = rows(ref, 0) + rows(ref, 1)
+        by_fold = (rows(ref, 0), rows(ref, 1))
         cells = [
-            f"{nab_score.best_threshold(everything, profiles[p]).normalized:.2f}" for p in names
+            f"{nab_score.best_threshold(by_fold[0] + by_fold[1], profiles[p]).normalized:.2f}"
+            for p in names
         ]
         lines.append(f"| in-sample, all files | {ref.name} | | " + " | ".join(cells) + " |")
+        # the same fixed detector, only its thresholds cross-validated
+        cells = []
+        for p in names:
+            results, null = [], []
+            for test in (0, 1):
+                threshold = nab_score.best_threshold(by_fold[1 - test], profiles[p]).threshold
+                results.append(nab_score.score_at(by_fold[test], profiles[p], threshold))
+                null.append(nab_score.score_at(by_fold[test], profiles[p], math.inf).raw)
+            cells.append(f"{combined(results, null, profiles[p]):.2f}")
+        lines.append(
+            f"| fixed, thresholds from the other fold | {ref.name} | | " + " | ".join(cells) + " |"
+        )
     print("\n".join(lines))
     return 0
 
