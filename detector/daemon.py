@@ -50,6 +50,7 @@ from .ingest.targets import TargetSource
 from .logs import configure_logging, get_logger
 from .model import Frame, XidEvent
 from .pipeline import Pipeline, TickResult, build_pipeline, pipeline_state, restore_pipeline
+from .scorers import jit
 from .series import LabelRules, SeriesIndex
 from .server import Readiness, Server, start_server
 from .state import load_state, save_state
@@ -394,6 +395,8 @@ async def run_daemon(
             kmsg=daemon.kmsg is not None,
             threshold=daemon.pipeline.params.episodes.threshold,
             signal_weights=len(daemon.pipeline.params.signal_weights),
+            # interpreted: no executable memory for numba (MemoryDenyWriteExecute), ~800x slower
+            scorer_kernels="compiled" if jit.COMPILED else "interpreted",
         )
         next_at = loop.time()
         while not stop.is_set():
