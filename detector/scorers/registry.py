@@ -20,6 +20,8 @@ from .forecast import ForecastError
 from .health import TelemetryHealth
 from .novelty import RangeNovelty
 from .peers import PeerDeviation
+from .seasonal import SeasonalProfile
+from .window_memory import WindowMemory
 from .zscore import RobustZScore
 
 SCORERS: Mapping[str, Callable[..., Scorer]] = {
@@ -31,6 +33,8 @@ SCORERS: Mapping[str, Callable[..., Scorer]] = {
     ForecastError.name: ForecastError,
     RangeNovelty.name: RangeNovelty,
     ContextNovelty.name: ContextNovelty,
+    SeasonalProfile.name: SeasonalProfile,
+    WindowMemory.name: WindowMemory,
 }
 
 
