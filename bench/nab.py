@@ -469,6 +469,10 @@ class SeasonalConfig:
     holdoff_rows: int = 80
     score_scale: float = 10.0
     severity_ratio: float = 1.0  # > 1: alert once per level of a geometric ladder (1: off)
+    # > 0: the context z also counts at most context_agreement_floor where the raw forecast z
+    # is below this (the value was predicted), fully from it on; 0: off
+    context_agreement_z: float = 0.0
+    context_agreement_floor: float = 0.5
     # WindowMemory ablation (a-priori values: ARTime's 8 values per window and ~1/13 of the
     # 750-row probation per window -> blocks of 7 rows; 5 % vigilance), same holdoff
     window_block: int = 7
@@ -526,6 +530,7 @@ class Components:
     range: FloatArray  # RangeNovelty
     context: FloatArray  # ContextNovelty, unweighted
     seasonal: FloatArray  # SeasonalProfile, +inf where the hour is unlearnt
+    forecast: FloatArray | None = None  # raw ForecastError z (for context_agreement_z)
 
 
 def severity_levels(z: FloatArray, ratio: float) -> FloatArray:
@@ -551,6 +556,10 @@ def fuse(parts: Components, cfg: SeasonalConfig, context_weight: float) -> Float
     gate = np.clip(parts.seasonal / cfg.gate_z, cfg.gate_floor, 1.0)  # inf -> 1
     fused = np.maximum(gate * parts.likelihood, parts.range)
     if context_weight > 0:
+        if cfg.context_agreement_z > 0 and parts.forecast is not None:
+            # a new context whose value the forecast expected is mostly a level-boundary artefact
+            agree = np.abs(parts.forecast) / cfg.context_agreement_z
+            gate = gate * np.clip(agree, cfg.context_agreement_floor, 1.0)
         fused = np.maximum(fused, context_weight * gate * parts.context)
     return holdoff(severity_levels(fused, cfg.severity_ratio), cfg.holdoff_rows)
 

@@ -98,23 +98,39 @@ class Candidate:
             else f"g{self.cfg.gate_z:g}/{self.cfg.gate_floor:g}"
         )
         name = f"{self.forecast}:{self.context or 'noctx'}:{gate}:h{self.cfg.holdoff_rows}"
-        return name + (f":s{self.cfg.severity_ratio:g}" if self.cfg.severity_ratio > 1 else "")
+        name += f":s{self.cfg.severity_ratio:g}" if self.cfg.severity_ratio > 1 else ""
+        return name + (
+            f":a{self.cfg.context_agreement_z:g}" if self.cfg.context_agreement_z else ""
+        )
 
 
 def candidates(
-    forecasts: tuple[str, ...], contexts: tuple[str, ...], severities: tuple[float, ...] = (1.0,)
+    forecasts: tuple[str, ...],
+    contexts: tuple[str, ...],
+    severities: tuple[float, ...] = (1.0,),
+    agreements: tuple[float, ...] = (0.0,),
 ) -> list[Candidate]:
     """The grid the selection chooses from (see module docstring)."""
     base = SeasonalConfig()
     return [
         Candidate(
-            fc, ctx, replace(base, gate_z=gz, gate_floor=gf, holdoff_rows=h, severity_ratio=r)
+            fc,
+            ctx,
+            replace(
+                base,
+                gate_z=gz,
+                gate_floor=gf,
+                holdoff_rows=h,
+                severity_ratio=r,
+                context_agreement_z=a,
+            ),
         )
         for fc in forecasts
         for ctx in ("", *contexts)
         for gz, gf in GATES
         for h in HOLDOFFS
         for r in severities
+        for a in (agreements if ctx else (0.0,))
     ]
 
 
@@ -149,8 +165,8 @@ def _cached(
 
 
 def _series(job: tuple[NabFile, str, str, Path | None]) -> tuple[FloatArray, ...]:
-    """(likelihood, range) for a forecast variant, (context,) for a context variant, or
-    (seasonal,) for kind "seasonal"."""
+    """(likelihood, range, raw forecast) for a forecast variant, (context,) for a context
+    variant, or (seasonal,) for kind "seasonal"."""
     f, kind, variant, cache = job
     if kind == "forecast":
         cfg = FORECASTS[variant]
@@ -159,14 +175,15 @@ def _series(job: tuple[NabFile, str, str, Path | None]) -> tuple[FloatArray, ...
         def make(i: int) -> Callable[[], FloatArray]:
             def run() -> FloatArray:
                 if not both:
-                    both.extend(nab.predictive_z(f, cfg)[1:])
+                    raw, lik, rng = nab.predictive_z(f, cfg)
+                    both.extend((lik, rng, raw))
                 return both[i]
 
             return run
 
         return tuple(
             _cached(cache, f"{kind}-{variant}-{k}", f, make(i))
-            for i, k in enumerate(("lik", "rng"))
+            for i, k in enumerate(("lik", "rng", "raw"))
         )
     if kind == "context":
         c = CONTEXTS[variant]
@@ -211,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--severity", default="1", help="comma list of severity ladder ratios (1: no ladder)"
     )
+    parser.add_argument(
+        "--agreement", default="0", help="comma list of context_agreement_z values (0: off)"
+    )
     parser.add_argument("--split", default="parity", choices=("parity", "blocks"))
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument(
@@ -250,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"context weight {fc}:{ctx} = {w:.3f}", file=sys.stderr)
 
     severities = tuple(float(v) for v in args.severity.split(",") if v)
-    grid = candidates(forecasts, contexts, severities)
+    agreements = tuple(float(v) for v in args.agreement.split(",") if v)
+    grid = candidates(forecasts, contexts, severities, agreements)
     std = profiles[names[0]]
 
     def rows(cand: Candidate, fold: int) -> list[nab_score.FileRows]:
@@ -258,10 +279,10 @@ def main(argv: list[str] | None = None) -> int:
         for i, f in enumerate(corpus):
             if folds[i] != fold:
                 continue
-            lik, rng = series[("forecast", cand.forecast)][i]
+            lik, rng, raw = series[("forecast", cand.forecast)][i]
             ctx = series[("context", cand.context)][i][0] if cand.context else np.zeros_like(lik)
             weight = weights.get((cand.forecast, cand.context), 0.0)
-            parts = Components(lik, rng, ctx, seasonal[i])
+            parts = Components(lik, rng, ctx, seasonal[i], raw)
             out.append(nab_score.FileRows(f.name, scores(parts, cand, weight), f.windows))
         return out
 
