@@ -10,7 +10,8 @@ missing:
 - the realistic scoring path: a layout built from rules/signals.yaml (every scored rule, GPU
   rules x 8 GPUs) where each column goes through only the scorers its rule names, as
   ``Pipeline.step`` does (workload gauges -> peers, error counters -> counts on rare-event
-  rates, state levels -> zscore + changepoint, health -> health; gather, update, scatter).
+  rates, state levels -> zscore + changepoint, health -> health); "+ pipeline gather" runs
+  the pipeline's own ``ScorerStage`` (gather, update, scatter).
 
 Baselines, measured in the same run on ``--river-series`` series x ``--river-ticks`` ticks:
 
@@ -42,6 +43,7 @@ from collections.abc import Callable
 import numpy as np
 from river import drift, stats
 
+from detector.pipeline import ScorerStage
 from detector.rules import load_signal_rules
 from detector.scorers.base import ColumnLayout, Scorer
 from detector.scorers.changepoint import ChangePoint
@@ -110,12 +112,13 @@ def run_all(scorers: list[Scorer], layout: ColumnLayout, x: np.ndarray) -> float
 def run_routed(
     scorers: dict[str, Scorer],
     subsets: dict[str, tuple[np.ndarray, ColumnLayout]],
+    layout: ColumnLayout,
     x: np.ndarray,
     gather: bool = True,
 ) -> float:
     """CPU seconds of the realistic path: each scorer on its own columns. With ``gather``
-    as Pipeline.step does it (gather the scorer's columns, scatter its scores into a full
-    row); without, the scorers alone on inputs gathered beforehand."""
+    through the pipeline's own ``ScorerStage`` (gather each scorer's columns, scatter its
+    scores into a full row); without, the scorers alone on inputs gathered beforehand."""
     if not gather:
         parts = {name: np.ascontiguousarray(x[:, idx]) for name, (idx, _) in subsets.items()}
         start = time.process_time()
@@ -123,12 +126,12 @@ def run_routed(
             for name, scorer in scorers.items():
                 scorer.update(TICK_S * i, parts[name][i], subsets[name][1])
         return time.process_time() - start
+    stage = ScorerStage(list(scorers.values()))
+    masks = {name: np.isin(np.arange(len(layout)), idx) for name, (idx, _) in subsets.items()}
+    stage.set_layout(masks, layout)
     start = time.process_time()
     for i, row in enumerate(x):
-        for name, scorer in scorers.items():
-            idx, sub = subsets[name]
-            full = np.zeros(row.shape[0])
-            full[idx] = scorer.update(TICK_S * i, row[idx], sub)
+        stage.run(TICK_S * i, row)
     return time.process_time() - start
 
 
@@ -259,9 +262,9 @@ def main() -> None:
     def make_routed() -> dict[str, Scorer]:
         return {s: SCORERS[s]() for s in subsets}
 
-    run_routed(make_routed(), routed, xr[:2])
+    run_routed(make_routed(), routed, real, xr[:2])
     routed_scorers = make_routed()
-    run_routed(routed_scorers, routed, xr[:2])
+    run_routed(routed_scorers, routed, real, xr[:2])
     per_series = state_bytes(list(routed_scorers.values())) / m
     mix = ", ".join(f"{s} {idx.size / m:.0%}" for s, idx in subsets.items())
     for label, gather in (
@@ -269,7 +272,7 @@ def main() -> None:
         ("realistic: + pipeline gather", True),
     ):
         seconds = statistics.median(
-            run_routed(make_routed(), routed, xr, gather) for _ in range(args.repeats)
+            run_routed(make_routed(), routed, real, xr, gather) for _ in range(args.repeats)
         )
         rows.append((label, m * args.ticks / seconds, per_series))
 

@@ -72,6 +72,33 @@ class TickResult:
     column_z: FloatArray = field(default_factory=lambda: np.zeros(0))  # fused per-column scores
 
 
+class ScorerStage:
+    """Each scorer on the columns its rules name: gather them, update, scatter the scores into
+    that scorer's full-width row. The rows are allocated once per layout and reused every tick
+    (columns outside a scorer's subset stay 0), so ``run``'s result is valid until the next
+    ``run``. Columns are only appended, so a scorer's subset only grows at its end and its
+    state stays aligned."""
+
+    def __init__(self, scorers: Sequence[Scorer]) -> None:
+        self.scorers = list(scorers)
+        self.subsets: dict[str, np.ndarray] = {}
+        self._layouts: dict[str, ColumnLayout] = {}
+        self._rows: dict[str, FloatArray] = {}
+
+    def set_layout(self, applies: Mapping[str, BoolArray], layout: ColumnLayout) -> None:
+        """``applies[name]``: mask of the columns scorer ``name`` is meant for."""
+        self.subsets = {s.name: np.flatnonzero(applies[s.name]) for s in self.scorers}
+        self._layouts = {name: layout.subset(idx) for name, idx in self.subsets.items()}
+        self._rows = {name: np.zeros(len(layout)) for name in self.subsets}
+
+    def run(self, t: float, x: FloatArray) -> dict[str, FloatArray]:
+        """Every scorer's scores for the tick, full width (see the class docstring)."""
+        for scorer in self.scorers:
+            idx = self.subsets[scorer.name]
+            self._rows[scorer.name][idx] = scorer.update(t, x.take(idx), self._layouts[scorer.name])
+        return self._rows
+
+
 class Pipeline:
     """Composes the stages; see the module docstring."""
 
@@ -89,12 +116,11 @@ class Pipeline:
         self.signal_map = SignalMap(signals, index)
         self.xid_extractor = XidExtractor(index, xids)
         self.scorers = list(scorers)
+        self.scoring = ScorerStage(self.scorers)
         self.episodes = Episodes(self.params.episodes)
         self._layout: ColumnLayout | None = None
         self._entities: EntityMap | None = None
         self._applies: dict[str, BoolArray] = {}
-        self._subsets: dict[str, np.ndarray] = {}
-        self._sublayouts: dict[str, ColumnLayout] = {}
         self._node_columns: list[np.ndarray] = []
         self._weights = np.zeros(0)
         self._xid_until = np.zeros(0)
@@ -112,10 +138,7 @@ class Pipeline:
         self._entities = EntityMap.build(layout)
         self._entities = EntityMap.build(layout, self._gpu_labels(self._entities))
         self._applies = {s.name: self._scorer_mask(s.name, layout) for s in self.scorers}
-        # Each scorer sees only the columns it is meant for (its state covers those alone);
-        # columns are only appended, so a scorer's subset only grows at its end.
-        self._subsets = {name: np.flatnonzero(mask) for name, mask in self._applies.items()}
-        self._sublayouts = {name: layout.subset(idx) for name, idx in self._subsets.items()}
+        self.scoring.set_layout(self._applies, layout)
         order = np.argsort(layout.node, kind="stable")
         bounds = np.searchsorted(layout.node[order], np.arange(len(layout.node_names) + 1))
         self._node_columns = [
@@ -158,12 +181,7 @@ class Pipeline:
         assert entities is not None
         x = self.signal_map.compute(t, frame.values)
         observed = ~np.isnan(x)
-        scores: dict[str, FloatArray] = {}
-        for scorer in self.scorers:
-            idx = self._subsets[scorer.name]
-            full = np.zeros(x.shape[0])
-            full[idx] = scorer.update(t, x[idx], self._sublayouts[scorer.name])
-            scores[scorer.name] = full
+        scores = self.scoring.run(t, x)
         fused = fuse(
             scores,
             self._applies,
