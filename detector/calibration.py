@@ -196,13 +196,6 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class PerEntityKind(_Strict):
-    """Thresholds per entity kind; a missing kind uses the top-level threshold."""
-
-    node: Unit | None = None
-    gpu: Unit | None = None
-
-
 class FittedOn(_Strict):
     """What history the calibration was fitted on."""
 
@@ -224,17 +217,12 @@ class Calibration(_Strict):
 
     version: Literal[1] = 1
     threshold: Unit
-    per_entity_kind: PerEntityKind | None = None
+    # Multipliers of the rules' fusion weights by signal name (fitting.py), absent: 1.
     signal_weights: dict[str, Weight] | None = None
     fp_budget_per_day: float = Field(ge=0.0, allow_inf_nan=False)
     fitted_on: FittedOn
     achieved: Achieved
     created: AwareDatetime
-
-    def threshold_for(self, kind: Literal["node", "gpu"]) -> float:
-        """The threshold for an entity kind, falling back to the global one."""
-        specific = None if self.per_entity_kind is None else getattr(self.per_entity_kind, kind)
-        return self.threshold if specific is None else float(specific)
 
 
 def calibration_from_result(
@@ -243,7 +231,6 @@ def calibration_from_result(
     dump: str,
     days: float,
     failures: int,
-    per_entity_kind: Mapping[str, float] | None = None,
     signal_weights: Mapping[str, float] | None = None,
     created: datetime | None = None,
 ) -> Calibration:
@@ -251,7 +238,6 @@ def calibration_from_result(
     point = result.point
     return Calibration(
         threshold=point.threshold,
-        per_entity_kind=None if per_entity_kind is None else PerEntityKind(**per_entity_kind),
         signal_weights=None if signal_weights is None else dict(signal_weights),
         fp_budget_per_day=result.fp_budget_per_day,
         fitted_on=FittedOn(dump=dump, days=days, failures=failures),

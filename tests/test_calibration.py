@@ -224,7 +224,6 @@ def _calibration() -> Calibration:
         dump="cluster-week.om.gz",
         days=7.0,
         failures=10,
-        per_entity_kind={"gpu": 0.85},
         signal_weights={"xid_edge": 2.0, "temp": 0.5},
         created=datetime(2024, 5, 1, 12, 0, tzinfo=UTC),
     )
@@ -250,10 +249,15 @@ def test_calibration_file_has_the_documented_shape(tmp_path: Path) -> None:
     assert document["created"].startswith("2024-05-01T12:00:00")
 
 
-def test_threshold_for_falls_back_to_the_global_threshold() -> None:
-    """A kind with its own threshold uses it; the others use the top-level one."""
-    calibration = _calibration()
-    assert (calibration.threshold_for("gpu"), calibration.threshold_for("node")) == (0.85, 0.8)
+def test_a_field_nothing_reads_is_refused_not_ignored(tmp_path: Path) -> None:
+    """Unknown fields (e.g. per-entity-kind thresholds, which the detector does not have) are
+    an error naming the field, so a hand-edited file cannot be silently half applied."""
+    document = _calibration().model_dump(mode="json", exclude_none=True)
+    document["per_entity_kind"] = {"gpu": 0.85}
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(ConfigError, match="per_entity_kind"):
+        load_calibration(path)
 
 
 @pytest.mark.parametrize(
