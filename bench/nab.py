@@ -31,7 +31,13 @@ Detectors:
   (detector/scorers/seasonal.py) finds the value ordinary for its hour of the day, with a
   holdoff of 80 rows (``SeasonalConfig``); ablations ``likelihoodContextHold80`` (no gate),
   ``likelihoodContextSeasonalHold300`` (the gate at the old holdoff) and ``windowMemory``
-  (WindowMemory, detector/scorers/window_memory.py, alone: the ART-like window memory).
+  (WindowMemory, detector/scorers/window_memory.py, alone: the ART-like window memory); and
+  ``likelihoodContextSeasonalSlow``, the same fusion with a second, slower likelihood
+  (``SLOW_LIKELIHOOD``).
+
+How much of these scores survives choosing the configuration on other files: bench/nab_cv.py
+(2-fold cross-validation over files of the selection, with ``fuse`` and the config dataclasses
+here).
 """
 
 from __future__ import annotations
@@ -564,15 +570,28 @@ def fuse(parts: Components, cfg: SeasonalConfig, context_weight: float) -> Float
     return holdoff(severity_levels(fused, cfg.severity_ratio), cfg.holdoff_rows)
 
 
+# Round 2 (bench/RESULTS.md "## NAB"): Numenta's 10-sample average (half-life 3.5 obs) catches
+# a burst of surprise; a second likelihood over a 10x longer one (35 obs) catches sustained mild
+# surprise (a noisier regime). The context weight for it, 2.869, is ContextConfig's label-free
+# rule (99.9th-percentile ratio) applied to the new likelihood, as printed by bench/nab_cv.py.
+SLOW_LIKELIHOOD = LikelihoodConfig(slow_half_life=35.0)
+SLOW_CONTEXT_WEIGHT = 2.869
+
+
 def seasonal_detectors(f: NabFile, cfg: SeasonalConfig = SeasonalConfig()) -> dict[str, FloatArray]:
     """``likelihoodContextSeasonal`` (the main candidate, see ``SeasonalConfig``); ablations:
     ``likelihoodContextHold80`` (no gate), ``likelihoodContextSeasonalHold300`` (the gate at
-    the inherited holdoff), ``windowMemory`` (WindowMemory alone)."""
-    parts = Components(*predictive_z(f)[1:], context_z(f), seasonal_z(f, cfg))
+    the inherited holdoff), ``windowMemory`` (WindowMemory alone); round-2 variant
+    ``likelihoodContextSeasonalSlow``: the same with ``SLOW_LIKELIHOOD`` (a second likelihood
+    over a 10x longer average, context weight re-derived by the same label-free rule)."""
+    context = context_z(f)
+    parts = Components(*predictive_z(f)[1:], context, seasonal_z(f, cfg))
+    slow = replace(parts, likelihood=predictive_z(f, SLOW_LIKELIHOOD)[1])
     weight = ContextConfig().context_weight
     plain = replace(cfg, gate_floor=1.0)
     held = {
         "likelihoodContextSeasonal": fuse(parts, cfg, weight),
+        "likelihoodContextSeasonalSlow": fuse(slow, cfg, SLOW_CONTEXT_WEIGHT),
         "likelihoodContextHold80": fuse(parts, plain, weight),
         "likelihoodContextSeasonalHold300": fuse(parts, replace(cfg, holdoff_rows=300), weight),
         "windowMemory": holdoff(window_z(f, cfg), cfg.holdoff_rows),
