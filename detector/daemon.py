@@ -42,6 +42,7 @@ from .accounting import LiveAccounting
 from .alerts import AlertSender
 from .calibration import load_calibration
 from .config import Config, load_config
+from .entity_stats import NodeScoreStats
 from .errors import DetectorError, StateError
 from .export import Exporter
 from .ingest.kmsg import KernelXids, KmsgFollower
@@ -132,6 +133,8 @@ class Daemon:
         self.stats = DaemonStats()
         self.exporter = Exporter(top_k=config.scoring.top_k)
         self.accounting = LiveAccounting(config.evaluation.horizon_s, config.evaluation.grace_s)
+        self.node_stats = NodeScoreStats()
+        self.exporter.node_stats = self.node_stats
         self._recent_xids: list[XidEvent] = []
         self.kmsg = kmsg
         if kmsg is None and config.kmsg.enabled:
@@ -279,6 +282,8 @@ class Daemon:
             )
         for alert in tick.ended:
             _log.info("alert resolved", node=alert.node, gpu=alert.gpu)
+        for node in self.node_stats.update(tick.node_names, tick.node_score):
+            _log.info("node score level rose", node=node)
         self._export(tick, round_, now, time.perf_counter() - work_began)
         elapsed = time.perf_counter() - began
         stats = self.stats

@@ -30,10 +30,12 @@ from prometheus_client.metrics_core import (
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
+    SummaryMetricFamily,
 )
 
 from .accounting import AccountingSnapshot
 from .alerts import AlertStats
+from .entity_stats import NodeScoreStats
 from .model import SignalScore
 from .pipeline import TickResult
 
@@ -95,6 +97,7 @@ class Exporter:
         self._accounting: AccountingSnapshot | None = None
         self._series = 0
         self._series_refused = 0
+        self.node_stats: NodeScoreStats | None = None  # read when scraped
         self.registry.register(self)
 
     def observe_tick(self, tick: TickResult, duration_s: float) -> None:
@@ -170,6 +173,7 @@ class Exporter:
         )
         refused.add_metric([], float(self._series_refused))
         yield from (series, refused)
+        yield from self._node_stats()
         yield from self._delivery()
         yield from self._evaluation()
 
@@ -200,6 +204,29 @@ class Exporter:
         for s in self._signals:
             signal.add_metric([s.node, s.gpu or "", s.signal], s.score)
         yield from (node, gpu, signal)
+
+    def _node_stats(self) -> Iterator[Metric]:
+        distribution = SummaryMetricFamily(
+            "detector_node_score_distribution",
+            "The node's alert score since the process started (quantiles: P-square estimates).",
+            labels=["node"],
+        )
+        rises = CounterMetricFamily(
+            "detector_node_score_rises",
+            "Lasting rises of the node's mean alert score (ADWIN) since the process started.",
+            labels=["node"],
+        )
+        for node in self.node_stats.summary() if self.node_stats is not None else []:
+            distribution.add_metric([node.node], node.count, node.total)
+            for q, value in node.quantiles:
+                if math.isfinite(value):
+                    distribution.add_sample(
+                        distribution.name,
+                        {"node": node.node, "quantile": repr(q)},
+                        value,
+                    )
+            rises.add_metric([node.node], float(node.rises))
+        yield from (distribution, rises)
 
     def _scrapes(self) -> Iterator[Metric]:
         duration = GaugeMetricFamily(

@@ -359,3 +359,17 @@ async def test_full_series_index_is_exported_as_refused_series(
     assert 200 <= got["detector_series"] < 230
     assert got["detector_series"] == len(daemon.index)
     assert got["detector_series_refused_total"] == daemon.index.refused > 0
+
+
+async def test_node_score_statistics_reach_metrics(
+    tmp_path: Path, exporters: dict[str, tuple[str, str]], alertmanager: FakeAlertmanager
+) -> None:
+    """Every scored node has its score distribution (count of ticks scored) and rise counter
+    on /metrics, fed by the daemon's ticks."""
+    config = daemon_config(tmp_path, exporters, alertmanager.url)
+    (daemon,) = await run_until(config, lambda d, t: d.stats.ticks >= 4)
+    got = metrics(daemon)
+    for node in ("node-01", "node-02", "node-03"):
+        count = got[f'detector_node_score_distribution_count{{node="{node}"}}']
+        assert 1 <= count <= daemon.stats.ticks
+        assert 0 == got[f'detector_node_score_rises_total{{node="{node}"}}']

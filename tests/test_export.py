@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from detector.accounting import AccountingSnapshot
 from detector.alerts import AlertStats, DeliveryStats
+from detector.entity_stats import NodeScoreStats
 from detector.export import Exporter, SignalScore
 from detector.model import Alert, XidEvent
 from detector.pipeline import TickResult
@@ -84,6 +85,9 @@ def full_exporter() -> Exporter:
             lead_times_s=[-60.0, 1200.0, 4000.0],
         )
     )
+    exp.node_stats = NodeScoreStats()
+    for i in range(50):
+        exp.node_stats.update(("n0", "n1"), np.array([0.2 + 0.01 * (i % 5), 0.9]))
     return exp
 
 
@@ -210,3 +214,22 @@ def test_metrics_pass_promtool_check_metrics() -> None:
         [PROMTOOL, "check", "metrics"], input=body, capture_output=True, timeout=60, check=False
     )
     assert (0, b"", b"") == (done.returncode, done.stdout, done.stderr)
+
+
+def test_node_score_statistics_are_exported_per_node() -> None:
+    """Each node seen gets its score quantiles and its count of lasting rises; a node whose
+    score has no estimate yet exports no quantile."""
+    exp = Exporter(CollectorRegistry(), version="x")
+    stats = NodeScoreStats()
+    exp.node_stats = stats
+    assert not [k for k in samples(exp) if k[0].startswith("detector_node_score_")]
+    for i in range(200):
+        stats.update(("n1", "n2"), np.array([0.01 * (i % 10), np.nan if i else 0.5]))
+    got = samples(exp)
+    name = "detector_node_score_distribution"
+    assert 0.0 <= got[(name, (("node", "n1"), ("quantile", "0.5")))]
+    assert got[(name, (("node", "n1"), ("quantile", "0.99")))] <= 0.09
+    assert 200 == got[(name + "_count", (("node", "n1"),))]
+    assert 1 == got[(name + "_count", (("node", "n2"),))]
+    assert 0 == got[("detector_node_score_rises_total", (("node", "n1"),))]
+    assert ("detector_node_score_rises_total", (("node", "n2"),)) in got
