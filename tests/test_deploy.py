@@ -317,28 +317,30 @@ def test_amtool_rejects_route_to_undefined_receiver(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------- systemd
 
 
-def _unit_root(tmp_path: Path, *, kmsg: bool) -> Path:
-    """A systemd root with the system's units, ours, and an executable at ExecStart."""
+def _unit_root(tmp_path: Path, *, drop_in: str | None) -> Path:
+    """A systemd root with the system's units, ours (plus the drop-in ``<drop_in>.conf``), and
+    an executable at ExecStart."""
     root = tmp_path / "root"
     shutil.copytree("/usr/lib/systemd/system", root / "usr/lib/systemd/system", symlinks=True)
     units = root / "etc/systemd/system"
     units.mkdir(parents=True)
     shutil.copy(UNIT_DIR / "gpu-failure-detector.service", units)
-    if kmsg:
-        shutil.copytree(
-            UNIT_DIR / "gpu-failure-detector.service.d", units / "gpu-failure-detector.service.d"
-        )
+    if drop_in is not None:
+        (units / "gpu-failure-detector.service.d").mkdir()
+        name = f"gpu-failure-detector.service.d/{drop_in}.conf"
+        shutil.copy(UNIT_DIR / name, units / name)
     exe = root / "opt/gpu-failure-detector/bin/detector"
     exe.parent.mkdir(parents=True)
     shutil.copy(_tool("detector"), exe)
     return root
 
 
-@pytest.mark.parametrize("kmsg", [False, True], ids=["base", "kmsg-drop-in"])
-def test_systemd_unit_verifies_clean_with_low_exposure(tmp_path: Path, kmsg: bool) -> None:
-    """systemd-analyze verify prints nothing; security --offline exposure is <= 2.0."""
+@pytest.mark.parametrize("drop_in", [None, "kmsg", "jit"], ids=["base", "kmsg", "jit"])
+def test_systemd_unit_verifies_clean_with_low_exposure(tmp_path: Path, drop_in: str | None) -> None:
+    """systemd-analyze verify prints nothing; security --offline exposure is <= 2.0; the kmsg
+    drop-in is what grants CAP_SYSLOG, the jit drop-in what allows W+X memory."""
     sa = _tool("systemd-analyze")
-    root = _unit_root(tmp_path, kmsg=kmsg)
+    root = _unit_root(tmp_path, drop_in=drop_in)
     verify = _run(sa, "verify", f"--root={root}", "gpu-failure-detector.service")
     assert (0, "") == (verify.returncode, verify.stderr)
     sec = _run(sa, "security", "--offline=yes", f"--root={root}", "gpu-failure-detector.service")
@@ -348,13 +350,14 @@ def test_systemd_unit_verifies_clean_with_low_exposure(tmp_path: Path, kmsg: boo
     assert match, sec.stdout[-2000:] + sec.stderr
     assert float(match[1]) <= 2.0
     capabilities = "CapabilityBoundingSet=~CAP_SYSLOG"
-    assert (capabilities in sec.stdout and "✗ " + capabilities in sec.stdout) == kmsg
+    assert ("✗ " + capabilities in sec.stdout) == (drop_in == "kmsg")
+    assert ("✗ MemoryDenyWriteExecute=" in sec.stdout) == (drop_in == "jit")
 
 
 def test_systemd_verify_reports_a_misspelt_directive(tmp_path: Path) -> None:
     """A bad value in the unit reaches systemd-analyze verify's stderr (the check can fail)."""
     sa = _tool("systemd-analyze")
-    root = _unit_root(tmp_path, kmsg=False)
+    root = _unit_root(tmp_path, drop_in=None)
     unit = root / "etc/systemd/system/gpu-failure-detector.service"
     unit.write_text(unit.read_text().replace("ProtectSystem=strict", "ProtectSystem=strickt"))
     verify = _run(sa, "verify", f"--root={root}", "gpu-failure-detector.service")
