@@ -403,6 +403,11 @@ async def run_daemon(
             # interpreted: no executable memory for numba (MemoryDenyWriteExecute), ~800x slower
             scorer_kernels="compiled" if jit.COMPILED else "interpreted",
         )
+        if not jit.COMPILED and config.mode != "agent":
+            _log.warning(
+                "scorer kernels run interpreted (no writable+executable memory), ~800x slower: "
+                "allow it for fleet mode (systemd: the jit.conf drop-in)"
+            )
         next_at = loop.time()
         while not stop.is_set():
             tick = await daemon.tick()
