@@ -12,13 +12,22 @@ rate is ``max(E / T, (E + prior_events) / (T + prior_time_s))``, where ``E`` and
 exponentially weighted sums of events and elapsed time (half-life ``half_life_s``). The prior
 (one event per ``prior_interval_s``, worth ``prior_time_s`` of history) means a first event on a
 quiet counter is noticed but not alarming, while a burst is. A tick's events add to ``E``
-clipped at ``mean + learn_clip * sqrt(mean) + 1``: a burst barely moves the learnt rate, a
+clipped at ``mean + learn_clip * sqrt(mean * phi) + 1``: a burst barely moves the learnt rate, a
 lasting higher rate is learnt over a few half-lives (so a persistently erroring device keeps
 scoring for hours, then becomes the new normal).
 
 A tick longer than ``burst_window_s`` (the first after a gap) is judged at that window's
 scale: ``k`` and ``mu`` are both scaled by ``burst_window_s / dt``, so hours of a rate a few
 percent off its estimate do not read as a burst.
+
+Real counters are burstier than Poisson (retransmissions come in storms, a flaky link errors in
+clumps), and a Poisson model would call their ordinary spread a burst every few ticks. So each
+column also learns its dispersion ``phi`` (variance / mean of the tick counts): an EW mean of the
+Pearson residuals ``(k - mu)**2 / mu`` with a prior of ``dispersion_prior_n`` ticks at 1, learnt
+only from ticks within ``dispersion_clip`` of the column's own scale (never from a burst or a
+stop it would call anomalous) and never below 1; a tick is then judged quasi-Poisson, ``k`` and
+``mu`` both divided by ``phi``. A Poisson counter keeps ``phi`` ~1 and its scores.
+
 The score is the upper-tail probability ``P(X >= k | mu)`` expressed in z units with the
 Wilson-Hilferty approximation ``z = 3 sqrt(k) (1 - 1/(9k) - (mu/k)^(1/3))``, reported when it
 reaches one sigma (0 otherwise, and when k = 0).
@@ -43,7 +52,8 @@ class CountBurst:
     """Scorer: Poisson surprise of a tick's event count (see module docstring)."""
 
     name = "counts"
-    _KEYS = ("events", "elapsed", "last_t", "observed_s")
+    _KEYS = ("events", "elapsed", "last_t", "observed_s", "spread", "spread_n")
+    _DISPERSION_KEYS = ("spread", "spread_n")  # absent from states saved before them
 
     def __init__(
         self,
@@ -53,6 +63,8 @@ class CountBurst:
         learn_clip: float = 3.0,
         warmup_s: float = 3600.0,
         burst_window_s: float = 900.0,
+        dispersion_prior_n: float = 100.0,
+        dispersion_clip: float = 4.0,
     ) -> None:
         if not (half_life_s > 0 and prior_interval_s > 0 and prior_time_s > 0 and learn_clip >= 0):
             raise ConfigError(
@@ -66,10 +78,16 @@ class CountBurst:
         if not burst_window_s > 0:
             raise ConfigError(f"counts needs burst_window_s > 0, got {burst_window_s}")
         self.burst_window_s = float(burst_window_s)
+        if not (dispersion_prior_n > 0 and dispersion_clip > 0):
+            raise ConfigError("counts needs dispersion_prior_n > 0 and dispersion_clip > 0")
+        self.dispersion_prior_n = float(dispersion_prior_n)
+        self.dispersion_clip = float(dispersion_clip)
         self.observed_s = np.zeros(0)
         self.events = np.zeros(0)
         self.elapsed = np.zeros(0)
         self.last_t = np.full(0, np.nan)
+        self.spread = np.zeros(0)
+        self.spread_n = np.zeros(0)
 
     def _grow(self, n: int) -> None:
         if n > self.events.shape[0]:
@@ -77,6 +95,8 @@ class CountBurst:
             self.elapsed = grow(self.elapsed, n, 0.0)
             self.last_t = grow(self.last_t, n, np.nan)
             self.observed_s = grow(self.observed_s, n, 0.0)
+            self.spread = grow(self.spread, n, 0.0)
+            self.spread_n = grow(self.spread_n, n, 0.0)
 
     def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
         """One tick in one kernel pass (counts_health_kernels.count_step). Most counters see
@@ -91,10 +111,19 @@ class CountBurst:
                 self.learn_clip,
                 self.warmup_s,
                 self.burst_window_s,
+                self.dispersion_prior_n,
+                self.dispersion_clip,
             ]
         )
         score = np.empty(n)
-        state = (self.events, self.elapsed, self.last_t, self.observed_s)
+        state = (
+            self.events,
+            self.elapsed,
+            self.last_t,
+            self.observed_s,
+            self.spread,
+            self.spread_n,
+        )
         count_step(float(t), x, state, q, score)
         return score
 
@@ -102,8 +131,12 @@ class CountBurst:
         return {k: getattr(self, k).copy() for k in self._KEYS}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """A state saved before the dispersion arrays existed loads with none learnt yet."""
+        required = tuple(k for k in self._KEYS if k not in self._DISPERSION_KEYS)
         shapes = {np.asarray(state[k]).shape for k in self._KEYS if k in state}
-        if len(shapes) != 1 or any(k not in state for k in self._KEYS):
+        if len(shapes) != 1 or any(k not in state for k in required):
             raise StateError(f"counts state: need 1-D arrays {self._KEYS} of one length")
+        (shape,) = shapes
         for k in self._KEYS:
-            setattr(self, k, np.array(state[k], dtype=np.float64))
+            value = state[k] if k in state else np.zeros(shape)
+            setattr(self, k, np.array(value, dtype=np.float64))

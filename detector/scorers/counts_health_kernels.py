@@ -24,11 +24,11 @@ def count_step(
     t: float, x: FloatArray, state: tuple[FloatArray, ...], q: FloatArray, score_out: FloatArray
 ) -> None:
     """One CountBurst tick (counts.py) over every column. ``state`` = (events, elapsed,
-    last_t, observed_s); ``q`` = (half_life_s, prior_events, prior_time_s, learn_clip,
-    warmup_s, burst_window_s)."""
-    events, elapsed, last_t, observed_s = state
+    last_t, observed_s, spread, spread_n); ``q`` = (half_life_s, prior_events, prior_time_s,
+    learn_clip, warmup_s, burst_window_s, dispersion_prior_n, dispersion_clip)."""
+    events, elapsed, last_t, observed_s, spread, spread_n = state
     half_life, prior_events, prior_time, learn_clip = q[0], q[1], q[2], q[3]
-    warmup, window = q[4], q[5]
+    warmup, window, prior_n, clip2 = q[4], q[5], q[6], q[7] * q[7]
     cache = NO_DECAY
     neg_inv_half_life = -1.0 / half_life
     for j in range(x.shape[0]):
@@ -43,24 +43,38 @@ def count_step(
         last_t[j] = t
         k = np.rint(xj * dt) if dt > 0.0 else 0.0
         learn = k  # most ticks see no event: score 0, learn 0
+        e, el = events[j], elapsed[j]
+        # The prior keeps a quiet counter's rate above zero; a busy counter's own rate wins.
+        own = e / max(el, 1e-300) if el > 0.0 else 0.0
+        rate = max((e + prior_events) / (el + prior_time), own)
+        mu = rate * dt
+        # Dispersion: variance / mean of the tick counts, from winsorized Pearson residuals,
+        # never below 1 (Poisson); a prior of ``prior_n`` ticks at 1.
+        phi = max((spread[j] + prior_n) / (spread_n[j] + prior_n), 1.0)
         if k > 0.0:
-            e, el = events[j], elapsed[j]
-            # The prior keeps a quiet counter's rate above zero; a busy counter's own rate wins.
-            own = e / max(el, 1e-300) if el > 0.0 else 0.0
-            rate = max((e + prior_events) / (el + prior_time), own)
-            mu = rate * dt
-            # A tick spanning more than the burst window is judged at the window's scale.
-            shrink = min(1.0, window / dt)
+            # A tick spanning more than the burst window is judged at the window's scale;
+            # an overdispersed counter at the scale of its dispersion (quasi-Poisson).
+            shrink = min(1.0, window / dt) / phi
             kk = max(k * shrink, 1.0)
             z = 3.0 * math.sqrt(kk) * (1.0 - 1.0 / (9.0 * kk) - np.cbrt(mu * shrink / kk))
             if observed_s[j] >= warmup:
                 if z >= 1.0:  # below one sigma of surprise is ordinary counting noise
                     score_out[j] = min(z, SCORE_CAP)
-                learn = min(k, mu + learn_clip * math.sqrt(mu) + 1.0)
+                learn = min(k, mu + learn_clip * math.sqrt(mu * phi) + 1.0)
         dd, cache = decay(dt, neg_inv_half_life, cache)
         observed_s[j] += dt
-        events[j] = events[j] * dd + learn
-        elapsed[j] = elapsed[j] * dd + dt
+        events[j] = e * dd + learn
+        elapsed[j] = el * dd + dt
+        # The spread learns from ordinary ticks only: not from one beyond ``dispersion_clip``
+        # of its own scale either way (a burst, a stop), nor from a tick after a gap.
+        if 0.0 < dt <= window and mu > 0.0:
+            r = k - mu
+            if r * r <= clip2 * phi * mu:
+                spread[j] = spread[j] * dd + r * r / mu
+                spread_n[j] = spread_n[j] * dd + 1.0
+            else:
+                spread[j] *= dd
+                spread_n[j] *= dd
 
 
 @jit
