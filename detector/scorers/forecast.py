@@ -36,10 +36,12 @@ compete with the plain levels on the same mean squared error, so a column withou
 keeps its plain forecast and a column with one switches to the seasonal twin on its own. The
 profile fades in linearly over the period that ends ``season_warmup_periods`` periods after the
 column's first value (before that the twins are the plain levels), so the twins' levels follow
-it without a jump. Extra state per column: ``2 + 2 x season_bins`` numbers.
+it without a jump. Extra state per column: ``3 + 2 x season_bins`` numbers (and the twins'
+rows of the level state).
 
 Values that are NaN, infinite or beyond ``±1e150`` count as not observed: score 0, state
-untouched. O(K) per column per tick, K rows of numpy arrays (2K with seasonal twins).
+untouched. O(K) per column per tick, K rows of numpy arrays (2K rows and O(season_bins) more
+with seasonal twins: the profile's weights decay every tick).
 """
 
 from __future__ import annotations
