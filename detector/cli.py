@@ -46,6 +46,7 @@ from .replay import (
     run_replay,
     simulated_frames,
     summary_lines,
+    weights_text,
 )
 from .report import render_html
 from .series import LabelRules, SeriesIndex
@@ -265,7 +266,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         args.report_json.write_text(json.dumps(result.evaluation.to_json(), indent=2) + "\n")
         print(f"report written to {args.report_json}")
     if args.html is not None:
-        html = render_html(result, threshold=result.threshold, label=label)
+        html = render_html(
+            result, threshold=result.threshold, label=label, signal_weights=result.signal_weights
+        )
         args.html.write_text(html, "utf-8")
         print(f"HTML report written to {args.html}")
     return 0
@@ -352,11 +355,8 @@ def _weight_lines(fitted: Fitted, failures: int, days: float, budget: float) -> 
         _point_line("  without weights", fitted.unweighted, failures, days, budget),
         _point_line("  with weights   ", fitted.weighted, failures, days, budget),
     ]
-    tried = sorted((w, s) for s, w in fitted.tried_weights.items())
-    listed = tried if len(tried) <= 8 else [*tried[:4], *tried[-4:]]
-    shown = ", ".join(f"{s} x{w:.2f}" for w, s in listed)
     verdict = "kept" if kept else "dropped: no better than without"
-    return [f"signal weights ({len(tried)} signals: {shown}): {verdict}", *lines]
+    return [f"signal weights {weights_text(fitted.tried_weights)}: {verdict}", *lines]
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:

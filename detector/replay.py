@@ -11,7 +11,7 @@ import csv
 import dataclasses
 import gzip
 import time as wallclock
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -57,6 +57,7 @@ class ReplayResult:
     lead_signal: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int32))
     signal_names: tuple[str, ...] = ()
     threshold: float = float("nan")  # the alert threshold the pipeline ran with
+    signal_weights: dict[str, float] = field(default_factory=dict)  # calibrated multipliers
 
 
 class ScoreRecorder:
@@ -240,6 +241,7 @@ def run_replay(
         wall_s=wallclock.perf_counter() - began,
         node_names=node_names,
         threshold=pipeline.params.episodes.threshold,
+        signal_weights=dict(pipeline.params.signal_weights),
     )
     if recorder is not None:
         result.times = np.asarray(recorder.times)
@@ -374,6 +376,8 @@ def summary_lines(result: ReplayResult) -> list[str]:
         f"lead time p25 {fmt_lead(lt['p25'])}  median {fmt_lead(lt['median'])}  "
         f"p75 {fmt_lead(lt['p75'])}  (positive: alert before the XID)",
     ]
+    if result.signal_weights:
+        lines.append(f"calibrated signal weights: {weights_text(result.signal_weights)}")
     rows = result.evaluation.to_json()["failures"]
     if rows:
         lines.append("")
@@ -390,6 +394,13 @@ def summary_lines(result: ReplayResult) -> list[str]:
                 f"{when:<20} {row['node']:<12} {gpu:>3} {row['xid']:>4}  {found:<8} {lead}"
             )
     return lines
+
+
+def weights_text(weights: Mapping[str, float], shown: int = 4) -> str:
+    """``n (lowest ... highest)``: how many signal weights, the extremes of each side."""
+    ranked = sorted(weights.items(), key=lambda kv: (kv[1], kv[0]))
+    listed = ranked if len(ranked) <= 2 * shown else [*ranked[:shown], *ranked[-shown:]]
+    return f"{len(ranked)} (" + ", ".join(f"{s} x{w:.2f}" for s, w in listed) + ")"
 
 
 def _pct(v: float | None) -> str:

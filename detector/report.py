@@ -17,8 +17,9 @@ No network resources: CSS and SVG are inline, the heat map is an inline PNG (``d
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Protocol
 
@@ -64,10 +65,16 @@ class ReplayData(Protocol):
     def node_scores(self) -> FloatArray: ...
 
 
-def render_html(result: ReplayData, *, threshold: float, label: str) -> str:
+def render_html(
+    result: ReplayData,
+    *,
+    threshold: float,
+    label: str,
+    signal_weights: Mapping[str, float] | None = None,
+) -> str:
     """The whole report as one HTML document (module docstring)."""
     sections = [
-        _summary(result, threshold),
+        _summary(result, threshold, signal_weights or {}),
         _failures(result.evaluation),
         _timelines(result, threshold),
         _heatmap(result, threshold),
@@ -105,7 +112,7 @@ def _table(cls: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> st
     return f"<table class={cls}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _summary(result: ReplayData, threshold: float) -> str:
+def _summary(result: ReplayData, threshold: float, weights: Mapping[str, float]) -> str:
     s = result.evaluation.summary
     lt = s.lead_time_s
     cells = [
@@ -119,6 +126,7 @@ def _summary(result: ReplayData, threshold: float) -> str:
         ("lead time p25 / median / p75", f"{_lead(lt.p25)} / {_lead(lt.median)} / {_lead(lt.p75)}"),
         ("cluster incidents", str(result.incidents)),
         ("alert threshold", f"{threshold:.3f}"),
+        ("signal weights", _weights(weights)),
     ]
     return (
         "<section id=summary><h2>Summary</h2>"
@@ -126,6 +134,14 @@ def _summary(result: ReplayData, threshold: float) -> str:
         + "<p class=note>Lead time: XID time minus the start of the earliest matching alert "
         "(positive: the alert came first).</p></section>"
     )
+
+
+def _weights(weights: Mapping[str, float]) -> str:
+    """The calibrated weight multipliers, furthest from 1 first (none: the rules' weights)."""
+    if not weights:
+        return "rules only"
+    ranked = sorted(weights.items(), key=lambda kv: (-abs(math.log(kv[1])), kv[0]))
+    return ", ".join(f"{escape(s)} x{w:.2f}" for s, w in ranked)
 
 
 def _node_link(node: str) -> str:

@@ -12,7 +12,13 @@ import numpy as np
 import pytest
 
 from detector import __version__
-from detector.calibration import load_calibration
+from detector.calibration import (
+    CalibrationPoint,
+    calibrate,
+    calibration_from_result,
+    load_calibration,
+    save_calibration,
+)
 from detector.cli import COMMANDS, main
 from detector.config import load_config
 from detector.ingest.dumps import write_openmetrics
@@ -249,10 +255,40 @@ def test_calibrate_tries_signal_weights_and_reports_both_passes(
     sim = ["--days", "0.5", "--nodes", "8", "--seed", "7", "--fp-per-day", "2", "--quiet"]
     assert 0 == main(["calibrate", *sim, "--out", str(out)])
     printed = capsys.readouterr().out
-    assert "signal weights (" in printed
+    assert "signal weights 6 (" in printed
     assert "dropped: no better than without" in printed
     assert "  without weights " in printed
     assert "  with weights " in printed
     assert load_calibration(out).signal_weights is None
     assert 0 == main(["calibrate", *sim, "--out", str(out), "--no-signal-weights"])
     assert "signal weights: not fitted (--no-signal-weights)" in capsys.readouterr().out
+
+
+def test_replay_applies_and_reports_the_calibrated_signal_weights(
+    recorded: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A calibration file whose weights halve gpu_temp: the replay prints them, the HTML report
+    lists them, and the planted heating GPU's alert starts later than without them (its
+    temperature counts half, so it takes a hotter GPU to cross the threshold)."""
+    dump, events = recorded
+    base = calibrate(lambda th: CalibrationPoint(th, 1, 1, 0, 0.0), [0.5], fp_budget_per_day=1)
+    starts = []
+    for weights in (None, {"gpu_temp": 0.5}):
+        path = tmp_path / "calibration.json"
+        save_calibration(
+            path,
+            calibration_from_result(base, dump="d", days=1.0, failures=1, signal_weights=weights),
+        )
+        report, html = tmp_path / "report.json", tmp_path / "report.html"
+        argv = ["replay", str(dump), "--events", str(events), "--calibration", str(path)]
+        assert 0 == main([*argv, "--report-json", str(report), "--html", str(html), "--quiet"])
+        printed = capsys.readouterr().out
+        alerts = json.loads(report.read_text())["alerts"]
+        starts.append(min(a["start"] for a in alerts if a["node"] == "node2"))
+        if weights is None:
+            assert "calibrated signal weights" not in printed
+            assert "rules only" in html.read_text()
+        else:
+            assert "calibrated signal weights: 1 (gpu_temp x0.50)" in printed
+            assert "gpu_temp x0.50" in html.read_text()
+    assert starts[1] > starts[0]
