@@ -126,20 +126,19 @@ def _summary(result: ReplayData, threshold: float, weights: Mapping[str, float])
         ("lead time p25 / median / p75", f"{_lead(lt.p25)} / {_lead(lt.median)} / {_lead(lt.p75)}"),
         ("cluster incidents", str(result.incidents)),
         ("alert threshold", f"{threshold:.3f}"),
-        ("signal weights", _weights(weights)),
     ]
     return (
         "<section id=summary><h2>Summary</h2>"
         + _table("summary", [h for h, _ in cells], [[v for _, v in cells]])
         + "<p class=note>Lead time: XID time minus the start of the earliest matching alert "
-        "(positive: the alert came first).</p></section>"
+        "(positive: the alert came first). Signal weights: " + _weights(weights) + ".</p></section>"
     )
 
 
 def _weights(weights: Mapping[str, float]) -> str:
     """The calibrated weight multipliers, furthest from 1 first (none: the rules' weights)."""
     if not weights:
-        return "rules only"
+        return "the rules' own (no calibrated weights)"
     ranked = sorted(weights.items(), key=lambda kv: (-abs(math.log(kv[1])), kv[0]))
     return ", ".join(f"{escape(s)} x{w:.2f}" for s, w in ranked)
 
