@@ -42,6 +42,11 @@ class XidExtractor:
         self._infos: list[SeriesInfo] = []
         self._prev: FloatArray = np.empty(0)
         self._nodes_seen: set[str] = set()
+        # Array forms of the lists above, rebuilt when series are added (not every tick), and
+        # per XID series whether its node is already watched (so a tick only names new nodes).
+        self._columns_arr = np.zeros(0, dtype=np.int64)
+        self._gauge = np.zeros(0, dtype=bool)
+        self._node_watched = np.zeros(0, dtype=bool)
         self.messages: dict[XidEvent, str] = {}  # err_msg of events that carried one
 
     def _label_code_of(self, info: SeriesInfo) -> int:
@@ -64,6 +69,12 @@ class XidExtractor:
         if self._prev.shape[0] < len(self._columns):
             grow = np.full(len(self._columns) - self._prev.shape[0], np.nan)
             self._prev = np.concatenate([self._prev, grow])
+        self._columns_arr = np.asarray(self._columns, dtype=np.int64)
+        self._gauge = np.asarray(self._kind, dtype=np.int64) == _GAUGE
+        self._refresh_watched()
+
+    def _refresh_watched(self) -> None:
+        self._node_watched = np.array([i.node in self._nodes_seen for i in self._infos], bool)
 
     def update(self, t: float, frame_values: FloatArray) -> list[XidEvent]:
         """New XID events in this tick's frame (see the module docstring for the semantics)."""
@@ -71,7 +82,7 @@ class XidExtractor:
             self._sync()
         if not self._columns:
             return []
-        columns = np.asarray(self._columns, dtype=np.int64)
+        columns = self._columns_arr
         values = np.full(columns.shape[0], np.nan)
         inside = columns < frame_values.shape[0]
         values[inside] = frame_values[columns[inside]]
@@ -79,9 +90,8 @@ class XidExtractor:
         observed = ~np.isnan(values)
         prev = self._prev
         fresh = observed & np.isnan(prev)
-        kind = np.asarray(self._kind, dtype=np.int64)
         changed = observed & ~fresh & (values != prev)
-        fired = np.where(kind == _GAUGE, changed & (values != 0), changed & (values > prev))
+        fired = np.where(self._gauge, changed & (values != 0), changed & (values > prev))
         # A series first seen on a node we were already watching is a new XID, if nonzero.
         candidates = np.flatnonzero(fresh & (values > 0))
         watched = self._nodes_seen
@@ -92,7 +102,10 @@ class XidExtractor:
             if event is not None:
                 events.append(event)
         prev[observed] = values[observed]
-        watched.update(self._infos[i].node for i in np.flatnonzero(observed).tolist())
+        newly = np.flatnonzero(observed & ~self._node_watched)
+        if newly.size:  # a node seen for the first time (rare after the first tick)
+            watched.update(self._infos[i].node for i in newly.tolist())
+            self._refresh_watched()
         return events
 
     def _event(self, i: int, t: float, value: float) -> XidEvent | None:
@@ -124,6 +137,7 @@ class XidExtractor:
             if i is not None:
                 self._prev[i] = value
         self._nodes_seen.update(str(n) for n in state["nodes"].tolist())
+        self._refresh_watched()
 
 
 def is_failure(event: XidEvent, catalog: XidCatalog, message: str = "") -> bool:
