@@ -28,12 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from detector.config import load_config
 from detector.episodes import EpisodeParams
-from detector.fitting import Fitted, fit_calibration
+from detector.fitting import Fitted, fit_calibration, fit_threshold
 from detector.pipeline import build_pipeline
 from detector.replay import (
     ReplayResult,
     evaluate_at_threshold,
-    fit_threshold,
     run_replay,
     simulated_frames,
 )

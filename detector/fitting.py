@@ -3,7 +3,7 @@ the labels allow.
 
 Two passes over the same history (``fit_calibration``):
 
-1. Replay with the rules' weights, fit the threshold (``replay.fit_threshold``).
+1. Replay with the rules' weights, fit the threshold (``fit_threshold``).
 2. Where there are failures to learn from, credit and blame signals: re-run the alert episodes
    over the recorded scores at a looser operating point (the lowest threshold within
    ``WEIGHT_FIT_FP_FACTOR`` times the budget, so there are enough alerts to compare signals;
@@ -36,7 +36,7 @@ from .calibration import (
     fit_signal_weights,
 )
 from .episodes import EpisodeParams
-from .replay import ReplayResult, evaluate_at_threshold, fit_threshold
+from .replay import ReplayResult, evaluate_at_threshold
 
 WEIGHT_FIT_FP_FACTOR = 10.0  # looser operating point whose alerts the weights learn from
 XID_SIGNAL_PREFIX = "xid_"  # forced XID alerts: the failure itself, not a precursor
@@ -59,6 +59,51 @@ class Fitted:
     signal_hits: dict[str, tuple[int, int]]  # (led a matched alert, led an unmatched alert)
 
 
+def fit_threshold(
+    result: ReplayResult,
+    base: EpisodeParams,
+    fp_per_day: float,
+    horizon_s: float,
+    grace_s: float,
+    *,
+    early_first: bool = True,
+) -> CalibrationResult:
+    """Calibrate the alert threshold on a replay recorded with ``record_scores=True``: within
+    ``fp_per_day``, the most failures caught before their XID, then caught at all (with
+    ``early_first=False``: caught at all first). Early first is right when failure XIDs alert by
+    themselves, as they do by default."""
+    return _search(result, base, fp_per_day, horizon_s, grace_s, len(result.failures), early_first)
+
+
+def _search(
+    result: ReplayResult,
+    base: EpisodeParams,
+    fp_per_day: float,
+    horizon_s: float,
+    grace_s: float,
+    failures: int,
+    early_first: bool,
+) -> CalibrationResult:
+    """``calibration.calibrate`` over the recorded scores' candidate thresholds, each evaluated
+    by re-running the alert episodes at it (no re-scoring)."""
+    finite = result.node_scores[np.isfinite(result.node_scores)]
+
+    def point_at(threshold: float) -> CalibrationPoint:
+        params = dataclasses.replace(base, threshold=threshold)
+        s = evaluate_at_threshold(result, params, horizon_s, grace_s).summary
+        return CalibrationPoint(
+            threshold, s.detected, s.detected_before_failure, s.false_positives, s.fp_per_day
+        )
+
+    return calibrate(
+        point_at,
+        candidate_thresholds(finite).tolist(),
+        fp_budget_per_day=fp_per_day,
+        failures=failures,
+        early_first=early_first,
+    )
+
+
 def signal_hits(
     result: ReplayResult,
     base: EpisodeParams,
@@ -70,23 +115,10 @@ def signal_hits(
     point (module docstring). Forced XID alerts name no precursor and are not counted."""
     if result.lead_signal.size == 0:
         raise ValueError("the replay recorded no leading signals (record_scores=True needed)")
-    finite = result.node_scores[np.isfinite(result.node_scores)]
-    if finite.size == 0:
+    if not np.isfinite(result.node_scores).any():
         return {}
-
-    def fp_at(threshold: float) -> CalibrationPoint:
-        params = dataclasses.replace(base, threshold=threshold)
-        s = evaluate_at_threshold(result, params, horizon_s, grace_s).summary
-        return CalibrationPoint(
-            threshold, s.detected, s.detected_before_failure, s.false_positives, s.fp_per_day
-        )
-
-    loose = calibrate(
-        fp_at,
-        candidate_thresholds(finite).tolist(),
-        fp_budget_per_day=fp_per_day * WEIGHT_FIT_FP_FACTOR,
-        failures=0,  # only the budget boundary: the lowest threshold within it
-    )
+    # failures=0: only the budget boundary, the lowest threshold within the looser budget
+    loose = _search(result, base, fp_per_day * WEIGHT_FIT_FP_FACTOR, horizon_s, grace_s, 0, False)
     params = dataclasses.replace(base, threshold=loose.point.threshold)
     hits = evaluate_at_threshold(result, params, horizon_s, grace_s).signal_hits()
     return {s: h for s, h in hits.items() if not s.startswith(XID_SIGNAL_PREFIX)}

@@ -8,7 +8,6 @@ thresholds can be tried without re-scoring.
 from __future__ import annotations
 
 import csv
-import dataclasses
 import gzip
 import time as wallclock
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -18,7 +17,6 @@ from typing import IO, Any
 
 import numpy as np
 
-from .calibration import CalibrationPoint, CalibrationResult, calibrate, candidate_thresholds
 from .episodes import EpisodeParams, Episodes
 from .evaluation import Evaluation, evaluate
 from .frame import frames_from_batches
@@ -314,37 +312,6 @@ def evaluate_at_threshold(
         end=result.end,
         horizon_s=horizon_s,
         grace_s=grace_s,
-    )
-
-
-def fit_threshold(
-    result: ReplayResult,
-    base: EpisodeParams,
-    fp_per_day: float,
-    horizon_s: float,
-    grace_s: float,
-    *,
-    early_first: bool = True,
-) -> CalibrationResult:
-    """Calibrate the alert threshold on a replay recorded with ``record_scores=True``: within
-    ``fp_per_day``, the most failures caught before their XID, then caught at all (with
-    ``early_first=False``: caught at all first). Early first is right when failure XIDs alert by
-    themselves, as they do by default."""
-    finite = result.node_scores[np.isfinite(result.node_scores)]
-
-    def evaluate_at(threshold: float) -> CalibrationPoint:
-        params = dataclasses.replace(base, threshold=threshold)
-        s = evaluate_at_threshold(result, params, horizon_s, grace_s).summary
-        return CalibrationPoint(
-            threshold, s.detected, s.detected_before_failure, s.false_positives, s.fp_per_day
-        )
-
-    return calibrate(
-        evaluate_at,
-        candidate_thresholds(finite).tolist(),
-        fp_budget_per_day=fp_per_day,
-        failures=len(result.failures),
-        early_first=early_first,
     )
 
 
