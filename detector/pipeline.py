@@ -386,6 +386,7 @@ def build_pipeline(
         calibration.threshold if calibration is not None else None
     )
     al = config.alerts
+    file_weights = (calibration.signal_weights if calibration is not None else None) or {}
     params = PipelineParams(
         fusion=FusionParams(common_mode_fraction=sc.common_mode_fraction),
         episodes=EpisodeParams(
@@ -398,11 +399,7 @@ def build_pipeline(
         top_k=sc.top_k,
         alert_on_xid=al.alert_on_xid,
         xid_hold_s=al.xid_hold_s,
-        signal_weights=dict(
-            signal_weights
-            if signal_weights is not None
-            else (calibration.signal_weights or {} if calibration is not None else {})
-        ),
+        signal_weights=dict(signal_weights if signal_weights is not None else file_weights),
     )
     return Pipeline(index, signals, xids, scorers, params)
 
