@@ -44,7 +44,7 @@ import numpy as np
 
 from .alerting.policy import AlertPolicy, Notification
 from .alerting.queue import Backoff, CoalescingQueue
-from .config import AlertsConfig
+from .config_schema import AlertsConfig
 from .errors import AlertDeliveryError
 from .logs import get_logger
 from .model import Alert

@@ -42,50 +42,13 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from detector.config_schema import (
-    DEFAULT_THRESHOLD,
-    AgentPorts,
-    AlertsConfig,
-    CalibrationConfig,
-    Config,
-    EvaluationConfig,
-    KmsgConfig,
-    LabelsConfig,
-    LoggingConfig,
-    RulesConfig,
-    ScoringConfig,
-    ScrapeConfig,
-    ServerConfig,
-    Shard,
-    StateConfig,
-    StaticTarget,
-    StormConfig,
-    TargetsConfig,
-)
+from detector.config_schema import DEFAULT_THRESHOLD, Config
 from detector.errors import ConfigError
 from detector.yamlfile import read_yaml
 
-__all__ = [
-    "AgentPorts",
-    "AlertsConfig",
-    "CalibrationConfig",
-    "Config",
-    "EvaluationConfig",
-    "KmsgConfig",
-    "LabelsConfig",
-    "LoggingConfig",
-    "RulesConfig",
-    "ScoringConfig",
-    "ScrapeConfig",
-    "ServerConfig",
-    "Shard",
-    "StateConfig",
-    "StaticTarget",
-    "StormConfig",
-    "TargetsConfig",
-    "check_config",
-    "load_config",
-]
+# The section models live in (and are imported from) detector.config_schema; Config is
+# re-exported because load_config returns it.
+__all__ = ["Config", "check_config", "load_config"]
 
 ENV_PREFIX = "DETECTOR_"
 # A Kubernetes Service named "detector" injects these into every pod of the namespace.

@@ -1,10 +1,11 @@
 """Config models: every section of the daemon config with its production defaults.
 
-Pure pydantic: no file or environment access (that is ``detector.config``, which re-exports
-these names; import them from there). Unknown keys are errors (``extra="forbid"``) and loaded
-configs are immutable. Cross-field rules: ``scrape.timeout_s < scrape.interval_s``,
-``alerts.clear_ratio`` in (0, 1], shard ``i < N`` and only in fleet mode, TLS cert and key
-together. Secrets are ``SecretStr`` so repr and summaries never show them.
+Pure pydantic: no file or environment access (that is ``detector.config``, whose
+``load_config`` returns a ``Config``). Import the section models from here. Unknown keys are
+errors (``extra="forbid"``) and loaded configs are immutable. Cross-field rules:
+``scrape.timeout_s < scrape.interval_s``, ``alerts.clear_ratio`` in (0, 1], shard ``i < N``
+and only in fleet mode, TLS cert and key together. Secrets are ``SecretStr`` so repr and
+summaries never show them.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import pytest
 from detector.alerting.policy import Notification
 from detector.alerting.queue import Backoff, CoalescingQueue
 from detector.alerts import AlertSender
-from detector.config import AlertsConfig
+from detector.config_schema import AlertsConfig
 from detector.model import Alert, Incident
 from detector.pipeline import TickResult
 

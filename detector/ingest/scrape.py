@@ -45,7 +45,7 @@ from types import TracebackType
 import httpx
 import numpy as np
 
-from ..config import ScrapeConfig
+from ..config_schema import ScrapeConfig
 from ..errors import ParseError, ScrapeError
 from ..logs import get_logger
 from ..model import Exposition, FloatArray, Frame, IntArray
