@@ -39,7 +39,7 @@ import math
 
 import numpy as np
 
-from ..errors import ConfigError, StateError
+from ..errors import ConfigError
 from ..model import FloatArray, IntArray
 from .base import SCORE_CAP, ColumnLayout
 from .zscore import check_state, grow, observed
@@ -103,15 +103,10 @@ class ContextNovelty:
         self.memory = np.zeros((0, self.table_bits // 64), dtype=np.uint64)
 
     def _grow(self, n: int) -> None:
-        old = self.count.shape[0]
         self.low = grow(self.low, n, np.inf)
         self.high = grow(self.high, n, -np.inf)
-        self.count = grow(self.count, n, 0.0)
-        self.code = grow(self.code, n, 0)
-        self.weight = grow(self.weight, n, 0.0)
-        self.hits = np.concatenate((self.hits, np.zeros((n - old, self.orders))))
-        extra = np.zeros((n - old, self.memory.shape[1]), dtype=np.uint64)
-        self.memory = np.concatenate((self.memory, extra))
+        for key in ("count", "code", "weight", "hits", "memory"):
+            setattr(self, key, grow(getattr(self, key), n, 0))
 
     def _slots(self, code: IntArray) -> IntArray:
         """Bit index of every order's key (columns x orders)."""
@@ -177,11 +172,8 @@ class ContextNovelty:
         return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        n = check_state(state, self._KEYS, "context")
-        for key, width in (("hits", self.orders), ("memory", self.table_bits // 64)):
-            if key not in state or np.asarray(state[key]).shape != (n, width):
-                shape = None if key not in state else np.asarray(state[key]).shape
-                raise StateError(f"context state: {key} must be ({n}, {width}), got {shape}")
+        rows = {"hits": (self.orders,), "memory": (self.table_bits // 64,)}
+        check_state(state, self._KEYS, "context", rows)
         for k in ("low", "high", "count", "weight"):
             setattr(self, k, np.array(state[k], dtype=np.float64))
         self.code = np.array(state["code"], dtype=np.int64)

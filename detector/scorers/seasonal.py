@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ConfigError, StateError
+from ..errors import ConfigError
 from ..model import BoolArray, FloatArray
 from .base import SCORE_CAP, ColumnLayout, directional
 from .zscore import check_state, grow, observed
@@ -79,12 +79,10 @@ class SeasonalProfile:
         self.learnt: BoolArray = np.zeros(0, dtype=bool)  # last update: was the bin learnt?
 
     def _grow(self, n: int) -> None:
-        old = self.low.shape[0]
         self.low = grow(self.low, n, np.inf)
         self.high = grow(self.high, n, -np.inf)
         for key in self._BIN_KEYS:
-            arr = getattr(self, key)
-            setattr(self, key, np.concatenate((arr, np.zeros((n - old, self.bins)))))
+            setattr(self, key, grow(getattr(self, key), n, 0.0))
 
     def phase_bin(self, t: float) -> int:
         """The phase bin of clock time ``t`` (seconds)."""
@@ -135,11 +133,7 @@ class SeasonalProfile:
         return {k: getattr(self, k).copy() for k in (*self._KEYS, *self._BIN_KEYS)}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        n = check_state(state, self._KEYS, "seasonal")
-        for key in self._BIN_KEYS:
-            got = None if key not in state else np.asarray(state[key]).shape
-            if got != (n, self.bins):
-                raise StateError(f"seasonal state: {key} must be ({n}, {self.bins}), got {got}")
+        n = check_state(state, self._KEYS, "seasonal", dict.fromkeys(self._BIN_KEYS, (self.bins,)))
         for key in (*self._KEYS, *self._BIN_KEYS):
             setattr(self, key, np.array(state[key], dtype=np.float64))
         self.learnt = np.zeros(n, dtype=bool)

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ConfigError, StateError
+from ..errors import ConfigError
 from ..model import FloatArray
 from .base import SCORE_CAP, ColumnLayout
 from .context import normal_tail_quantile
@@ -60,6 +60,7 @@ class WindowMemory:
 
     name = "window"
     _KEYS = ("count", "low", "high", "fill", "total", "spike", "trend", "blocks", "weight")
+    _ROWS = ("window", "memory", "matches", "used", "histogram")  # one row (or block) per column
 
     def __init__(
         self,
@@ -99,14 +100,9 @@ class WindowMemory:
         self.histogram = np.zeros((0, _BINS))  # EW counts of novelty per bin
 
     def _grow(self, n: int) -> None:
-        old = self.count.shape[0]
-        for key in self._KEYS:
+        for key in (*self._KEYS, *self._ROWS):
             fill = {"low": np.inf, "high": -np.inf}.get(key, 0.0)
             setattr(self, key, grow(getattr(self, key), n, fill))
-        for key in ("window", "memory", "matches", "used", "histogram"):
-            arr = getattr(self, key)
-            extra = np.zeros((n - old, *arr.shape[1:]))
-            setattr(self, key, np.concatenate((arr, extra)))
 
     def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
         n = x.shape[0]
@@ -192,23 +188,10 @@ class WindowMemory:
         self.used[rows, slot] = now
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        state = {k: getattr(self, k).copy() for k in self._KEYS}
-        for key in ("window", "memory", "matches", "used", "histogram"):
-            state[key] = getattr(self, key).copy()
-        return state
+        return {k: getattr(self, k).copy() for k in (*self._KEYS, *self._ROWS)}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        n = check_state(state, self._KEYS, "window")
-        shapes = {
-            "window": (n, self.width),
-            "memory": (n, self.prototypes, self.width),
-            "matches": (n, self.prototypes),
-            "used": (n, self.prototypes),
-            "histogram": (n, _BINS),
-        }
-        for key, shape in shapes.items():
-            got = None if key not in state else np.asarray(state[key]).shape
-            if got != shape:
-                raise StateError(f"window state: {key} must be {shape}, got {got}")
-        for key in (*self._KEYS, *shapes):
+        rows = {key: getattr(self, key).shape[1:] for key in self._ROWS}
+        check_state(state, self._KEYS, "window", rows)
+        for key in (*self._KEYS, *self._ROWS):
             setattr(self, key, np.array(state[key], dtype=np.float64))

@@ -28,6 +28,8 @@ state untouched.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from ..errors import ConfigError, StateError
@@ -45,21 +47,33 @@ def observed(x: FloatArray) -> BoolArray:
 
 
 def grow(arr: np.ndarray, n: int, fill: float) -> np.ndarray:
-    """``arr`` extended to length ``n`` with ``fill`` (a new array; the old one is untouched)."""
-    out = np.full(n, fill, dtype=arr.dtype)
+    """``arr`` extended to ``n`` rows (axis 0) filled with ``fill``, its dtype and trailing
+    shape kept (a new array; the old one is untouched)."""
+    out = np.full((n, *arr.shape[1:]), fill, dtype=arr.dtype)
     out[: arr.shape[0]] = arr
     return out
 
 
-def check_state(state: dict[str, np.ndarray], keys: tuple[str, ...], owner: str) -> int:
-    """Validate a state dict: all ``keys`` present, 1-D, same length. Returns that length."""
+def check_state(
+    state: dict[str, np.ndarray],
+    keys: tuple[str, ...],
+    owner: str,
+    rows: Mapping[str, tuple[int, ...]] | None = None,
+) -> int:
+    """Validate a state dict: all ``keys`` present, 1-D, same length ``n``; each of ``rows``
+    (key -> trailing shape) present with shape ``(n, *trailing)``. Returns ``n``."""
     missing = [k for k in keys if k not in state]
     if missing:
         raise StateError(f"{owner} state: missing arrays {missing}")
     lengths = {np.asarray(state[k]).shape for k in keys}
     if len(lengths) != 1 or len(next(iter(lengths))) != 1:
         raise StateError(f"{owner} state: arrays must be 1-D of one length, got {lengths}")
-    return int(next(iter(lengths))[0])
+    n = int(next(iter(lengths))[0])
+    for key, trailing in (rows or {}).items():
+        got = None if key not in state else np.asarray(state[key]).shape
+        if got != (n, *trailing):
+            raise StateError(f"{owner} state: {key} must be {(n, *trailing)}, got {got}")
+    return n
 
 
 class RobustEWBaseline:
