@@ -41,11 +41,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ConfigError, StateError
+from ..errors import ConfigError
 from ..model import FloatArray
 from .base import ColumnLayout
 from .counts_health_kernels import count_step
-from .zscore import grow
+from .zscore import check_state, grow
 
 
 class CountBurst:
@@ -133,10 +133,8 @@ class CountBurst:
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """A state saved before the dispersion arrays existed loads with none learnt yet."""
         required = tuple(k for k in self._KEYS if k not in self._DISPERSION_KEYS)
-        shapes = {np.asarray(state[k]).shape for k in self._KEYS if k in state}
-        if len(shapes) != 1 or any(k not in state for k in required):
-            raise StateError(f"counts state: need 1-D arrays {self._KEYS} of one length")
-        (shape,) = shapes
+        present = {k: () for k in self._DISPERSION_KEYS if k in state}  # 1-D, same length
+        n = check_state(state, required, "counts", present)
         for k in self._KEYS:
-            value = state[k] if k in state else np.zeros(shape)
+            value = state[k] if k in state else np.zeros(n)
             setattr(self, k, np.array(value, dtype=np.float64))

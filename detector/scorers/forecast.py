@@ -53,7 +53,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..model import FloatArray
 from .base import SCORE_CAP, ColumnLayout, directional
-from .zscore import check_state, observed
+from .zscore import check_state, grow, observed
 
 _FORGOTTEN_WEIGHT = 1e-6  # history weight below this (~20 half-lives) means "never seen"
 
@@ -137,10 +137,7 @@ class ForecastError:
         for key in self._ROWS + self._SEASON_ROWS:
             setattr(self, key, _grow_rows(getattr(self, key), n))
         for key in self._COLS + self._SEASON_COLS:
-            old = getattr(self, key)
-            new = np.zeros(n)
-            new[: old.shape[0]] = old
-            setattr(self, key, new)
+            setattr(self, key, grow(getattr(self, key), n, 0.0))
 
     def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
         n = x.shape[0]
