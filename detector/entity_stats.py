@@ -24,8 +24,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from river import drift, stats
+if TYPE_CHECKING:  # imported when the first node is seen: see _new_streams
+    from river import drift, stats
 
 from .model import FloatArray
 
@@ -67,11 +69,7 @@ class NodeScoreStats:
                 continue
             streams = self._nodes.get(name)
             if streams is None:
-                streams = _NodeStreams(
-                    tuple(stats.Quantile(q) for q in self.quantiles),
-                    drift.ADWIN(),  # type: ignore[no-untyped-call]
-                )
-                self._nodes[name] = streams
+                streams = self._nodes[name] = _new_streams(self.quantiles)
             for quantile in streams.quantiles:
                 quantile.update(score)
             streams.count += 1
@@ -97,6 +95,17 @@ class NodeScoreStats:
                 NodeScoreSummary(name, estimates, streams.rises, streams.count, streams.total)
             )
         return out
+
+
+def _new_streams(quantiles: tuple[float, ...]) -> _NodeStreams:
+    # Imported here, not at module import: river.drift pulls in scipy.stats (~0.5 s), which
+    # every `detector` command would pay for while only the daemon's loop uses it.
+    from river import drift, stats
+
+    return _NodeStreams(
+        tuple(stats.Quantile(q) for q in quantiles),
+        drift.ADWIN(),  # type: ignore[no-untyped-call]
+    )
 
 
 def _estimate(quantile: stats.Quantile) -> float:
