@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/ is scripts, not installed
 
-def _load_bench(name: str) -> ModuleType:
-    path = Path(__file__).resolve().parent.parent / "bench" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while being built
-    spec.loader.exec_module(module)
-    return module
+from bench import nab_cv as cv
 
-
-cv = _load_bench("nab_cv")
 nab = cv.nab
 score = cv.nab_score
 STANDARD = score.CostMatrix(tp=1.0, fp=0.11, fn=1.0)

@@ -6,7 +6,6 @@ a detection on the first row of a window is worth exactly A_TP (sigma(-1) / sigm
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import sys
 from pathlib import Path
@@ -18,19 +17,11 @@ import pytest
 
 from detector.errors import ConfigError
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/ is scripts, not installed
 
-def _load_bench(name: str) -> ModuleType:
-    path = Path(__file__).resolve().parent.parent / "bench" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while being built
-    spec.loader.exec_module(module)
-    return module
+from bench import nab as harness_module
+from bench import nab_score as nab
 
-
-nab = _load_bench("nab_score")
 Corpus = tuple[ModuleType, list[Any], dict[str, Any]]  # harness module, NabFile list, profiles
 STANDARD = nab.CostMatrix(tp=1.0, fp=0.11, fn=1.0)
 LOW_FN = nab.CostMatrix(tp=1.0, fp=0.11, fn=2.0)
@@ -163,7 +154,7 @@ def test_published_profiles_load_with_their_weights(shared_data: Path) -> None:
 @pytest.fixture(scope="module")
 def nab_corpus(shared_data: Path) -> Corpus:
     """The real NAB corpus (58 files, 116 windows) loaded through bench/nab.py."""
-    harness = _load_bench("nab")
+    harness = harness_module
     root = shared_data / "nab"
     return harness, harness.load_corpus(root), nab.load_profiles(root / "config" / "profiles.json")
 
