@@ -119,42 +119,23 @@ def _iso(t: float) -> str:
 
 
 class AlertSender:
-    """See the module docstring. ``client`` None: an owned client, closed by ``aclose``."""
+    """See the module docstring. ``policy`` None: ``AlertPolicy()`` defaults (``from_config``
+    builds it from the config). ``client`` None: an owned client, closed by ``aclose``."""
 
     def __init__(
         self,
         urls: Sequence[str],
         *,
+        policy: AlertPolicy | None = None,
         client: httpx.AsyncClient | None = None,
-        resend_interval_s: float = 60.0,
-        cluster: str | None = None,
-        runbook_url: str | None = None,
-        shadow: bool = False,
-        storm_fraction: float = 0.2,
-        storm_window_s: float = 300.0,
-        suppress_xids: Collection[int] = (),
-        suppress_signals: Collection[str] = (),
         queue_limit: int = 10_000,
         clock: Callable[[], float] = time.time,
-        is_failure_xid: Callable[[int], bool] | None = None,
         timeout_s: float = 10.0,
         backoff: Backoff | None = None,
         batch_size: int = 1000,
         rng: random.Random | None = None,
     ) -> None:
-        self.policy = AlertPolicy(
-            resend_interval_s=resend_interval_s,
-            cluster=cluster,
-            runbook_url=runbook_url,
-            shadow=shadow,
-            storm_fraction=storm_fraction,
-            storm_window_s=storm_window_s,
-            suppress_xids=suppress_xids,
-            suppress_signals=suppress_signals,
-            is_failure_xid=is_failure_xid,
-        )
-        self.shadow = shadow
-        self.resend_interval_s = resend_interval_s
+        self.policy = policy or AlertPolicy()
         self.clock = clock
         self.timeout_s = timeout_s
         self.backoff = backoff or Backoff()
@@ -180,9 +161,7 @@ class AlertSender:
         is_failure_xid: Callable[[int], bool] | None = None,
     ) -> AlertSender:
         """A sender for ``config.alerts`` (pass ``XidCatalog.is_failure`` as is_failure_xid)."""
-        return cls(
-            config.alertmanager_urls,
-            client=client,
+        policy = AlertPolicy(
             resend_interval_s=config.resend_interval_s,
             cluster=config.cluster,
             runbook_url=config.runbook_url,
@@ -191,9 +170,9 @@ class AlertSender:
             storm_window_s=config.storm.window_s,
             suppress_xids=config.suppress_xids,
             suppress_signals=config.suppress_signals,
-            clock=clock,
             is_failure_xid=is_failure_xid,
         )
+        return cls(config.alertmanager_urls, policy=policy, client=client, clock=clock)
 
     def update(
         self,
@@ -206,7 +185,7 @@ class AlertSender:
         notes = self.policy.update(
             tick.time, n_nodes, open_alerts, tick.ended, tick.incidents, muted_nodes
         )
-        if notes and not self.shadow:
+        if notes and not self.policy.shadow:
             for target in self._targets:
                 for note in notes:
                     target.queue.put(note)
@@ -230,7 +209,7 @@ class AlertSender:
             alertmanagers={t.name: t.stats for t in self._targets},
             suppressed=dict(self.policy.suppressed),
             firing={s: self.policy.firing.get(s, 0) for s in ("critical", "warning")},
-            shadow=self.shadow,
+            shadow=self.policy.shadow,
         )
 
     def state_dict(self) -> dict[str, Any]:
@@ -272,7 +251,7 @@ class AlertSender:
             self._wake.clear()  # before delivering: an update queued meanwhile wakes us again
             await self.deliver()
             due = self.next_due()
-            wait = self.resend_interval_s if due is None else max(0.05, due - self.clock())
+            wait = self.policy.resend_interval_s if due is None else max(0.05, due - self.clock())
             waiters = [asyncio.ensure_future(e.wait()) for e in (self._wake, stop)]
             await asyncio.wait(waiters, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
             for w in waiters:
@@ -320,7 +299,7 @@ class AlertSender:
             raise kind(f"alertmanager {target.name}: HTTP {code}: {response.text[:200]!r}")
 
     def _payload(self, note: Notification, now: float) -> dict[str, object]:
-        ends = note.ends_at if note.ends_at is not None else now + 4 * self.resend_interval_s
+        ends = note.ends_at if note.ends_at is not None else now + 4 * self.policy.resend_interval_s
         return {
             "labels": dict(note.labels),
             "annotations": dict(note.annotations),

@@ -12,7 +12,7 @@ import httpx
 import numpy as np
 import pytest
 
-from detector.alerting.policy import Notification
+from detector.alerting.policy import AlertPolicy, Notification
 from detector.alerting.queue import Backoff, CoalescingQueue
 from detector.alerts import AlertSender
 from detector.config_schema import AlertsConfig
@@ -77,9 +77,14 @@ def alert(node: str, start: float = T0, signals: tuple[str, ...] = ("gpu_temp",)
 
 
 def make(
-    *ams: FakeAlertmanager, clock: FakeClock, **kwargs: Any
+    *ams: FakeAlertmanager,
+    clock: FakeClock,
+    queue_limit: int = 10_000,
+    backoff: Backoff | None = None,
+    **policy: Any,
 ) -> tuple[AlertSender, list[httpx.AsyncClient]]:
-    """A sender posting to one fake Alertmanager per ``ams`` (one client, routed by host)."""
+    """A sender posting to one fake Alertmanager per ``ams`` (one client, routed by host);
+    ``policy`` are AlertPolicy settings (resend every RESEND unless given)."""
     by_host = {f"am{i}": am for i, am in enumerate(ams)}
 
     def route(request: httpx.Request) -> httpx.Response:
@@ -87,10 +92,17 @@ def make(
 
     client = httpx.AsyncClient(transport=httpx.MockTransport(route))
     urls = [f"http://{host}:9093" for host in by_host]
-    kwargs.setdefault("rng", random.Random(0))
-    return AlertSender(urls, client=client, resend_interval_s=RESEND, clock=clock, **kwargs), [
-        client
-    ]
+    policy.setdefault("resend_interval_s", RESEND)
+    sender = AlertSender(
+        urls,
+        policy=AlertPolicy(**policy),
+        client=client,
+        queue_limit=queue_limit,
+        clock=clock,
+        backoff=backoff,
+        rng=random.Random(0),
+    )
+    return sender, [client]
 
 
 async def test_firing_then_resolved_reaches_alertmanager_with_labels_and_ends_at() -> None:
@@ -381,8 +393,9 @@ def test_from_config_wires_every_setting() -> None:
     )
     sender = AlertSender.from_config(cfg, client=httpx.AsyncClient())
     assert ["http://am:9093"] == list(sender.stats().alertmanagers)  # no password in names
-    assert (True, "c9", 30.0) == (sender.shadow, sender.policy.cluster, sender.resend_interval_s)
-    assert frozenset({"x"}) == sender.policy.suppress_signals
+    policy = sender.policy
+    assert (True, "c9", 30.0) == (policy.shadow, policy.cluster, policy.resend_interval_s)
+    assert frozenset({"x"}) == policy.suppress_signals
 
 
 async def test_real_http_alertmanager_receives_alerts() -> None:

@@ -18,6 +18,7 @@ from chaos.alertmanager import FakeAlertmanager
 from chaos.cluster_process import ClusterProcess
 from chaos.crash import crash_cluster, crash_daemon, kill_loop, ready, wait_for
 
+from detector.alerting.policy import AlertPolicy
 from detector.alerts import AlertSender
 from detector.model import Alert
 from detector.pipeline import TickResult
@@ -114,7 +115,7 @@ def _tick(t: float, ended: tuple[Alert, ...] = ()) -> TickResult:
 def _restarted(sender: AlertSender) -> AlertSender:
     """A new sender loaded from ``sender``'s state after a JSON round trip (the state file)."""
     state = json.loads(json.dumps(sender.state_dict(), allow_nan=True))
-    fresh = AlertSender(["http://user:secret@am:9093"], resend_interval_s=60.0)
+    fresh = AlertSender(["http://user:secret@am:9093"], policy=AlertPolicy(resend_interval_s=60.0))
     fresh.load_state_dict(state)
     return fresh
 
@@ -123,7 +124,7 @@ async def test_an_episode_that_ended_during_the_crash_is_resolved_after_restart(
     """Sent as firing, then the daemon dies; the episode is over when it comes back: the
     restored sender resolves it with the same labels and startsAt (before the fix the new
     policy knew nothing of it and Alertmanager kept it firing until endsAt)."""
-    sender = AlertSender(["http://user:secret@am:9093"], resend_interval_s=60.0)
+    sender = AlertSender(["http://user:secret@am:9093"], policy=AlertPolicy(resend_interval_s=60.0))
     alert = Alert("n2", "0", 1000.0, None, 0.9, ("xid_119",))
     [firing] = sender.update(_tick(1000.0), [alert])
     restarted = _restarted(sender)
@@ -137,7 +138,7 @@ async def test_an_episode_that_ended_during_the_crash_is_resolved_after_restart(
 async def test_undelivered_updates_survive_a_restart_and_are_not_resent_twice() -> None:
     """Queued but never delivered: the restarted sender still has it pending; an alert still
     open after the restart keeps its labels and is not re-sent before its resend is due."""
-    sender = AlertSender(["http://user:secret@am:9093"], resend_interval_s=60.0)
+    sender = AlertSender(["http://user:secret@am:9093"], policy=AlertPolicy(resend_interval_s=60.0))
     alert = Alert("n3", None, 2000.0, None, 0.8, ("nvlink_errors", "ecc"))
     [queued] = sender.update(_tick(2000.0), [alert])
     restarted = _restarted(sender)
@@ -161,7 +162,9 @@ async def test_write_ahead_holds_updates_until_the_state_is_saved() -> None:
         return httpx.Response(200)
 
     client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-    sender = AlertSender(["http://am:9093"], client=client, resend_interval_s=60.0)
+    sender = AlertSender(
+        ["http://am:9093"], client=client, policy=AlertPolicy(resend_interval_s=60.0)
+    )
     sender.write_ahead = True
     sender.update(_tick(3000.0), [Alert("n1", "2", 3000.0, None, 0.9, ("xid_79",))])
     assert sender.held
