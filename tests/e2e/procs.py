@@ -1,5 +1,8 @@
-"""Processes and waits for the end-to-end test.
+"""Processes and waits for the end-to-end test, and the external tools the tool tests drive.
 
+- ``require_tool(*names)`` / ``missing_tool(what)``: a binary the test needs (promtool,
+  prometheus, chromium...); missing, the test fails under CI (``.ci/run`` installs them) and
+  is skipped elsewhere. ``promtool_backfill(file, tsdb)`` runs promtool's OpenMetrics import.
 - ``free_port()``: a loopback port that was free a moment ago (bound to port 0, then closed).
   Another process could take it before ours binds it; ``Proc.wait_http`` then reports the
   process's own error from its log.
@@ -20,7 +23,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import httpx
 import pytest
@@ -28,15 +31,41 @@ import pytest
 T = TypeVar("T")
 
 
-def require_tool(name: str) -> str:
-    """Path of a binary; missing: fail under CI (``.ci/run`` installs it), else skip."""
-    path = shutil.which(name)
-    if path is None:
-        message = f"{name} not found (bash .ci/run installs it)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
+def missing_tool(what: str) -> NoReturn:
+    """A tool the test drives is missing: fail under CI (``.ci/run`` installs it), else skip."""
+    message = f"{what} not found (bash .ci/run installs it)"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def require_tool(*names: str) -> str:
+    """Path of the first of ``names`` (alternative names of one binary) on PATH; none:
+    ``missing_tool``."""
+    for name in names:
+        path = shutil.which(name)
+        if path is not None:
+            return path
+    missing_tool(" or ".join(names))
+
+
+def promtool_backfill(openmetrics: Path, tsdb: Path) -> subprocess.CompletedProcess[str]:
+    """``promtool tsdb create-blocks-from openmetrics`` of one file into ``tsdb`` (not
+    checked: the caller asserts on the return code and output)."""
+    return subprocess.run(
+        [
+            require_tool("promtool"),
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            str(openmetrics),
+            str(tsdb),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def free_port() -> int:
