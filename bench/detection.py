@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import statistics
 import sys
 import time
@@ -85,21 +86,22 @@ def main() -> int:
     fitted: Fitted | None = None
     for seed in args.seeds:
         began = time.perf_counter()
-        plain: list[ReplayResult] = []
-
-        def replay(
-            weights: Mapping[str, float] | None, seed: int = seed, plain: list[ReplayResult] = plain
-        ) -> ReplayResult:
-            r = replay_seed(seed, args.days, args.nodes, weights)
-            if weights is None:
-                plain.append(r)  # the unweighted replay, for the other settings
-            return r
-
+        fitted_here = False
         if fitted is None and not args.no_weights:
-            fitted = fit_calibration(replay, base, args.fp_per_day, 3600.0, 300.0)
-            kept = fitted.signal_weights is not None
-            print(f"weights tried {fitted.tried_weights}; kept: {kept}", file=sys.stderr)
-        result = plain[0] if plain else replay(None)
+            fitted = fit_calibration(
+                functools.partial(replay_seed, seed, args.days, args.nodes),
+                base,
+                args.fp_per_day,
+                3600.0,
+                300.0,
+            )
+            fitted_here = True
+            print(f"weights tried {fitted.tried_weights}; kept: {fitted.kept}", file=sys.stderr)
+        result = (
+            fitted.unweighted_result
+            if fitted_here and fitted
+            else replay_seed(seed, args.days, args.nodes)
+        )
         own = fit_threshold(result, base, args.fp_per_day, 3600.0, 300.0).point.threshold
         if held_out is None:
             held_out = own
@@ -107,8 +109,8 @@ def main() -> int:
         rows.append(row("held-out", seed, result, dataclasses.replace(base, threshold=held_out)))
         rows.append(row("in-sample", seed, result, dataclasses.replace(base, threshold=own)))
         if fitted is not None:
-            weighted = result
-            if fitted.signal_weights is not None:
+            weighted = fitted.result if fitted_here else result  # seed 1: replayed already
+            if fitted.kept and not fitted_here:
                 weighted = replay_seed(seed, args.days, args.nodes, fitted.signal_weights)
             at = dataclasses.replace(base, threshold=fitted.threshold.point.threshold)
             rows.append(row("held-out+w", seed, weighted, at))

@@ -107,13 +107,18 @@ def calibrate(
     if failures == 0:
         return _result(boundary, "budget", True, fp_budget_per_day, cache)
     feasible = [p for p in (at(i) for i in range(lo, len(thresholds))) if within(p)]
-    if early_first:
-        best = max(feasible, key=lambda p: (p.detected_before, p.detected, p.threshold))
-    else:
-        best = max(feasible, key=lambda p: (p.detected, p.detected_before, p.threshold))
+    best = max(feasible, key=lambda p: (*caught(p, early_first), p.threshold))
     if best.detected == 0:
         return _result(boundary, "budget", True, fp_budget_per_day, cache)
     return _result(best, "best", True, fp_budget_per_day, cache)
+
+
+def caught(point: CalibrationPoint, early_first: bool) -> tuple[int, int]:
+    """The objective's first two ranks: failures caught, then caught before the failure (or the
+    other way round with ``early_first``); callers add their own tie-breaker."""
+    if early_first:
+        return (point.detected_before, point.detected)
+    return (point.detected, point.detected_before)
 
 
 def _result(

@@ -33,6 +33,7 @@ from .calibration import (
     CalibrationResult,
     calibrate,
     candidate_thresholds,
+    caught,
     fit_signal_weights,
 )
 from .episodes import EpisodeParams
@@ -48,15 +49,30 @@ ReplayFn = Callable[[Mapping[str, float] | None], ReplayResult]
 
 @dataclass(frozen=True, slots=True)
 class Fitted:
-    """What ``fit_calibration`` chose and what it compared."""
+    """What ``fit_calibration`` compared and chose."""
 
-    result: ReplayResult  # the replay the chosen threshold was fitted on
-    threshold: CalibrationResult
-    signal_weights: dict[str, float] | None  # None: no weights in the file
-    tried_weights: dict[str, float]  # the multipliers pass 2 tried (empty: none tried)
-    unweighted: CalibrationResult  # pass 1, for the record
-    weighted: CalibrationResult | None  # pass 2, when weights were tried
+    unweighted: CalibrationResult  # pass 1: the rules' weights
+    unweighted_result: ReplayResult
     signal_hits: dict[str, tuple[int, int]]  # (led a matched alert, led an unmatched alert)
+    tried_weights: dict[str, float]  # the multipliers pass 2 tried (empty: none tried)
+    weighted: CalibrationResult | None = None  # pass 2, when weights were tried
+    weighted_result: ReplayResult | None = None
+    kept: bool = False  # pass 2 did better: its weights and threshold are the ones chosen
+
+    @property
+    def threshold(self) -> CalibrationResult:
+        return self.weighted if self.kept and self.weighted is not None else self.unweighted
+
+    @property
+    def result(self) -> ReplayResult:
+        """The replay the chosen threshold was fitted on."""
+        chosen = self.weighted_result if self.kept else None
+        return chosen if chosen is not None else self.unweighted_result
+
+    @property
+    def signal_weights(self) -> dict[str, float] | None:
+        """The weights the file carries (None: none)."""
+        return self.tried_weights if self.kept else None
 
 
 def fit_threshold(
@@ -124,12 +140,6 @@ def signal_hits(
     return {s: h for s, h in hits.items() if not s.startswith(XID_SIGNAL_PREFIX)}
 
 
-def _objective(point: CalibrationPoint, early_first: bool) -> tuple[float, float, float]:
-    caught = (point.detected_before, point.detected)
-    first, second = caught if early_first else caught[::-1]
-    return (first, second, -point.fp_per_day)
-
-
 def fit_calibration(
     replay: ReplayFn,
     base: EpisodeParams,
@@ -149,11 +159,12 @@ def fit_calibration(
         hits = signal_hits(first, base, fp_per_day, horizon_s, grace_s)
     weights = {s: w for s, w in fit_signal_weights(hits, {}).items() if w != 1.0}
     if not weights:
-        return Fitted(first, unweighted, None, {}, unweighted, None, hits)
+        return Fitted(unweighted, first, hits, {})
     second = replay(weights)
     weighted = fit_threshold(second, base, fp_per_day, horizon_s, grace_s, early_first=early_first)
-    if weighted.within_budget and _objective(weighted.point, early_first) > _objective(
-        unweighted.point, early_first
-    ):
-        return Fitted(second, weighted, weights, weights, unweighted, weighted, hits)
-    return Fitted(first, unweighted, None, weights, unweighted, weighted, hits)
+
+    def rank(point: CalibrationPoint) -> tuple[float, ...]:
+        return (*caught(point, early_first), -point.fp_per_day)
+
+    kept = weighted.within_budget and rank(weighted.point) > rank(unweighted.point)
+    return Fitted(unweighted, first, hits, weights, weighted, second, kept)
