@@ -115,8 +115,7 @@ class Pipeline:
         self.xid_catalog = xids
         self.signal_map = SignalMap(signals, index)
         self.xid_extractor = XidExtractor(index, xids)
-        self.scorers = list(scorers)
-        self.scoring = ScorerStage(self.scorers)
+        self.scoring = ScorerStage(scorers)
         self.episodes = Episodes(self.params.episodes)
         self._layout: ColumnLayout | None = None
         self._entities: EntityMap | None = None
@@ -130,6 +129,10 @@ class Pipeline:
         self._peak_gpu: dict[int, str | None] = {}
         self._open: dict[int, Alert] = {}
         self._injected: list[XidEvent] = []
+
+    @property
+    def scorers(self) -> list[Scorer]:
+        return self.scoring.scorers
 
     # -- layout -----------------------------------------------------------------------------
     def _refresh_layout(self) -> None:
