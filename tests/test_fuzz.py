@@ -6,7 +6,8 @@ Inputs are real payloads (node_exporter e2e output, generated dcgm pages), the s
 rules, mutated. Contract checked: no exception but the target's own DetectorError, whose message
 names the file (and line or field); nothing hangs (a per-example deadline); the parser keeps
 the good lines of a payload exactly as prometheus_client reads them alone.
-bench/fuzz_bench.py runs the same targets for 100,000+ seeded cases outside pytest.
+bench/fuzz_bench.py runs the same targets for 100,000+ seeded cases outside pytest (it imports
+the differential reference, ``reference_rows`` and ``parsed_rows``, from here).
 """
 
 from __future__ import annotations
@@ -216,7 +217,8 @@ _bad_lines = st.one_of(
 )
 
 
-def _reference(text: str) -> Counter[tuple[Any, ...]]:
+def reference_rows(text: str) -> Counter[tuple[Any, ...]]:
+    """Sample rows of ``text`` as prometheus_client parses it (the differential reference)."""
     rows: Counter[tuple[Any, ...]] = Counter()
     for family in text_string_to_metric_families(text):
         for s in family.samples:
@@ -226,7 +228,8 @@ def _reference(text: str) -> Counter[tuple[Any, ...]]:
     return rows
 
 
-def _ours(exp: Exposition) -> Counter[tuple[Any, ...]]:
+def parsed_rows(exp: Exposition) -> Counter[tuple[Any, ...]]:
+    """The same rows from our parse, named as prometheus_client names them."""
     rows: Counter[tuple[Any, ...]] = Counter()
     for key, value, ts in zip(exp.keys, exp.values, exp.timestamps, strict=True):
         name, labels = split_series(key)
@@ -257,7 +260,7 @@ def test_good_lines_are_kept_as_the_reference_reads_them_alone(
     exp = parse_exposition("\n".join(mixed) + "\n", "fuzz")
     assert len(bad) == len(exp.errors)
     assert {line for _, line in bad} == {e.content for e in exp.errors if isinstance(e, ParseError)}
-    assert _reference("\n".join(good) + "\n") == _ours(exp)
+    assert reference_rows("\n".join(good) + "\n") == parsed_rows(exp)
 
 
 @fuzz()
