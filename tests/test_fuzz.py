@@ -403,6 +403,21 @@ def test_events_loader_raises_only_events_error_naming_the_line(
     assert all(math.isfinite(e.time) and e.time >= 0 for e in events)
 
 
+def _load_message(
+    data: bytes, name: str, load: Callable[[Path], object], error: type[Exception]
+) -> tuple[str, str]:
+    """Write ``data`` to a temporary file ``name`` and ``load`` it: (the file's path, the
+    ``error`` it raised as text, or the path itself when it loaded). Other errors propagate."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / name
+        path.write_bytes(data)
+        try:
+            load(path)
+        except error as exc:
+            return str(path), str(exc)
+        return str(path), str(path)
+
+
 @fuzz(50)
 @given(st.binary(max_size=300), st.sampled_from(["plain", "gzip", "truncated-gzip"]))
 def test_events_file_bytes_raise_only_events_error(raw: bytes, packing: str) -> None:
@@ -410,16 +425,8 @@ def test_events_file_bytes_raise_only_events_error(raw: bytes, packing: str) -> 
     data = raw if packing == "plain" else gzip.compress(raw, mtime=0)
     if packing == "truncated-gzip":
         data = data[: len(data) // 2]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "events.jsonl.gz"
-        path.write_bytes(data)
-        try:
-            load_events(path)
-        except EventsError as exc:
-            message = str(exc)
-        else:
-            message = str(path)
-        assert message.startswith(str(path))
+    path, message = _load_message(data, "events.jsonl.gz", load_events, EventsError)
+    assert message.startswith(path)
 
 
 HOSTILE_YAML = [
@@ -462,17 +469,9 @@ _env = st.dictionaries(
 
 
 def _load_or_config_error(data: bytes, load: Callable[[Path], object], allowed: set[str]) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "file.yaml"
-        path.write_bytes(data)
-        try:
-            load(path)
-        except ConfigError as exc:
-            message = str(exc)
-        else:
-            message = str(path)
+    path, message = _load_message(data, "file.yaml", load, ConfigError)
     for line in message.split("\n"):
-        assert line.startswith((str(path), *allowed)), line
+        assert line.startswith((path, *allowed)), line
 
 
 @fuzz(150)
