@@ -11,7 +11,7 @@ seconds from ``start``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Literal
 
 from ..errors import ConfigError
@@ -150,7 +150,3 @@ class Scenario:
         compressed so that a three-day replay has something to find. Every DCGM field is on,
         so ECC/NVLink/violation precursors are visible."""
         return cls(days=3.0, seed=7, dcgm_fields="all", failure_count=12)
-
-    @classmethod
-    def field_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls))
