@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from .model import Alert, XidEvent
@@ -62,10 +62,6 @@ class Detection:
     node: str
     time: float
     lead_time_s: float
-
-    @property
-    def before(self) -> bool:
-        return self.lead_time_s > 0
 
 
 @dataclass(slots=True)
@@ -212,12 +208,7 @@ class LiveAccounting:
         self._lead = deque(lead, maxlen=self._lead.maxlen)
 
 
-_COUNTERS = (
-    "alerts",
-    "true_positives",
-    "false_positives",
-    "failures",
-    "detected_before",
-    "detected_after",
-    "missed",
+# The persisted counters: every snapshot field but the two computed by ``snapshot``.
+_COUNTERS = tuple(
+    f.name for f in fields(AccountingSnapshot) if f.name not in ("fp_per_day", "lead_times_s")
 )
