@@ -14,26 +14,21 @@ detects) there is no evidence to trade against, so the budget the operator accep
 the lowest threshold whose FP/day is within it. When no candidate meets the budget at all, the
 highest candidate is returned with ``within_budget=False`` and the caller decides.
 
-The calibration file (JSON, or YAML by suffix) is validated by pydantic; a bad file raises
-ConfigError naming the file and the field.
+``Calibration`` is the calibration file's model (validated by pydantic); calibration_file.py
+reads and writes it (this stage does no I/O).
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import numpy as np
-import yaml
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from .errors import ConfigError
 from .model import FloatArray
 
 WEIGHT_CLIP = (0.25, 4.0)
@@ -253,43 +248,3 @@ def calibration_from_result(
         ),
         created=created or datetime.now(UTC),
     )
-
-
-def save_calibration(path: Path, calibration: Calibration) -> None:
-    """Write the file atomically (temp file + rename): JSON, or YAML for .yaml/.yml."""
-    document = calibration.model_dump(mode="json", exclude_none=True)
-    if path.suffix in (".yaml", ".yml"):
-        text = yaml.safe_dump(document, sort_keys=False)
-    else:
-        text = json.dumps(document, indent=2) + "\n"
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
-
-
-def load_calibration(path: Path) -> Calibration:
-    """Read and validate a calibration file; ConfigError names the file and each bad field."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read calibration file: {exc}") from None
-    document: Any
-    try:
-        if path.suffix in (".yaml", ".yml"):
-            document = yaml.safe_load(text)
-        else:
-            document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(document, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level")
-    try:
-        return Calibration.model_validate(document)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"field {'.'.join(str(part) for part in error['loc'])!r}: {error['msg']}"
-            for error in exc.errors()
-        )
-        raise ConfigError(f"{path}: invalid calibration: {problems}") from None

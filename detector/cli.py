@@ -27,9 +27,8 @@ from .calibration import (
     Calibration,
     CalibrationResult,
     calibration_from_result,
-    load_calibration,
-    save_calibration,
 )
+from .calibration_file import load_calibration, save_calibration
 from .config import Config, check_config, load_config
 from .daemon import main_run
 from .episodes import EpisodeParams

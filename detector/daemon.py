@@ -40,7 +40,7 @@ import numpy as np
 
 from .accounting import LiveAccounting
 from .alerts import AlertSender
-from .calibration import load_calibration
+from .calibration_file import load_calibration
 from .config import Config, load_config
 from .entity_stats import NodeScoreStats
 from .errors import DetectorError, StateError

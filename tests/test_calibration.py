@@ -19,9 +19,8 @@ from detector.calibration import (
     calibration_from_result,
     candidate_thresholds,
     fit_signal_weights,
-    load_calibration,
-    save_calibration,
 )
+from detector.calibration_file import load_calibration, save_calibration
 from detector.errors import ConfigError
 from detector.evaluation import evaluate
 from detector.model import Alert, XidEvent
@@ -289,7 +288,8 @@ def test_bad_calibration_file_names_file_and_field(
 
 
 def test_unreadable_or_malformed_calibration_files(tmp_path: Path) -> None:
-    """Missing, non-JSON and non-mapping files are ConfigErrors naming the file."""
+    """Missing, non-JSON, non-mapping and duplicate-key files are ConfigErrors naming the
+    file (and the line where there is one)."""
     with pytest.raises(ConfigError, match="cannot read"):
         load_calibration(tmp_path / "missing.json")
     broken = tmp_path / "broken.json"
@@ -300,6 +300,12 @@ def test_unreadable_or_malformed_calibration_files(tmp_path: Path) -> None:
     listed.write_text("- 1\n- 2\n")
     with pytest.raises(ConfigError, match="mapping"):
         load_calibration(listed)
+    twice = tmp_path / "twice.yaml"  # read like every YAML file people write: strictly
+    twice.write_text("threshold: 0.5\nthreshold: 0.9\n")
+    with pytest.raises(
+        ConfigError, match=r"twice\.yaml:2:\d+: invalid YAML: duplicate key 'threshold'"
+    ):
+        load_calibration(twice)
 
 
 def test_calibrate_over_real_evaluation_picks_the_exhaustive_optimum() -> None:

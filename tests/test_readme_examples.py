@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from detector.calibration import load_calibration
+from detector.calibration_file import load_calibration
 from detector.cli import main
 from detector.ingest.dumps import detect_format
 

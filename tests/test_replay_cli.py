@@ -16,9 +16,8 @@ from detector.calibration import (
     CalibrationPoint,
     calibrate,
     calibration_from_result,
-    load_calibration,
-    save_calibration,
 )
+from detector.calibration_file import load_calibration, save_calibration
 from detector.cli import COMMANDS, main
 from detector.config import load_config
 from detector.ingest.dumps import write_openmetrics

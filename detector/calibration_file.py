@@ -1,0 +1,58 @@
+"""The calibration file on disk: ``detector calibrate`` writes it, ``run`` and ``replay`` read it.
+
+JSON, or YAML by suffix (read with the project's strict YAML reader, yamlfile.py); the content
+is ``calibration.Calibration``, validated by pydantic. A bad file raises ConfigError naming the
+file and each bad field. Writes are atomic (temporary file + rename).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from .calibration import Calibration
+from .errors import ConfigError
+from .yamlfile import parse_yaml
+
+
+def save_calibration(path: Path, calibration: Calibration) -> None:
+    """Write the file atomically (temp file + rename): JSON, or YAML for .yaml/.yml."""
+    document = calibration.model_dump(mode="json", exclude_none=True)
+    if path.suffix in (".yaml", ".yml"):
+        text = yaml.safe_dump(document, sort_keys=False)
+    else:
+        text = json.dumps(document, indent=2) + "\n"
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def load_calibration(path: Path) -> Calibration:
+    """Read and validate a calibration file; ConfigError names the file and each bad field."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read calibration file: {exc}") from None
+    document: Any
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            document = parse_yaml(text, str(path))  # ConfigError with path:line:column
+        else:
+            document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+    if not isinstance(document, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    try:
+        return Calibration.model_validate(document)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"field {'.'.join(str(part) for part in error['loc'])!r}: {error['msg']}"
+            for error in exc.errors()
+        )
+        raise ConfigError(f"{path}: invalid calibration: {problems}") from None
