@@ -186,6 +186,14 @@ def fit_signal_weights(
     return weights
 
 
+def describe_weights(weights: Mapping[str, float], shown: int = 4) -> str:
+    """``n (lowest ... highest)`` for terminals and reports: how many signal weights, and the
+    ``shown`` furthest below and above (all of them when there are few)."""
+    ranked = sorted(weights.items(), key=lambda kv: (kv[1], kv[0]))
+    listed = ranked if len(ranked) <= 2 * shown else [*ranked[:shown], *ranked[-shown:]]
+    return f"{len(ranked)} (" + ", ".join(f"{s} x{w:.2f}" for s, w in listed) + ")"
+
+
 # ---- the calibration file ----------------------------------------------------------------
 
 Unit = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]

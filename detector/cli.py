@@ -27,6 +27,7 @@ from .calibration import (
     Calibration,
     CalibrationResult,
     calibration_from_result,
+    describe_weights,
 )
 from .calibration_file import load_calibration, save_calibration
 from .config import Config, check_config, load_config
@@ -45,7 +46,6 @@ from .replay import (
     run_replay,
     simulated_frames,
     summary_lines,
-    weights_text,
 )
 from .report import render_html
 from .series import LabelRules, SeriesIndex
@@ -349,13 +349,12 @@ def _weight_lines(fitted: Fitted, failures: int, days: float, budget: float) -> 
             "signal weights: none fitted (needs alerts led by a signal before a failure and "
             f"false alerts to contrast; found {tp} and {fp})"
         ]
-    kept = fitted.signal_weights is not None
     lines = [
         _point_line("  without weights", fitted.unweighted, failures, days, budget),
         _point_line("  with weights   ", fitted.weighted, failures, days, budget),
     ]
-    verdict = "kept" if kept else "dropped: no better than without"
-    return [f"signal weights {weights_text(fitted.tried_weights)}: {verdict}", *lines]
+    verdict = "kept" if fitted.kept else "dropped: no better than without"
+    return [f"signal weights {describe_weights(fitted.tried_weights)}: {verdict}", *lines]
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:

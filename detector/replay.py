@@ -10,13 +10,14 @@ from __future__ import annotations
 import csv
 import gzip
 import time as wallclock
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
+from .calibration import describe_weights
 from .episodes import EpisodeParams, Episodes
 from .evaluation import Evaluation, evaluate
 from .frame import frames_from_batches
@@ -344,7 +345,7 @@ def summary_lines(result: ReplayResult) -> list[str]:
         f"p75 {fmt_lead(lt['p75'])}  (positive: alert before the XID)",
     ]
     if result.signal_weights:
-        lines.append(f"calibrated signal weights: {weights_text(result.signal_weights)}")
+        lines.append(f"calibrated signal weights: {describe_weights(result.signal_weights)}")
     rows = result.evaluation.to_json()["failures"]
     if rows:
         lines.append("")
@@ -361,13 +362,6 @@ def summary_lines(result: ReplayResult) -> list[str]:
                 f"{when:<20} {row['node']:<12} {gpu:>3} {row['xid']:>4}  {found:<8} {lead}"
             )
     return lines
-
-
-def weights_text(weights: Mapping[str, float], shown: int = 4) -> str:
-    """``n (lowest ... highest)``: how many signal weights, the extremes of each side."""
-    ranked = sorted(weights.items(), key=lambda kv: (kv[1], kv[0]))
-    listed = ranked if len(ranked) <= 2 * shown else [*ranked[:shown], *ranked[-shown:]]
-    return f"{len(ranked)} (" + ", ".join(f"{s} x{w:.2f}" for s, w in listed) + ")"
 
 
 def _pct(v: float | None) -> str:

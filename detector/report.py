@@ -17,7 +17,6 @@ No network resources: CSS and SVG are inline, the heat map is an inline PNG (``d
 
 from __future__ import annotations
 
-import math
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from html import escape
@@ -25,6 +24,7 @@ from typing import Protocol
 
 import numpy as np
 
+from .calibration import describe_weights
 from .evaluation import Evaluation, FailureRow
 from .model import Alert, FloatArray, XidEvent
 from .report_charts import CSS, LEGEND, Mark, Span, bars_svg, heatmap_svg, timeline_svg
@@ -131,16 +131,10 @@ def _summary(result: ReplayData, threshold: float, weights: Mapping[str, float])
         "<section id=summary><h2>Summary</h2>"
         + _table("summary", [h for h, _ in cells], [[v for _, v in cells]])
         + "<p class=note>Lead time: XID time minus the start of the earliest matching alert "
-        "(positive: the alert came first). Signal weights: " + _weights(weights) + ".</p></section>"
+        "(positive: the alert came first). Signal weights: "
+        + (escape(describe_weights(weights)) if weights else "the rules' own (none calibrated)")
+        + ".</p></section>"
     )
-
-
-def _weights(weights: Mapping[str, float]) -> str:
-    """The calibrated weight multipliers, furthest from 1 first (none: the rules' weights)."""
-    if not weights:
-        return "the rules' own (no calibrated weights)"
-    ranked = sorted(weights.items(), key=lambda kv: (-abs(math.log(kv[1])), kv[0]))
-    return ", ".join(f"{escape(s)} x{w:.2f}" for s, w in ranked)
 
 
 def _node_link(node: str) -> str:

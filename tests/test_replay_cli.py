@@ -286,8 +286,8 @@ def test_replay_applies_and_reports_the_calibrated_signal_weights(
         starts.append(min(a["start"] for a in alerts if a["node"] == "node2"))
         if weights is None:
             assert "calibrated signal weights" not in printed
-            assert "Signal weights: the rules' own (no calibrated weights)" in html.read_text()
+            assert "Signal weights: the rules' own (none calibrated)" in html.read_text()
         else:
             assert "calibrated signal weights: 1 (gpu_temp x0.50)" in printed
-            assert "gpu_temp x0.50" in html.read_text()
+            assert "Signal weights: 1 (gpu_temp x0.50)" in html.read_text()
     assert starts[1] > starts[0]
