@@ -37,6 +37,7 @@ from .errors import ConfigError, DetectorError
 from .fitting import Fitted, fit_calibration
 from .ingest.record import run_record
 from .logs import configure_logging
+from .model import XidEvent
 from .pipeline import build_pipeline
 from .progress import ProgressBar
 from .replay import (
@@ -217,14 +218,16 @@ def _scenario(args: argparse.Namespace) -> Scenario:
 
 def _replay(
     args: argparse.Namespace,
+    config: Config,
+    calibration: Calibration | None,
+    events: Sequence[XidEvent],
     *,
     record: bool,
     signal_weights: Mapping[str, float] | None = None,
-) -> tuple[ReplayResult, str, Config]:
-    config, calibration = _load(args)
+) -> tuple[ReplayResult, str]:
+    """One replay of the dump (or the built-in cluster) with what the caller loaded once."""
     index = _index(config)
     pipeline = build_pipeline(config, index, calibration, signal_weights=signal_weights)
-    events = load_event_files(args.events)
     span: tuple[float, float] | None = None
     bar = ProgressBar.for_stream(quiet=args.quiet)  # None unless stderr is a terminal
     if args.dump:
@@ -253,11 +256,13 @@ def _replay(
         progress=bar,
         expected_span=span,
     )
-    return result, label, config
+    return result, label
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    result, label, _ = _replay(args, record=args.html is not None)
+    config, calibration = _load(args)
+    events = load_event_files(args.events)
+    result, label = _replay(args, config, calibration, events, record=args.html is not None)
     print(f"detector replay: {label}")
     for line in summary_lines(result):
         print(line)
@@ -277,12 +282,13 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     if not args.fp_per_day >= 0:
         raise ConfigError(f"--fp-per-day must be >= 0 (got {args.fp_per_day})")
     config = load_config(args.config)
+    events = load_event_files(args.events)
     label = ""
 
     def replay(weights: Mapping[str, float] | None) -> ReplayResult:
         nonlocal label
-        # A fresh fit: the weights tried (none at first), never those of an older file.
-        result, label, _ = _replay(args, record=True, signal_weights=weights or {})
+        # A fresh fit: no older calibration file, only the weights tried (none at first).
+        result, label = _replay(args, config, None, events, record=True, signal_weights=weights)
         if not np.isfinite(result.node_scores).any():
             raise DetectorError(f"{label}: no scores were produced; nothing to calibrate")
         return result
