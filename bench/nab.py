@@ -203,31 +203,52 @@ def _one_column_layout() -> ColumnLayout:
     )
 
 
+def held_clock(f: NabFile) -> FloatArray:
+    """Each row's clock: its timestamp, held where a few NAB files step back in time."""
+    clock: FloatArray = np.maximum.accumulate(f.times)
+    return clock
+
+
+def row_clock(f: NabFile) -> FloatArray:
+    """Row order as the clock (for the scorers whose model is a sequence of observations)."""
+    return np.arange(f.values.shape[0], dtype=np.float64)
+
+
+def stream(scorer: Scorer, f: NabFile, clock: FloatArray, probation_rows: int) -> FloatArray:
+    """Feed ``f``'s rows one at a time to ``scorer`` at ``clock``; its score per row, with the
+    first ``probation_rows`` (the rows that learn the cadence) set to 0."""
+    layout = _one_column_layout()
+    out = np.zeros(f.values.shape[0])
+    for i, t in enumerate(clock.tolist()):
+        out[i] = scorer.update(t, f.values[i : i + 1], layout)[0]
+    out[:probation_rows] = 0.0
+    return out
+
+
+def anomaly_scores(
+    z_by_name: dict[str, FloatArray], holdoff_rows: int, score_scale: float
+) -> dict[str, FloatArray]:
+    """NAB anomaly scores ``1 - exp(-holdoff(z) / score_scale)`` per detector name (z units in;
+    ``holdoff_rows = 0`` for z already held off)."""
+    return {
+        name: 1.0 - np.exp(-holdoff(z, holdoff_rows) / score_scale) for name, z in z_by_name.items()
+    }
+
+
 def project_z(f: NabFile, cfg: ProjectConfig = ProjectConfig()) -> tuple[FloatArray, FloatArray]:
     """Stream one file through RobustZScore and ChangePoint; their z-unit outputs per row."""
     from detector.scorers.changepoint import ChangePoint
     from detector.scorers.zscore import RobustZScore
 
-    head = np.diff(f.times[: cfg.cadence_rows + 1])
-    cadence = float(np.median(head[head > 0])) if np.any(head > 0) else 1.0
+    cadence = cadence_of(f, cfg.cadence_rows)
     zscore = RobustZScore(half_life_s=cfg.zscore_half_life * cadence)
     change = ChangePoint(
         half_life_s=cfg.changepoint_half_life * cadence,
         memory_half_life_s=cfg.changepoint_memory * cadence,
         hold_half_life_s=cfg.changepoint_hold * cadence,
     )
-    layout = _one_column_layout()
-    n = f.values.shape[0]
-    z_out, c_out = np.zeros(n), np.zeros(n)
-    clock = -math.inf
-    for i in range(n):
-        clock = max(clock, float(f.times[i]))  # a few NAB files step back in time: hold the clock
-        x = f.values[i : i + 1]
-        z_out[i] = zscore.update(clock, x, layout)[0]
-        c_out[i] = change.update(clock, x, layout)[0]
-    z_out[: cfg.cadence_rows] = 0.0
-    c_out[: cfg.cadence_rows] = 0.0
-    return z_out, c_out
+    clock = held_clock(f)
+    return stream(zscore, f, clock, cfg.cadence_rows), stream(change, f, clock, cfg.cadence_rows)
 
 
 def holdoff(score: FloatArray, rows: int) -> FloatArray:
@@ -247,10 +268,7 @@ def project_detectors(f: NabFile, cfg: ProjectConfig = ProjectConfig()) -> dict[
     """``project``: max of both scorers; ``projectChangepoint``: the changepoint alone."""
     z, c = project_z(f, cfg)
     mapped = {"project": np.maximum(z, c), "projectChangepoint": c}
-    return {
-        name: 1.0 - np.exp(-holdoff(s, cfg.holdoff_rows) / cfg.score_scale)
-        for name, s in mapped.items()
-    }
+    return anomaly_scores(mapped, cfg.holdoff_rows, cfg.score_scale)
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,9 +378,7 @@ def predictive_z(
     layout = _one_column_layout()
     n = f.values.shape[0]
     raw, lik, rng = np.zeros(n), np.zeros(n), np.zeros(n)
-    clock = -math.inf
-    for i in range(n):
-        clock = max(clock, float(f.times[i]))
+    for i, clock in enumerate(held_clock(f).tolist()):
         x = f.values[i : i + 1]
         lik[i] = likelihood.update(clock, x, layout)[0]
         if slow is not None:  # after the fast one: it reads the forecast error just computed
@@ -387,10 +403,7 @@ def predictive_detectors(
         "forecastRaw": raw,
         "rangeOnly": rng,
     }
-    return {
-        name: 1.0 - np.exp(-holdoff(s, cfg.holdoff_rows) / cfg.score_scale)
-        for name, s in mapped.items()
-    }
+    return anomaly_scores(mapped, cfg.holdoff_rows, cfg.score_scale)
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,13 +441,7 @@ def context_z(f: NabFile, cfg: ContextConfig = ContextConfig()) -> FloatArray:
         rate_half_life=cfg.rate_half_life,
         warmup=cfg.warmup,
     )
-    layout = _one_column_layout()
-    n = f.values.shape[0]
-    out = np.zeros(n)
-    for i in range(n):  # no clock inside the scorer: row order is its time
-        out[i] = scorer.update(float(i), f.values[i : i + 1], layout)[0]
-    out[: cfg.cadence_rows] = 0.0
-    return out
+    return stream(scorer, f, row_clock(f), cfg.cadence_rows)  # no clock inside the scorer
 
 
 def context_detectors(f: NabFile, cfg: ContextConfig = ContextConfig()) -> dict[str, FloatArray]:
@@ -444,10 +451,7 @@ def context_detectors(f: NabFile, cfg: ContextConfig = ContextConfig()) -> dict[
     _, lik, rng = predictive_z(f)
     combined = np.maximum(np.maximum(lik, rng), cfg.context_weight * ctx)
     mapped = {"contextNovelty": ctx, "likelihoodContext": combined}
-    return {
-        name: 1.0 - np.exp(-holdoff(s, cfg.holdoff_rows) / cfg.score_scale)
-        for name, s in mapped.items()
-    }
+    return anomaly_scores(mapped, cfg.holdoff_rows, cfg.score_scale)
 
 
 @dataclass(frozen=True, slots=True)
@@ -499,11 +503,8 @@ def seasonal_z(f: NabFile, cfg: SeasonalConfig = SeasonalConfig()) -> FloatArray
         tolerance=cfg.tolerance,
     )
     layout = _one_column_layout()
-    n = f.values.shape[0]
-    out = np.zeros(n)
-    clock = -math.inf
-    for i in range(n):
-        clock = max(clock, float(f.times[i]))
+    out = np.zeros(f.values.shape[0])
+    for i, clock in enumerate(held_clock(f).tolist()):
         z = scorer.update(clock, f.values[i : i + 1], layout)[0]
         out[i] = z if scorer.learnt[0] else math.inf
     return out
@@ -519,13 +520,7 @@ def window_z(f: NabFile, cfg: SeasonalConfig = SeasonalConfig()) -> FloatArray:
         prototypes=cfg.window_prototypes,
         vigilance=cfg.window_vigilance,
     )
-    layout = _one_column_layout()
-    n = f.values.shape[0]
-    out = np.zeros(n)
-    for i in range(n):
-        out[i] = scorer.update(float(i), f.values[i : i + 1], layout)[0]
-    out[:32] = 0.0  # the other detectors' cadence rows
-    return out
+    return stream(scorer, f, row_clock(f), 32)  # 32: the other detectors' cadence rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -596,7 +591,7 @@ def seasonal_detectors(f: NabFile, cfg: SeasonalConfig = SeasonalConfig()) -> di
         "likelihoodContextSeasonalHold300": fuse(parts, replace(cfg, holdoff_rows=300), weight),
         "windowMemory": holdoff(window_z(f, cfg), cfg.holdoff_rows),
     }
-    return {name: 1.0 - np.exp(-s / cfg.score_scale) for name, s in held.items()}
+    return anomaly_scores(held, 0, cfg.score_scale)
 
 
 def baseline_detectors(f: NabFile) -> dict[str, FloatArray]:
