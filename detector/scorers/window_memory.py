@@ -59,7 +59,7 @@ class WindowMemory:
     """Scorer: distance of the recent window to the closest remembered one, ranked (docstring)."""
 
     name = "window"
-    _KEYS = ("count", "low", "high", "fill", "total", "spike", "trend", "blocks", "weight")
+    _KEYS = ("low", "high", "fill", "total", "spike", "trend", "blocks", "weight")
     _ROWS = ("window", "memory", "matches", "used", "histogram")  # one row (or block) per column
 
     def __init__(
@@ -84,7 +84,6 @@ class WindowMemory:
         self.vigilance = float(vigilance)
         self.warmup = int(warmup)
         self._decay = 0.5 ** (self.block / float(rate_half_life))  # per block
-        self.count = np.zeros(0)  # observations so far
         self.low = np.zeros(0)  # all-time minimum (+inf before the first value)
         self.high = np.zeros(0)  # all-time maximum (-inf before the first value)
         self.fill = np.zeros(0)  # observations in the current block
@@ -106,7 +105,7 @@ class WindowMemory:
 
     def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
         n = x.shape[0]
-        if n > self.count.shape[0]:
+        if n > self.blocks.shape[0]:
             self._grow(n)
         score = np.zeros(n)
         cols = np.flatnonzero(observed(x))
@@ -114,12 +113,12 @@ class WindowMemory:
             return score
         xv = x[cols]
         first = self.fill[cols] == 0
-        self.trend[cols] = np.where(self.count[cols] == 0, xv, self.trend[cols])
+        never = first & (self.blocks[cols] == 0)  # the column's first observation
+        self.trend[cols] = np.where(never, xv, self.trend[cols])
         far = np.abs(xv - self.trend[cols]) > np.abs(self.spike[cols] - self.trend[cols])
         self.spike[cols] = np.where(first | far, xv, self.spike[cols])
         self.total[cols] += xv
         self.fill[cols] += 1.0
-        self.count[cols] += 1.0
         self.low[cols] = np.minimum(self.low[cols], xv)
         self.high[cols] = np.maximum(self.high[cols], xv)
         done = cols[self.fill[cols] >= self.block]
