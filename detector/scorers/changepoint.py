@@ -29,7 +29,7 @@ from ..errors import ConfigError
 from ..model import FloatArray
 from .base import ColumnLayout
 from .kernels import cusum_step
-from .zscore import RobustEWBaseline, check_state, grow
+from .zscore import RobustEWBaseline, grow, load_arrays
 
 
 class ChangePoint:
@@ -107,7 +107,5 @@ class ChangePoint:
         return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        check_state(state, self._KEYS, "changepoint")
+        load_arrays(self, state, self._KEYS, "changepoint")
         self.baseline.load_state_dict(state, "baseline.")
-        for k in self._KEYS:
-            setattr(self, k, np.array(state[k], dtype=np.float64))

@@ -45,7 +45,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..model import FloatArray
 from .base import SCORE_CAP, ColumnLayout, Scorer
-from .zscore import RobustEWBaseline, check_state, grow, observed
+from .zscore import RobustEWBaseline, grow, load_arrays, observed
 
 _SQRT_HALF = math.sqrt(0.5)
 _INV_LN2 = 1.0 / math.log(2.0)
@@ -127,10 +127,8 @@ class AnomalyLikelihood:
         return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        check_state(state, self._KEYS, "likelihood")
+        load_arrays(self, state, self._KEYS, "likelihood")
         self.baseline.load_state_dict(state, "baseline.")
         self.inner.load_state_dict(
             {k[len("inner.") :]: v for k, v in state.items() if k.startswith("inner.")}
         )
-        for k in self._KEYS:
-            setattr(self, k, np.array(state[k], dtype=np.float64))

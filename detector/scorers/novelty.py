@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..model import FloatArray
 from .base import SCORE_CAP, ColumnLayout
-from .zscore import check_state, grow, observed
+from .zscore import grow, load_arrays, observed
 
 
 class RangeNovelty:
@@ -70,6 +70,4 @@ class RangeNovelty:
         return {k: getattr(self, k).copy() for k in self._KEYS}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        check_state(state, self._KEYS, "range")
-        for k in self._KEYS:
-            setattr(self, k, np.array(state[k], dtype=np.float64))
+        load_arrays(self, state, self._KEYS, "range")

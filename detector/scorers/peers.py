@@ -33,7 +33,7 @@ from ..model import FloatArray, IntArray
 from .base import ColumnLayout
 from .peer_kernels import MAD_SCALE as MAD_SCALE
 from .peer_kernels import group_stats, peer_step
-from .zscore import RobustEWBaseline, check_state, grow
+from .zscore import RobustEWBaseline, grow, load_arrays
 
 _NO_BASELINE = tuple(np.zeros(0) for _ in range(6))  # peer_step without a habit baseline
 
@@ -188,9 +188,6 @@ class PeerDeviation:
         return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        own = {k: state[k] for k in self._KEYS if k in state}
-        check_state(own, self._KEYS, "peers")
-        for k in self._KEYS:
-            setattr(self, k, np.array(own[k], dtype=np.float64))
+        load_arrays(self, state, self._KEYS, "peers")
         if self.baseline is not None:
             self.baseline.load_state_dict(state, self._BASELINE)

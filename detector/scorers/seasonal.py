@@ -36,7 +36,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..model import BoolArray, FloatArray
 from .base import SCORE_CAP, ColumnLayout, directional
-from .zscore import check_state, grow, observed
+from .zscore import grow, load_arrays, observed
 
 _MAD_TO_SIGMA = 1.25  # mean absolute deviation of a normal is 0.8 sigma
 
@@ -133,7 +133,6 @@ class SeasonalProfile:
         return {k: getattr(self, k).copy() for k in (*self._KEYS, *self._BIN_KEYS)}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        n = check_state(state, self._KEYS, "seasonal", dict.fromkeys(self._BIN_KEYS, (self.bins,)))
-        for key in (*self._KEYS, *self._BIN_KEYS):
-            setattr(self, key, np.array(state[key], dtype=np.float64))
+        rows = dict.fromkeys(self._BIN_KEYS, (self.bins,))
+        n = load_arrays(self, state, self._KEYS, "seasonal", rows)
         self.learnt = np.zeros(n, dtype=bool)

@@ -46,7 +46,7 @@ from ..errors import ConfigError
 from ..model import FloatArray
 from .base import SCORE_CAP, ColumnLayout
 from .context import normal_tail_quantile
-from .zscore import check_state, grow, observed
+from .zscore import grow, load_arrays, observed
 
 _BIN_LOW = 0.002  # novelty below 0.2 % of the range falls in bin 0 ("a repeat")
 _BINS_PER_OCTAVE = 2
@@ -191,6 +191,4 @@ class WindowMemory:
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         rows = {key: getattr(self, key).shape[1:] for key in self._ROWS}
-        check_state(state, self._KEYS, "window", rows)
-        for key in (*self._KEYS, *self._ROWS):
-            setattr(self, key, np.array(state[key], dtype=np.float64))
+        load_arrays(self, state, self._KEYS, "window", rows)

@@ -55,7 +55,7 @@ def grow(arr: np.ndarray, n: int, fill: float) -> np.ndarray:
 
 
 def check_state(
-    state: dict[str, np.ndarray],
+    state: Mapping[str, np.ndarray],
     keys: tuple[str, ...],
     owner: str,
     rows: Mapping[str, tuple[int, ...]] | None = None,
@@ -73,6 +73,21 @@ def check_state(
         got = None if key not in state else np.asarray(state[key]).shape
         if got != (n, *trailing):
             raise StateError(f"{owner} state: {key} must be {(n, *trailing)}, got {got}")
+    return n
+
+
+def load_arrays(
+    owner_obj: object,
+    state: Mapping[str, np.ndarray],
+    keys: tuple[str, ...],
+    owner: str,
+    rows: Mapping[str, tuple[int, ...]] | None = None,
+) -> int:
+    """``check_state``, then each of ``keys`` and ``rows`` set on ``owner_obj`` as a float64
+    copy (the common ``load_state_dict``). Returns the number of columns."""
+    n = check_state(state, keys, owner, rows)
+    for key in (*keys, *(rows or {})):
+        setattr(owner_obj, key, np.array(state[key], dtype=np.float64))
     return n
 
 
@@ -173,9 +188,7 @@ class RobustEWBaseline:
 
     def load_state_dict(self, state: dict[str, np.ndarray], prefix: str = "") -> None:
         sub = {k: state[prefix + k] for k in self._KEYS if prefix + k in state}
-        check_state(sub, self._KEYS, f"baseline {prefix!r}")
-        for k in self._KEYS:
-            setattr(self, k, np.array(sub[k], dtype=np.float64))
+        load_arrays(self, sub, self._KEYS, f"baseline {prefix!r}")
 
 
 class RobustZScore:
