@@ -235,6 +235,15 @@ def combined(
     return 100.0 * (raw - null) / (perfect - null)
 
 
+def held_out(
+    train: list[nab_score.FileRows], test: list[nab_score.FileRows], cost: nab_score.CostMatrix
+) -> tuple[nab_score.CorpusResult, float]:
+    """``test`` scored at the threshold NAB's sweep picks on ``train``, and the null detector's
+    raw score on ``test`` (what ``combined`` needs)."""
+    threshold = nab_score.best_threshold(train, cost).threshold
+    return nab_score.score_at(test, cost, threshold), nab_score.score_at(test, cost, math.inf).raw
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", type=Path, required=True, help="NAB root (data/, labels/, ...)")
@@ -324,10 +333,9 @@ def main(argv: list[str] | None = None) -> int:
         stitched += test_rows
         cells = []
         for p in names:
-            threshold = nab_score.best_threshold(train_rows, profiles[p]).threshold
-            result = nab_score.score_at(test_rows, profiles[p], threshold)
+            result, null = held_out(train_rows, test_rows, profiles[p])
             held[p].append(result)
-            nulls[p].append(nab_score.score_at(test_rows, profiles[p], math.inf).raw)
+            nulls[p].append(null)
             cells.append(f"{result.normalized:.2f}")
         train_std = fits[(best.name, train)].normalized
         lines.append(f"| {test} | {best.name} | {train_std:.2f} | " + " | ".join(cells) + " |")
@@ -345,12 +353,9 @@ def main(argv: list[str] | None = None) -> int:
         # the same fixed detector, only its thresholds cross-validated
         cells = []
         for p in names:
-            results, null = [], []
-            for test in (0, 1):
-                threshold = nab_score.best_threshold(by_fold[1 - test], profiles[p]).threshold
-                results.append(nab_score.score_at(by_fold[test], profiles[p], threshold))
-                null.append(nab_score.score_at(by_fold[test], profiles[p], math.inf).raw)
-            cells.append(f"{combined(results, null, profiles[p]):.2f}")
+            pairs = [held_out(by_fold[1 - test], by_fold[test], profiles[p]) for test in (0, 1)]
+            results, null_raw = [r for r, _ in pairs], [v for _, v in pairs]
+            cells.append(f"{combined(results, null_raw, profiles[p]):.2f}")
         lines.append(
             f"| fixed, thresholds from the other fold | {ref.name} | | " + " | ".join(cells) + " |"
         )
