@@ -93,6 +93,7 @@ class ContextNovelty:
         self._modulus = np.array([self.symbols**k for k in range(1, self.orders + 1)])
         self._offset = np.cumsum(np.concatenate(([0], self._modulus[:-1])))
         self._direct = int(self._modulus.sum()) <= self.table_bits
+        self._depths = np.arange(1, self.orders + 1)[None, :]  # order k+1 in column k
         self._shift = np.uint64(64 - int(math.log2(self.table_bits)))
         self.low = np.zeros(0)  # smallest value seen, +inf before the first
         self.high = np.zeros(0)  # largest value seen, -inf before the first
@@ -133,7 +134,7 @@ class ContextNovelty:
         rows = cols[:, None]
         seen = ((self.memory[rows, word] >> bit) & np.uint64(1)).astype(bool)
         # orders not yet filled (fewer values than the order) count as seen: no evidence
-        filled = np.arange(1, self.orders + 1)[None, :] <= (self.count[cols, None] + 1)
+        filled = self._depths <= (self.count[cols, None] + 1)
         unseen = ~seen & filled
         first = np.where(unseen.any(axis=1), unseen.argmax(axis=1), self.orders)
         depth = self.orders - first  # 0 when every filled order was seen
@@ -147,7 +148,7 @@ class ContextNovelty:
             self.memory[cols, word[:, k]] |= np.uint64(1) << bit[:, k]
         # rates count from the end of warm-up: while young, every context is new by necessity
         rated = cols[live]
-        deep = np.arange(1, self.orders + 1)[None, :] <= depth[live, None]
+        deep = self._depths <= depth[live, None]
         self.hits[rated] = self.hits[rated] * self._decay + deep
         self.weight[rated] = self.weight[rated] * self._decay + 1.0
         self.code[cols] = code
