@@ -34,7 +34,7 @@ from .model import (
     XidEvent,
 )
 from .rules import SignalCatalog, XidCatalog, load_signal_rules, load_xid_catalog
-from .scorers.base import Scorer
+from .scorers.base import Scorer, update_columns
 from .scorers.changepoint import ChangePoint
 from .scorers.counts import CountBurst
 from .scorers.peers import PeerDeviation
@@ -73,11 +73,12 @@ class TickResult:
 
 
 class ScorerStage:
-    """Each scorer on the columns its rules name: gather them, update, scatter the scores into
-    that scorer's full-width row. The rows are allocated once per layout and reused every tick
-    (columns outside a scorer's subset stay 0), so ``run``'s result is valid until the next
-    ``run``. Columns are only appended, so a scorer's subset only grows at its end and its
-    state stays aligned."""
+    """Each scorer on the columns its rules name, its scores in that scorer's full-width row
+    (``scorers.base.update_columns``: the kernels read their columns from the full row and
+    write the row themselves, other scorers gather and scatter). The rows are allocated once
+    per layout and reused every tick (columns outside a scorer's subset stay 0), so ``run``'s
+    result is valid until the next ``run``. Columns are only appended, so a scorer's subset
+    only grows at its end and its state stays aligned."""
 
     def __init__(self, scorers: Sequence[Scorer]) -> None:
         self.scorers = list(scorers)
@@ -94,8 +95,8 @@ class ScorerStage:
     def run(self, t: float, x: FloatArray) -> dict[str, FloatArray]:
         """Every scorer's scores for the tick, full width (see the class docstring)."""
         for scorer in self.scorers:
-            idx = self.subsets[scorer.name]
-            self._rows[scorer.name][idx] = scorer.update(t, x.take(idx), self._layouts[scorer.name])
+            name = scorer.name
+            update_columns(scorer, t, x, self.subsets[name], self._layouts[name], self._rows[name])
         return self._rows
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from detector.model import FloatArray
-from detector.scorers.base import SCORE_CAP, ColumnLayout, Scorer
+from detector.scorers.base import SCORE_CAP, ColumnLayout, ColumnScorer, Scorer, update_columns
 from detector.scorers.changepoint import ChangePoint
 from detector.scorers.context import ContextNovelty
 from detector.scorers.counts import CountBurst
@@ -340,3 +340,37 @@ def test_flat_series_score_zero(case: Case, level: float) -> None:
     flat = np.tile(values, (120, 1))
     scores = run(case.make(1.0), flat, LAYOUT)
     assert np.array_equal(np.zeros_like(scores), scores)
+
+
+@pytest.mark.parametrize("seed", [21, 22])
+def test_scoring_columns_of_a_wider_row_equals_gathering_them(case: Case, seed: int) -> None:
+    """update_columns on the full row (random columns, missing values, columns appended
+    mid-stream) gives the gathered update's scores and state bit for bit, and writes nothing
+    outside its columns."""
+    rng = np.random.default_rng(seed)
+    wide = layout_for(8)
+    narrow_n = len(LAYOUT)
+    x = normal_stream(wide, 260, seed=seed)
+    case.plant(x)
+    x[rng.random(x.shape) < 0.1] = np.nan
+    first = np.flatnonzero(rng.random(narrow_n) < 0.6)
+    appended = narrow_n + np.flatnonzero(rng.random(len(wide) - narrow_n) < 0.6)
+    gathered, direct = case.make(1.0), case.make(1.0)
+    for phase, columns in enumerate((first, np.concatenate([first, appended]))):
+        layout = wide.subset(columns)
+        for i in range(130 * phase, 130 * (phase + 1)):
+            t = i * TICK_S
+            expected = gathered.update(t, x[i, columns], layout)
+            out = np.full(len(wide), -7.0)
+            update_columns(direct, t, x[i], columns, layout, out)
+            assert np.array_equal(expected, out[columns])
+            assert np.array_equal(np.delete(out, columns), np.full(len(wide) - len(columns), -7.0))
+        a, b = gathered.state_dict(), direct.state_dict()
+        assert a.keys() == b.keys()
+        assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_every_scorer_scores_columns_of_a_wider_row_itself(case: Case) -> None:
+    """Every project scorer has its own update_at (the kernels' index arrays or the generic
+    gather_update), so the pipeline never falls back to a missing method."""
+    assert isinstance(case.make(1.0), ColumnScorer)

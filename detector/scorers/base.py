@@ -8,6 +8,14 @@ observed this tick": their score is 0 and their state is left alone.
 Columns only ever get appended (new series appear); a scorer grows its state arrays when ``x``
 is longer than what it has seen. ``ColumnLayout`` tells scorers which columns belong together
 (same signal on the GPUs of one node; same signal on the nodes of one cohort).
+
+Scoring some columns of a wider row (the pipeline routes each column to the scorers its rule
+names): ``update_columns(scorer, t, x, columns, layout, out)`` has the effect of
+``out[columns] = scorer.update(t, x[columns], layout)`` (``layout`` is the layout of those
+columns, the scorer's state is indexed by position in ``columns``) and touches no other entry
+of ``out``. A scorer with an ``update_at`` method of that signature (``ColumnScorer``) does it
+without the gathered copy of the row and the scattered copy of the scores; any other scorer goes
+through ``gather_update``. Both routes give bit-identical scores and state.
 """
 
 from __future__ import annotations
@@ -35,6 +43,45 @@ class Scorer(Protocol):
     def state_dict(self) -> dict[str, np.ndarray]: ...
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None: ...
+
+
+@runtime_checkable
+class ColumnScorer(Scorer, Protocol):
+    """A scorer that reads its columns from the full row and writes its scores into a
+    full-width output itself (see the module docstring)."""
+
+    def update_at(
+        self, t: float, x: FloatArray, columns: IntArray, layout: ColumnLayout, out: FloatArray
+    ) -> None: ...
+
+
+def gather_update(
+    scorer: Scorer,
+    t: float,
+    x: FloatArray,
+    columns: IntArray,
+    layout: ColumnLayout,
+    out: FloatArray,
+) -> None:
+    """The generic ``update_at``: gather the columns, ``update``, scatter the scores."""
+    out[columns] = scorer.update(t, x.take(columns), layout)
+
+
+def update_columns(
+    scorer: Scorer,
+    t: float,
+    x: FloatArray,
+    columns: IntArray,
+    layout: ColumnLayout,
+    out: FloatArray,
+) -> None:
+    """``out[columns] = scorer.update(t, x[columns], layout)``, through the scorer's own
+    ``update_at`` where it has one (no copies), else ``gather_update``."""
+    at = getattr(scorer, "update_at", None)  # not isinstance: a Protocol check costs us a tick
+    if at is not None:
+        at(t, x, columns, layout, out)
+    else:
+        gather_update(scorer, t, x, columns, layout, out)
 
 
 def directional(z: FloatArray, direction: IntArray) -> FloatArray:

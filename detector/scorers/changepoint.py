@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError
-from ..model import FloatArray
+from ..model import FloatArray, IntArray
 from .base import ColumnLayout
 from .kernels import cusum_step
 from .zscore import RobustEWBaseline, grow, load_arrays
@@ -78,7 +78,21 @@ class ChangePoint:
     def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
         """One tick, baseline included, in one kernel call (kernels.cusum_step);
         columns not scored this tick keep their state."""
-        n = x.shape[0]
+        score = np.empty(x.shape[0])
+        self._step(t, x, None, layout, score)
+        return score
+
+    def update_at(
+        self, t: float, x: FloatArray, columns: IntArray, layout: ColumnLayout, out: FloatArray
+    ) -> None:
+        """``out[columns] = update(t, x[columns], layout)`` without either copy (base.py)."""
+        self._step(t, x, columns, layout, out)
+
+    def _step(
+        self, t: float, x: FloatArray, cols: IntArray | None, layout: ColumnLayout, out: FloatArray
+    ) -> None:
+        """``cols`` None: ``x`` is this scorer's columns (kernels.py's column convention)."""
+        n = x.shape[0] if cols is None else cols.shape[0]
         self._grow(n)
         self.baseline.grow(n)
         q = np.array(
@@ -92,10 +106,8 @@ class ChangePoint:
             ]
         )
         cusum = tuple(getattr(self, k) for k in self._KEYS)  # the kernel's order
-        score = np.empty(n)
         base = self.baseline
-        cusum_step(float(t), x, base.arrays(), base.params(), cusum, q, layout.direction, score)
-        return score
+        cusum_step(float(t), x, cols, base.arrays(), base.params(), cusum, q, layout.direction, out)
 
     def time_since_change(self, t: float) -> FloatArray:
         """Seconds since the last detected change per column; inf where none was detected."""

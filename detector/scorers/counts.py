@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError
-from ..model import FloatArray
+from ..model import FloatArray, IntArray
 from .base import ColumnLayout
 from .counts_health_kernels import count_step
 from .zscore import check_state, grow
@@ -101,7 +101,19 @@ class CountBurst:
     def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
         """One tick in one kernel pass (counts_health_kernels.count_step). Most counters see
         no event in a tick (k = 0: score 0, learn 0): the Poisson arithmetic runs where k > 0."""
-        n = x.shape[0]
+        score = np.empty(x.shape[0])
+        self._step(t, x, None, score)
+        return score
+
+    def update_at(
+        self, t: float, x: FloatArray, columns: IntArray, layout: ColumnLayout, out: FloatArray
+    ) -> None:
+        """``out[columns] = update(t, x[columns], layout)`` without either copy (base.py)."""
+        self._step(t, x, columns, out)
+
+    def _step(self, t: float, x: FloatArray, cols: IntArray | None, out: FloatArray) -> None:
+        """``cols`` None: ``x`` is this scorer's columns (kernels.py's column convention)."""
+        n = x.shape[0] if cols is None else cols.shape[0]
         self._grow(n)
         q = np.array(
             [
@@ -115,7 +127,6 @@ class CountBurst:
                 self.dispersion_clip,
             ]
         )
-        score = np.empty(n)
         state = (
             self.events,
             self.elapsed,
@@ -124,8 +135,7 @@ class CountBurst:
             self.spread,
             self.spread_n,
         )
-        count_step(float(t), x, state, q, score)
-        return score
+        count_step(float(t), x, cols, state, q, out)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return {k: getattr(self, k).copy() for k in self._KEYS}

@@ -13,7 +13,7 @@ import numpy as np
 from ..model import FloatArray, IntArray
 from .base import SCORE_CAP
 from .jit import jit
-from .kernels import MAX_ABS_VALUE, NO_DECAY, decay, ew_step
+from .kernels import MAX_ABS_VALUE, NO_DECAY, decay, ew_step, gathered, scatter, scratch
 
 # TelemetryHealth's kinds (health.py re-exports them)
 KIND_UP, KIND_DEFICIT, KIND_EXCESS, KIND_LOGZ = 1, 2, 3, 4
@@ -21,18 +21,26 @@ KIND_UP, KIND_DEFICIT, KIND_EXCESS, KIND_LOGZ = 1, 2, 3, 4
 
 @jit
 def count_step(
-    t: float, x: FloatArray, state: tuple[FloatArray, ...], q: FloatArray, score_out: FloatArray
+    t: float,
+    x_row: FloatArray,
+    cols: IntArray | None,
+    state: tuple[FloatArray, ...],
+    q: FloatArray,
+    score_out: FloatArray,
 ) -> None:
-    """One CountBurst tick (counts.py) over every column. ``state`` = (events, elapsed,
+    """One CountBurst tick (counts.py) over every column (``x_row``, ``cols`` and
+    ``score_out`` by kernels.py's column convention). ``state`` = (events, elapsed,
     last_t, observed_s, spread, spread_n); ``q`` = (half_life_s, prior_events, prior_time_s,
     learn_clip, warmup_s, burst_window_s, dispersion_prior_n, dispersion_clip)."""
     events, elapsed, last_t, observed_s, spread, spread_n = state
+    x = gathered(x_row, cols)
+    scores = scratch(score_out, cols)
     half_life, prior_events, prior_time, learn_clip = q[0], q[1], q[2], q[3]
     warmup, window, prior_n, clip2 = q[4], q[5], q[6], q[7] * q[7]
     cache = NO_DECAY
     neg_inv_half_life = -1.0 / half_life
     for j in range(x.shape[0]):
-        score_out[j] = 0.0
+        scores[j] = 0.0
         xj = x[j]
         if not (math.isfinite(xj) and xj >= 0.0):
             continue  # not observed: no time passes, nothing learnt
@@ -59,7 +67,7 @@ def count_step(
             z = 3.0 * math.sqrt(kk) * (1.0 - 1.0 / (9.0 * kk) - np.cbrt(mu * shrink / kk))
             if observed_s[j] >= warmup:
                 if z >= 1.0:  # below one sigma of surprise is ordinary counting noise
-                    score_out[j] = min(z, SCORE_CAP)
+                    scores[j] = min(z, SCORE_CAP)
                 learn = min(k, mu + learn_clip * math.sqrt(mu * phi) + 1.0)
         dd, cache = decay(dt, neg_inv_half_life, cache)
         observed_s[j] += dt
@@ -75,12 +83,14 @@ def count_step(
             else:
                 spread[j] *= dd
                 spread_n[j] *= dd
+    scatter(scores, cols, score_out)
 
 
 @jit
 def health_step(
     t: float,
     x: FloatArray,
+    cols: IntArray | None,
     direction: IntArray,
     columns: IntArray,
     kinds: IntArray,
@@ -90,26 +100,33 @@ def health_step(
     p: FloatArray,
     score_out: FloatArray,
 ) -> None:
-    """One TelemetryHealth tick over its columns (``columns`` index ``x``, ``direction`` and
-    ``score_out``, which holds zeros elsewhere). ``tracked`` = (expected, last_t) per health
-    column; ``q`` = (down_z, full_fraction, -1 / memory half-life); ``base`` = the log-z
-    baseline's arrays (one per health column) with parameters ``p``."""
+    """One TelemetryHealth tick over its columns: health column ``c`` is the scorer's column
+    ``columns[c]`` (which indexes ``direction``), read from and scored into position
+    ``columns[c]`` of ``x`` and ``score_out``, or ``cols[columns[c]]`` where ``cols`` is given
+    (kernels.py's column convention); other entries are left alone. Health columns are few and
+    this loop is scalar anyway, so the index is followed in place. ``tracked`` = (expected,
+    last_t) per health column; ``q`` = (down_z, full_fraction, -1 / memory half-life);
+    ``base`` = the log-z baseline's arrays (one per health column) with parameters ``p``."""
     expected, last_t = tracked
     down_z, full, neg_inv_memory = q[0], q[1], q[2]
     m = columns.shape[0]
+    at = columns if cols is None else np.empty(m, dtype=np.int64)
+    if cols is not None:
+        for c in range(m):
+            at[c] = cols[columns[c]]
     # the log-z baseline sees only observed log-z columns (NaN: state untouched)
     logv = np.empty(m)
     folds = np.empty(m, dtype=np.int64)
     for c in range(m):
-        v = x[columns[c]]
+        v = x[at[c]]
         logz = abs(v) <= MAX_ABS_VALUE and kinds[c] == KIND_LOGZ
         logv[c] = math.log1p(max(v, 0.0)) if logz else np.nan
         folds[c] = direction[columns[c]]
     z = np.empty(m)
-    ew_step(t, logv, base, p, folds, z, np.empty(m, dtype=np.bool_))
+    ew_step(t, logv, None, base, p, folds, z, np.empty(m, dtype=np.bool_))
     keep_cache = NO_DECAY
     for c in range(m):
-        col = columns[c]
+        col = at[c]
         v = x[col]
         kind = kinds[c]
         score_out[col] = 0.0

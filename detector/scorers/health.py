@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError, StateError
-from ..model import FloatArray
+from ..model import FloatArray, IntArray
 from .base import ColumnLayout
 from .counts_health_kernels import KIND_DEFICIT, KIND_EXCESS, KIND_LOGZ, KIND_UP, health_step
 from .zscore import RobustEWBaseline, check_state, grow
@@ -94,18 +94,33 @@ class TelemetryHealth:
 
     def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
         """One tick over the health columns in one kernel pass (health_step)."""
-        self._classify(layout)
         scores = np.zeros(x.shape[0])
+        self._step(t, x, None, layout, scores)
+        return scores
+
+    def update_at(
+        self, t: float, x: FloatArray, columns: IntArray, layout: ColumnLayout, out: FloatArray
+    ) -> None:
+        """``out[columns] = update(t, x[columns], layout)`` without either copy (base.py)."""
+        self._classify(layout)
+        if self.columns.shape[0] < columns.shape[0]:  # some columns are not health columns
+            out[columns] = 0.0
+        self._step(t, x, columns, layout, out)
+
+    def _step(
+        self, t: float, x: FloatArray, cols: IntArray | None, layout: ColumnLayout, out: FloatArray
+    ) -> None:
+        """``cols`` None: ``x`` is this scorer's columns (kernels.py's column convention)."""
+        self._classify(layout)
         if self.columns.shape[0] == 0:
-            return scores
+            return
         q = np.array([self.down_z, self.full_fraction, -1.0 / self.memory_half_life_s])
         base = self.baseline
         tracked = (self.expected, self.last_t)
         health_step(
-            float(t), x, layout.direction, self.columns, self.kinds, tracked, q,
-            base.arrays(), base.params(), scores,
+            float(t), x, cols, layout.direction, self.columns, self.kinds, tracked, q,
+            base.arrays(), base.params(), out,
         )  # fmt: skip
-        return scores
 
     def state_dict(self) -> dict[str, np.ndarray]:
         state = {k: getattr(self, k).copy() for k in self._KEYS}

@@ -17,7 +17,7 @@ import numpy as np
 from ..model import FloatArray, IntArray
 from .base import SCORE_CAP
 from .jit import jit
-from .kernels import MAX_ABS_VALUE, decays, ew_step, fold
+from .kernels import MAX_ABS_VALUE, decays, ew_step, fold, gathered, scatter, scratch
 
 MAD_SCALE = 1.4826  # MAD -> sigma for Gaussian noise
 
@@ -74,7 +74,8 @@ def _mad_sigma(
 
 @jit
 def group_stats(
-    x: FloatArray,
+    x_row: FloatArray,
+    cols: IntArray | None,
     groups: tuple[IntArray, IntArray, IntArray, IntArray],
     min_peers: int,
     floor_rel: float,
@@ -84,11 +85,13 @@ def group_stats(
 ) -> None:
     """Per column, its group's median and floored MAD sigma over the members observed this
     tick; NaN where the group has fewer than ``min_peers`` observed members or none at all.
+    Column ``j``'s value is ``x_row[cols[j]]``, or ``x_row[j]`` for ``cols`` None.
 
     ``groups`` = (small, members, starts, row_of): groups of up to 8 as rows of ``small``
     (padded with -1), larger ones as CSR (``members[starts[k]:starts[k + 1]]``), and per
     column its group's row (small rows first, then the large groups; the last row for none)."""
     small, members, starts, row_of = groups
+    x = gathered(x_row, cols)
     n_small, n_large = small.shape[0], starts.shape[0] - 1
     med_g = np.empty(n_small + n_large + 1)
     sigma_g = np.empty(n_small + n_large + 1)
@@ -170,7 +173,8 @@ def group_stats(
 @jit
 def peer_step(
     t: float,
-    x: FloatArray,
+    x_row: FloatArray,
+    cols: IntArray | None,
     med: FloatArray,
     sigma: FloatArray,
     direction: IntArray,
@@ -180,13 +184,16 @@ def peer_step(
     p: FloatArray,
     score_out: FloatArray,
 ) -> None:
-    """One PeerDeviation tick per column from its group's ``med``/``sigma`` (group_stats).
+    """One PeerDeviation tick per column from its group's ``med``/``sigma`` (group_stats);
+    ``x_row``, ``cols`` and ``score_out`` by kernels.py's column convention.
 
     ``state`` = (smoothed, scale_var, scale_w, count, last_t); ``q`` = (-1 / scale half-life,
     -1 / smooth half-life or 0 for no smoothing, warmup); ``base`` = the habit baseline's
     arrays with parameters ``p``, or empty arrays for none."""
     smoothed, scale_var, scale_w, count, last_t = state
     neg_inv_scale, neg_inv_smooth, warmup = q[0], q[1], q[2]
+    x = gathered(x_row, cols)
+    scores = scratch(score_out, cols)
     n = x.shape[0]
     scale_d = np.empty(n)
     decays(t, last_t, neg_inv_scale, scale_d)
@@ -215,9 +222,10 @@ def peer_step(
         z_all[j] = z if judged else np.nan  # what the habit baseline sees (NaN: nothing)
         judged_all[j] = judged
     if base[0].shape[0] > 0:  # the departure from the column's habit of standing out
-        ew_step(t, z_all, base, p, direction, score_out, np.empty(n, dtype=np.bool_))
+        ew_step(t, z_all, None, base, p, direction, scores, np.empty(n, dtype=np.bool_))
     else:
         for j in range(n):
-            score_out[j] = fold(z_all[j], direction[j])
+            scores[j] = fold(z_all[j], direction[j])
     for j in range(n):
-        score_out[j] = score_out[j] if judged_all[j] else 0.0
+        scores[j] = scores[j] if judged_all[j] else 0.0
+    scatter(scores, cols, score_out)

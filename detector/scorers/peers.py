@@ -144,11 +144,17 @@ class PeerDeviation:
     def group_stats(self, x: FloatArray, layout: ColumnLayout) -> tuple[FloatArray, FloatArray]:
         """Per column, its group's median and floored MAD sigma over the members observed this
         tick (both NaN where the group has fewer than ``min_peers`` observed members)."""
+        return self._group_stats(x, None, layout)
+
+    def _group_stats(
+        self, x: FloatArray, cols: IntArray | None, layout: ColumnLayout
+    ) -> tuple[FloatArray, FloatArray]:
         if layout is not self._layout:
             self._refresh_groups(layout)
-        med, sigma = np.empty(x.shape[0]), np.empty(x.shape[0])
+        med, sigma = np.empty(len(layout)), np.empty(len(layout))
         group_stats(
             x,
+            cols,
             self._groups,
             self.min_peers,
             self.mad_floor_rel,
@@ -161,14 +167,28 @@ class PeerDeviation:
     def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
         """One tick: the group statistics, then one fused pass over the columns
         (peer_kernels.peer_step); columns not judged against peers keep their state."""
-        n = x.shape[0]
+        score = np.empty(x.shape[0])
+        self._step(t, x, None, layout, score)
+        return score
+
+    def update_at(
+        self, t: float, x: FloatArray, columns: IntArray, layout: ColumnLayout, out: FloatArray
+    ) -> None:
+        """``out[columns] = update(t, x[columns], layout)`` without either copy (base.py)."""
+        self._step(t, x, columns, layout, out)
+
+    def _step(
+        self, t: float, x: FloatArray, cols: IntArray | None, layout: ColumnLayout, out: FloatArray
+    ) -> None:
+        """``cols`` None: ``x`` is this scorer's columns (kernels.py's column convention)."""
+        n = x.shape[0] if cols is None else cols.shape[0]
         if n > self.smoothed.shape[0]:
             self.smoothed = grow(self.smoothed, n, 0.0)
             self.scale_var = grow(self.scale_var, n, 0.0)
             self.scale_w = grow(self.scale_w, n, 0.0)
             self.count = grow(self.count, n, 0.0)
             self.last_t = grow(self.last_t, n, -np.inf)
-        med, sigma = self.group_stats(x, layout)
+        med, sigma = self._group_stats(x, cols, layout)
         smooth = -1.0 / self.smooth_half_life_s if self.smooth_half_life_s > 0 else 0.0
         q = np.array([-1.0 / self.scale_half_life_s, smooth, self.warmup])
         state = (self.smoothed, self.scale_var, self.scale_w, self.count, self.last_t)
@@ -177,9 +197,7 @@ class PeerDeviation:
         else:
             self.baseline.grow(n)
             base, p = self.baseline.arrays(), self.baseline.params()
-        score = np.empty(n)
-        peer_step(float(t), x, med, sigma, layout.direction, state, q, base, p, score)
-        return score
+        peer_step(float(t), x, cols, med, sigma, layout.direction, state, q, base, p, out)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         state = {k: getattr(self, k).copy() for k in self._KEYS}

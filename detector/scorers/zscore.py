@@ -170,13 +170,26 @@ class RobustEWBaseline:
         Both are scratch arrays, valid until the next call. One kernel call
         (kernels.ew_step); unobserved columns keep their state bit for bit."""
         n = x.shape[0]
+        self._scratch(n)
+        fold = _NO_DIRECTION if direction is None else direction
+        ew_step(float(t), x, None, self.arrays(), self.params(), fold, self._z, self._scored)
+        return self._z, self._scored
+
+    def step_at(
+        self, t: float, x: FloatArray, columns: IntArray, direction: IntArray, out: FloatArray
+    ) -> BoolArray:
+        """``step`` on ``x[columns]`` with a direction, its scores written to ``out[columns]``
+        (state ``j`` is column ``columns[j]``); returns the scored mask (scratch)."""
+        n = columns.shape[0]
+        self._scratch(n)
+        ew_step(float(t), x, columns, self.arrays(), self.params(), direction, out, self._scored)
+        return self._scored
+
+    def _scratch(self, n: int) -> None:
         self.grow(n)
         if self._z.shape[0] != n:
             self._z = np.empty(n)
             self._scored = np.empty(n, dtype=bool)
-        fold = _NO_DIRECTION if direction is None else direction
-        ew_step(float(t), x, self.arrays(), self.params(), fold, self._z, self._scored)
-        return self._z, self._scored
 
     def rebase_at(self, columns: IntArray, new_mean: FloatArray, weight: FloatArray) -> None:
         """``rebase`` for the listed ``columns`` only (``new_mean``/``weight`` aligned to them)."""
@@ -213,6 +226,12 @@ class RobustZScore:
     def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
         score, _ = self.baseline.step(t, x, layout.direction)
         return score.copy()  # the caller may keep it past the next tick
+
+    def update_at(
+        self, t: float, x: FloatArray, columns: IntArray, layout: ColumnLayout, out: FloatArray
+    ) -> None:
+        """``out[columns] = update(t, x[columns], layout)`` without either copy (base.py)."""
+        self.baseline.step_at(t, x, columns, layout.direction, out)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return self.baseline.state_dict()
