@@ -25,6 +25,7 @@ from detector.scorers.novelty import RangeNovelty
 from detector.scorers.peers import PeerDeviation
 from detector.scorers.registry import grid_layout
 from detector.scorers.seasonal import SeasonalProfile
+from detector.scorers.stuck import StuckRun
 from detector.scorers.window_memory import WindowMemory
 from detector.scorers.zscore import RobustZScore
 
@@ -108,6 +109,12 @@ def _pattern_break(x: FloatArray) -> None:
     target = column(LAYOUT, "gpu_temp", 1, 3)
     x[:, target] = 60.0 + np.arange(x.shape[0]) % 8
     x[PLANT_AT, target] = 67.0
+
+
+def _freeze(x: FloatArray) -> None:
+    """A moving column repeats its last value from PLANT_AT on (a frozen gauge)."""
+    target = column(LAYOUT, "gpu_temp", 1, 3)
+    x[PLANT_AT:, target] = x[PLANT_AT - 1, target]
 
 
 def _node_down(x: FloatArray) -> None:
@@ -215,6 +222,14 @@ CASES = [
         column(LAYOUT, "gpu_temp", 1, 3),
         _pattern_break,
         4.0,
+    ),
+    # no clock inside (runs in observations); noise never repeats, the frozen column does
+    Case(
+        "stuck",
+        lambda s: StuckRun(warmup=50),
+        column(LAYOUT, "gpu_temp", 1, 3),
+        _freeze,
+        6.0,
     ),
 ]
 

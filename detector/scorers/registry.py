@@ -21,6 +21,7 @@ from .health import TelemetryHealth
 from .novelty import RangeNovelty
 from .peers import PeerDeviation
 from .seasonal import SeasonalProfile
+from .stuck import StuckRun
 from .window_memory import WindowMemory
 from .zscore import RobustZScore
 
@@ -35,6 +36,7 @@ SCORERS: Mapping[str, Callable[..., Scorer]] = {
     ContextNovelty.name: ContextNovelty,
     SeasonalProfile.name: SeasonalProfile,
     WindowMemory.name: WindowMemory,
+    StuckRun.name: StuckRun,
 }
 
 
