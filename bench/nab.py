@@ -52,6 +52,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 from numpy.typing import NDArray
@@ -483,6 +484,14 @@ class SeasonalConfig:
     # is below this (the value was predicted), fully from it on; 0: off
     context_agreement_z: float = 0.0
     context_agreement_floor: float = 0.5
+    # > 0: the gate reads the largest seasonal score of the last this many rows, so a surprise
+    # is only "ordinary for this hour" if every row it summarizes was (0: the current row only)
+    gate_memory_rows: int = 0
+    # > 0: per-stream tail recalibration of the fused z before the holdoff (``recalibrate``):
+    # a stream whose own rate of rows >= this z exceeds N(0, 1)'s has its z shifted down by
+    # the difference of the two normal quantiles; 0: off. Rate half-life in observations.
+    recalibrate_z: float = 0.0
+    recalibrate_half_life: float = 3000.0
     # WindowMemory ablation (a-priori values: ARTime's 8 values per window and ~1/13 of the
     # 750-row probation per window -> blocks of 7 rows; 5 % vigilance), same holdoff
     window_block: int = 7
@@ -523,6 +532,15 @@ def window_z(f: NabFile, cfg: SeasonalConfig = SeasonalConfig()) -> FloatArray:
     return stream(scorer, f, row_clock(f), 32)  # 32: the other detectors' cadence rows
 
 
+def stuck_z(f: NabFile) -> FloatArray:
+    """Stream one file through StuckRun with its defaults (row order is its time: runs are
+    counted in observations; a run of one value twice the longest on record, >= 10 rows,
+    scores 6 once, RangeNovelty's alarm)."""
+    from detector.scorers.stuck import StuckRun
+
+    return stream(StuckRun(), f, row_clock(f), 32)  # 32: the other detectors' cadence rows
+
+
 @dataclass(frozen=True, slots=True)
 class Components:
     """The z-unit scores of one file that the fused detectors combine (one per row each)."""
@@ -532,6 +550,11 @@ class Components:
     context: FloatArray  # ContextNovelty, unweighted
     seasonal: FloatArray  # SeasonalProfile, +inf where the hour is unlearnt
     forecast: FloatArray | None = None  # raw ForecastError z (for context_agreement_z)
+    # round 3: StuckRun (a frozen value), fused ungated like range novelty (a run of one value
+    # is never "ordinary for this hour"); further surprises already on the likelihood's scale
+    # (weighted), gated like the context z
+    stuck: FloatArray | None = None
+    extras: tuple[FloatArray, ...] = ()
 
 
 def severity_levels(z: FloatArray, ratio: float) -> FloatArray:
@@ -549,19 +572,79 @@ def severity_levels(z: FloatArray, ratio: float) -> FloatArray:
     return np.where(z >= 1.0, ratio**k, z)
 
 
+def trailing_max(z: FloatArray, rows: int) -> FloatArray:
+    """Largest value of the current and the previous ``rows - 1`` rows (causal); ``rows <= 1``
+    returns ``z`` unchanged."""
+    if rows <= 1:
+        return z
+    padded = np.concatenate((np.full(rows - 1, -np.inf), z))
+    out: FloatArray = np.lib.stride_tricks.sliding_window_view(padded, rows).max(axis=1)
+    return out
+
+
+def ew_past_sum(flags: FloatArray, half_life: float) -> FloatArray:
+    """Per row i: ``sum_{j < i} 2**(-(i - 1 - j) / half_life) * flags[j]`` (causal, the row
+    itself excluded), vectorized in blocks of ``half_life`` rows so no factor exceeds 2."""
+    a = 0.5 ** (1.0 / half_life)
+    out = np.zeros(flags.shape[0])
+    block = max(int(half_life), 1)
+    carry = 0.0  # the sum after the previous block's last row
+    for s in range(0, flags.shape[0], block):
+        f = flags[s : s + block]
+        k = np.arange(f.shape[0], dtype=np.float64)
+        after = a**k * (a * carry + np.cumsum(f * a ** (-k)))  # the sum after each row
+        out[s : s + f.shape[0]] = np.concatenate(([carry], after[:-1]))
+        carry = float(after[-1])
+    return out
+
+
+_NORMAL = NormalDist()
+
+
+def recalibrate(
+    z: FloatArray, z0: float, half_life: float, skip: int = 32, prior_rows: float = 10.0
+) -> FloatArray:
+    """Per-stream tail recalibration of a z series (causal): ``max(0, z - shift)`` with
+    ``shift = max(0, z0 - Phi^-1(1 - r))``, ``r`` the stream's EW rate (``half_life`` rows) of
+    past rows with ``z >= z0``, shrunk towards N(0, 1)'s rate ``1 - Phi(z0)`` by
+    ``prior_rows`` rows of it. A stream that crosses ``z0`` no more often than a calibrated
+    one keeps its z; one that crosses it 10x as often (its ``z0`` is a ~2-sigma event) loses
+    the difference. Rows scored 0 stay 0; the first ``skip`` rows (those that learn the
+    cadence, scored 0) count neither as rows nor as crossings."""
+    p0 = 1.0 - _NORMAL.cdf(z0)
+    exceed = ew_past_sum(np.where(np.arange(z.shape[0]) >= skip, z >= z0, False) * 1.0, half_life)
+    counted = np.ones_like(z)
+    counted[:skip] = 0.0
+    rows = ew_past_sum(counted, half_life)
+    rate = np.minimum((exceed + p0 * prior_rows) / (rows + prior_rows), 0.5)
+    out = z.copy()
+    live = np.flatnonzero(z > 0)
+    quantile = np.array([_NORMAL.inv_cdf(1.0 - r) for r in rate[live].tolist()])
+    out[live] = np.maximum(z[live] - np.maximum(z0 - quantile, 0.0), 0.0)
+    return out
+
+
 def fuse(parts: Components, cfg: SeasonalConfig, context_weight: float) -> FloatArray:
     """``holdoff(max(g x likelihood, range, context_weight x g x context))`` in z units.
 
     ``g = clip(seasonal / gate_z, gate_floor, 1)``: ``gate_floor = 1`` is "no gate",
     ``context_weight = 0`` leaves the context out (``likelihood``'s fusion)."""
-    gate = np.clip(parts.seasonal / cfg.gate_z, cfg.gate_floor, 1.0)  # inf -> 1
+    seasonal = trailing_max(parts.seasonal, cfg.gate_memory_rows)
+    gate = np.clip(seasonal / cfg.gate_z, cfg.gate_floor, 1.0)  # inf -> 1
     fused = np.maximum(gate * parts.likelihood, parts.range)
+    if parts.stuck is not None:
+        fused = np.maximum(fused, parts.stuck)
+    for extra in parts.extras:
+        fused = np.maximum(fused, gate * extra)
     if context_weight > 0:
         if cfg.context_agreement_z > 0 and parts.forecast is not None:
             # a new context whose value the forecast expected is mostly a level-boundary artefact
             agree = np.abs(parts.forecast) / cfg.context_agreement_z
             gate = gate * np.clip(agree, cfg.context_agreement_floor, 1.0)
         fused = np.maximum(fused, context_weight * gate * parts.context)
+    if cfg.recalibrate_z > 0:
+        skip = LikelihoodConfig().cadence_rows
+        fused = recalibrate(fused, cfg.recalibrate_z, cfg.recalibrate_half_life, skip)
     return holdoff(severity_levels(fused, cfg.severity_ratio), cfg.holdoff_rows)
 
 
@@ -571,6 +654,10 @@ def fuse(parts: Components, cfg: SeasonalConfig, context_weight: float) -> Float
 # rule (99.9th-percentile ratio) applied to the new likelihood, as printed by bench/nab_cv.py.
 SLOW_LIKELIHOOD = LikelihoodConfig(slow_half_life=35.0)
 SLOW_CONTEXT_WEIGHT = 2.869
+# Round 3 (bench/RESULTS.md "## NAB"): per-stream tail recalibration at z0 = 3 (the "3 sigma"
+# everyone's alarm starts at; N(0, 1) crosses it on 0.13 % of rows), rate half-life 3000 obs
+# (the likelihood's long horizon). A-priori values, not swept.
+ROUND3_RECALIBRATE_Z = 3.0
 
 
 def seasonal_detectors(f: NabFile, cfg: SeasonalConfig = SeasonalConfig()) -> dict[str, FloatArray]:
@@ -578,14 +665,22 @@ def seasonal_detectors(f: NabFile, cfg: SeasonalConfig = SeasonalConfig()) -> di
     ``likelihoodContextHold80`` (no gate), ``likelihoodContextSeasonalHold300`` (the gate at
     the inherited holdoff), ``windowMemory`` (WindowMemory alone); round-2 variant
     ``likelihoodContextSeasonalSlow``: the same with ``SLOW_LIKELIHOOD`` (a second likelihood
-    over a 10x longer average, context weight re-derived by the same label-free rule)."""
+    over a 10x longer average, context weight re-derived by the same label-free rule); round-3
+    variants ``likelihoodContextSeasonalStuck`` (+ StuckRun, ungated like range novelty),
+    ``likelihoodContextSeasonalRecal`` (per-stream tail recalibration, ``recalibrate``) and
+    ``likelihoodContextSeasonalStuckRecal`` (both)."""
     context = context_z(f)
     parts = Components(*predictive_z(f)[1:], context, seasonal_z(f, cfg))
     slow = replace(parts, likelihood=predictive_z(f, SLOW_LIKELIHOOD)[1])
     weight = ContextConfig().context_weight
     plain = replace(cfg, gate_floor=1.0)
+    stuck = replace(parts, stuck=stuck_z(f))
+    recal = replace(cfg, recalibrate_z=ROUND3_RECALIBRATE_Z)
     held = {
         "likelihoodContextSeasonal": fuse(parts, cfg, weight),
+        "likelihoodContextSeasonalStuck": fuse(stuck, cfg, weight),
+        "likelihoodContextSeasonalRecal": fuse(parts, recal, weight),
+        "likelihoodContextSeasonalStuckRecal": fuse(stuck, recal, weight),
         "likelihoodContextSeasonalSlow": fuse(slow, cfg, SLOW_CONTEXT_WEIGHT),
         "likelihoodContextHold80": fuse(parts, plain, weight),
         "likelihoodContextSeasonalHold300": fuse(parts, replace(cfg, holdoff_rows=300), weight),
