@@ -13,10 +13,64 @@ import numpy as np
 from ..model import FloatArray, IntArray
 from .base import SCORE_CAP
 from .jit import jit
-from .kernels import MAX_ABS_VALUE, NO_DECAY, decay, ew_step, gathered, scatter, scratch
+from .kernels import MAX_ABS_VALUE, NO_DECAY, decay, decays, ew_step, gathered, scatter, scratch
 
 # TelemetryHealth's kinds (health.py re-exports them)
 KIND_UP, KIND_DEFICIT, KIND_EXCESS, KIND_LOGZ = 1, 2, 3, 4
+
+
+@jit
+def _count_column(
+    j: int,
+    t: float,
+    x: FloatArray,
+    state: tuple[FloatArray, ...],
+    q: FloatArray,
+    dd: float,
+    scores: FloatArray,
+) -> None:
+    """The whole CountBurst update of column ``j``, observed (``x[j]`` finite, >= 0) and seen
+    before; ``dd`` its decay over the elapsed time. count_step runs it where a tick has events
+    (rare), its vectorized pass the same arithmetic for every other column."""
+    events, elapsed, last_t, observed_s, spread, spread_n = state
+    prior_events, prior_time, learn_clip = q[1], q[2], q[3]
+    warmup, window, prior_n, clip2 = q[4], q[5], q[6], q[7] * q[7]
+    xj = x[j]
+    dt = max(t - last_t[j], 0.0)
+    last_t[j] = t
+    k = np.rint(xj * dt) if dt > 0.0 else 0.0
+    learn = k
+    e, el = events[j], elapsed[j]
+    # The prior keeps a quiet counter's rate above zero; a busy counter's own rate wins.
+    own = e / max(el, 1e-300) if el > 0.0 else 0.0
+    rate = max((e + prior_events) / (el + prior_time), own)
+    mu = rate * dt
+    # Dispersion: variance / mean of the tick counts, from winsorized Pearson residuals,
+    # never below 1 (Poisson); a prior of ``prior_n`` ticks at 1.
+    phi = max((spread[j] + prior_n) / (spread_n[j] + prior_n), 1.0)
+    if k > 0.0:
+        # A tick spanning more than the burst window is judged at the window's scale;
+        # an overdispersed counter at the scale of its dispersion (quasi-Poisson).
+        shrink = min(1.0, window / dt) / phi
+        kk = max(k * shrink, 1.0)
+        z = 3.0 * math.sqrt(kk) * (1.0 - 1.0 / (9.0 * kk) - np.cbrt(mu * shrink / kk))
+        if observed_s[j] >= warmup:
+            if z >= 1.0:  # below one sigma of surprise is ordinary counting noise
+                scores[j] = min(z, SCORE_CAP)
+            learn = min(k, mu + learn_clip * math.sqrt(mu * phi) + 1.0)
+    observed_s[j] += dt
+    events[j] = e * dd + learn
+    elapsed[j] = el * dd + dt
+    # The spread learns from ordinary ticks only: not from one beyond ``dispersion_clip``
+    # of its own scale either way (a burst, a stop), nor from a tick after a gap.
+    if 0.0 < dt <= window and mu > 0.0:
+        r = k - mu
+        if r * r <= clip2 * phi * mu:
+            spread[j] = spread[j] * dd + r * r / mu
+            spread_n[j] = spread_n[j] * dd + 1.0
+        else:
+            spread[j] *= dd
+            spread_n[j] *= dd
 
 
 @jit
@@ -31,58 +85,60 @@ def count_step(
     """One CountBurst tick (counts.py) over every column (``x_row``, ``cols`` and
     ``score_out`` by kernels.py's column convention). ``state`` = (events, elapsed,
     last_t, observed_s, spread, spread_n); ``q`` = (half_life_s, prior_events, prior_time_s,
-    learn_clip, warmup_s, burst_window_s, dispersion_prior_n, dispersion_clip)."""
+    learn_clip, warmup_s, burst_window_s, dispersion_prior_n, dispersion_clip).
+
+    Most counters see no event in a tick (k = 0: score 0, learn 0), so one branch-free pass
+    (it vectorizes) does ``_count_column``'s arithmetic for those, specialized to k = 0, and
+    leaves the columns with events untouched; ``_count_column`` then runs on those few.
+    Unobserved columns: no time passes, nothing learnt; a first observation only starts the
+    column's clock."""
     events, elapsed, last_t, observed_s, spread, spread_n = state
     x = gathered(x_row, cols)
     scores = scratch(score_out, cols)
-    half_life, prior_events, prior_time, learn_clip = q[0], q[1], q[2], q[3]
-    warmup, window, prior_n, clip2 = q[4], q[5], q[6], q[7] * q[7]
-    cache = NO_DECAY
-    neg_inv_half_life = -1.0 / half_life
-    for j in range(x.shape[0]):
-        scores[j] = 0.0
-        xj = x[j]
-        if not (math.isfinite(xj) and xj >= 0.0):
-            continue  # not observed: no time passes, nothing learnt
-        if math.isnan(last_t[j]):  # first observation: no dt yet, nothing to learn
-            last_t[j] = t
-            continue
-        dt = max(t - last_t[j], 0.0)
-        last_t[j] = t
-        k = np.rint(xj * dt) if dt > 0.0 else 0.0
-        learn = k  # most ticks see no event: score 0, learn 0
-        e, el = events[j], elapsed[j]
-        # The prior keeps a quiet counter's rate above zero; a busy counter's own rate wins.
-        own = e / max(el, 1e-300) if el > 0.0 else 0.0
+    prior_events, prior_time = q[1], q[2]
+    window, prior_n, clip2 = q[5], q[6], q[7] * q[7]
+    n = x.shape[0]
+    dd_all = np.empty(n)
+    decays(t, last_t, -1.0 / q[0], dd_all)
+    rare = 0
+    # the columns with events, flagged a byte each and scanned eight at a time (few are set)
+    flags = np.zeros((n + 7) // 8 * 8, dtype=np.uint8)
+    for j in range(n):  # every load unconditional, choices by selection: vectorizes
+        xj, lt, e, el = x[j], last_t[j], events[j], elapsed[j]
+        sp, spn, obs_s, dd = spread[j], spread_n[j], observed_s[j], dd_all[j]
+        observed = (xj >= 0.0) & (xj < np.inf)  # finite and >= 0 (NaN compares False)
+        first = lt != lt  # never observed: NaN
+        dt = max(t - lt, 0.0)
+        k = np.rint(xj * dt)
+        k = k if dt > 0.0 else 0.0
+        events_now = k > 0.0
+        plain = observed & ~first & ~events_now  # k = 0: learn = k, no score
+        has_events = observed & ~first & events_now
+        rare += has_events
+        flags[j] = has_events
+        own = e / max(el, 1e-300)
+        own = own if el > 0.0 else 0.0
         rate = max((e + prior_events) / (el + prior_time), own)
         mu = rate * dt
-        # Dispersion: variance / mean of the tick counts, from winsorized Pearson residuals,
-        # never below 1 (Poisson); a prior of ``prior_n`` ticks at 1.
-        phi = max((spread[j] + prior_n) / (spread_n[j] + prior_n), 1.0)
-        if k > 0.0:
-            # A tick spanning more than the burst window is judged at the window's scale;
-            # an overdispersed counter at the scale of its dispersion (quasi-Poisson).
-            shrink = min(1.0, window / dt) / phi
-            kk = max(k * shrink, 1.0)
-            z = 3.0 * math.sqrt(kk) * (1.0 - 1.0 / (9.0 * kk) - np.cbrt(mu * shrink / kk))
-            if observed_s[j] >= warmup:
-                if z >= 1.0:  # below one sigma of surprise is ordinary counting noise
-                    scores[j] = min(z, SCORE_CAP)
-                learn = min(k, mu + learn_clip * math.sqrt(mu * phi) + 1.0)
-        dd, cache = decay(dt, neg_inv_half_life, cache)
-        observed_s[j] += dt
-        events[j] = e * dd + learn
-        elapsed[j] = el * dd + dt
-        # The spread learns from ordinary ticks only: not from one beyond ``dispersion_clip``
-        # of its own scale either way (a burst, a stop), nor from a tick after a gap.
-        if 0.0 < dt <= window and mu > 0.0:
-            r = k - mu
-            if r * r <= clip2 * phi * mu:
-                spread[j] = spread[j] * dd + r * r / mu
-                spread_n[j] = spread_n[j] * dd + 1.0
-            else:
-                spread[j] *= dd
-                spread_n[j] *= dd
+        phi = max((sp + prior_n) / (spn + prior_n), 1.0)
+        r = k - mu
+        within = r * r <= clip2 * phi * mu
+        sp_new = (sp * dd + r * r / mu) if within else sp * dd
+        spn_new = (spn * dd + 1.0) if within else spn * dd
+        spread_learns = plain & (dt > 0.0) & (dt <= window) & (mu > 0.0)
+        scores[j] = 0.0
+        last_t[j] = t if (plain | (observed & first)) else lt
+        observed_s[j] = (obs_s + dt) if plain else obs_s
+        events[j] = (e * dd + k) if plain else e
+        elapsed[j] = (el * dd + dt) if plain else el
+        spread[j] = sp_new if spread_learns else sp
+        spread_n[j] = spn_new if spread_learns else spn
+    words = flags.view(np.uint64)
+    for w in range(words.shape[0] if rare else 0):
+        if words[w] != 0:
+            for j in range(8 * w, 8 * w + 8):
+                if flags[j]:
+                    _count_column(j, t, x, state, q, dd_all[j], scores)
     scatter(scores, cols, score_out)
 
 

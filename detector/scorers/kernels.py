@@ -135,6 +135,59 @@ def fold(z: float, direction: int) -> float:
 
 
 @jit
+def ew_params(p: FloatArray) -> tuple[float, float, float, float, float]:
+    """``ew_column``'s parameters from a baseline's parameter array."""
+    return p[P_WARMUP], p[P_CLIP], p[P_FLOOR_REL], p[P_FLOOR_ABS], p[P_RELEARN]
+
+
+@jit
+def ew_column(
+    t: float,
+    xj: float,
+    j: int,
+    state: tuple[FloatArray, ...],
+    dj: float,
+    p: tuple[float, float, float, float, float],
+) -> tuple[float, bool]:
+    """``ew_step`` for column ``j`` (value ``xj``, decay ``dj`` since its last observation):
+    updates its state, returns (signed z capped at ±SCORE_CAP, 0 unless past warm-up; whether
+    observed and past warm-up). ``p`` = the parameters ``P_WARMUP`` to ``P_RELEARN`` as
+    scalars (read from the parameter array inside the loop, they would be reloaded after every
+    store: the array might alias the state). Branch-free, so a loop calling it vectorizes (it
+    is inlined); peer_kernels fuses it into the peer update."""
+    mean, var, w_mean, w_var, count, last_t = state
+    warmup, clip, floor_rel, floor_abs, relearn = p
+    obs = abs(xj) <= MAX_ABS_VALUE  # NaN compares False
+    # every load unconditional, choices by selection: the loop vectorizes
+    m, v, lt, wm, wv, c = mean[j], var[j], last_t[j], w_mean[j], w_var[j], count[j]
+    elapsed = (t - lt) if obs else 0.0
+    d = dj if obs else 1.0
+    wm = wm * d
+    wv = wv * d
+    c = c * (wm >= FORGOTTEN_WEIGHT)  # no weight left: forgotten, warm up again
+    warm = c >= warmup
+    floor = m * floor_rel
+    floor = floor * floor + floor_abs
+    sigma = math.sqrt(max(floor, v))
+    resid = (xj - m) if obs else 0.0
+    zj = resid / sigma
+    bound = (sigma * clip) if warm else np.inf  # nothing to clip with during warm-up
+    resid = max(min(resid, bound), -bound)
+    # Anomalous points keep out of the variance while it still has evidence.
+    accept = obs & ((abs(zj) <= clip) | (c < warmup) | (wv < relearn))
+    wm = wm + obs
+    wv = wv + accept
+    b = accept / max(wv, 1.0)
+    mean[j] = m + resid / max(wm, 1.0)
+    var[j] = (resid * resid * b + v) * (1.0 - b)  # West: the variance never goes negative
+    w_mean[j] = wm
+    w_var[j] = wv
+    count[j] = c + obs
+    last_t[j] = lt + elapsed
+    return max(min(zj, SCORE_CAP), -SCORE_CAP) * warm, warm & obs
+
+
+@jit
 def ew_step(
     t: float,
     x_row: FloatArray,
@@ -152,52 +205,14 @@ def ew_step(
     unless scored (``direction`` empty) or the directional score (``direction`` per column);
     ``scored_out`` the mask of columns observed and past warm-up. Unobserved columns keep
     their state bit for bit (no time passes for them, nothing is learnt)."""
-    mean, var, w_mean, w_var, count, last_t = state
     x = gathered(x_row, cols)
     zs = scratch(z_out, cols)
     n = x.shape[0]
     d_all = np.empty(n)
-    decays(t, last_t, p[P_NEG_INV_HALF_LIFE], d_all)
-    warmup, clip, floor_rel, floor_abs, relearn = p[1], p[2], p[3], p[4], p[5]
+    decays(t, state[5], p[P_NEG_INV_HALF_LIFE], d_all)
+    params = ew_params(p)
     for j in range(n):
-        xj = x[j]
-        obs = abs(xj) <= MAX_ABS_VALUE  # NaN compares False
-        # every load unconditional, choices by selection: the loop vectorizes
-        m, v, lt, dj, wm, wv, c = (
-            mean[j],
-            var[j],
-            last_t[j],
-            d_all[j],
-            w_mean[j],
-            w_var[j],
-            count[j],
-        )
-        elapsed = (t - lt) if obs else 0.0
-        d = dj if obs else 1.0
-        wm = wm * d
-        wv = wv * d
-        c = c * (wm >= FORGOTTEN_WEIGHT)  # no weight left: forgotten, warm up again
-        warm = c >= warmup
-        floor = m * floor_rel
-        floor = floor * floor + floor_abs
-        sigma = math.sqrt(max(floor, v))
-        resid = (xj - m) if obs else 0.0
-        zj = resid / sigma
-        bound = (sigma * clip) if warm else np.inf  # nothing to clip with during warm-up
-        resid = max(min(resid, bound), -bound)
-        # Anomalous points keep out of the variance while it still has evidence.
-        accept = obs & ((abs(zj) <= clip) | (c < warmup) | (wv < relearn))
-        wm = wm + obs
-        wv = wv + accept
-        b = accept / max(wv, 1.0)
-        mean[j] = m + resid / max(wm, 1.0)
-        var[j] = (resid * resid * b + v) * (1.0 - b)  # West: the variance never goes negative
-        w_mean[j] = wm
-        w_var[j] = wv
-        count[j] = c + obs
-        last_t[j] = lt + elapsed
-        zs[j] = max(min(zj, SCORE_CAP), -SCORE_CAP) * warm
-        scored_out[j] = warm & obs
+        zs[j], scored_out[j] = ew_column(t, x[j], j, state, d_all[j], params)
     if direction.shape[0] > 0:
         for j in range(n):
             zs[j] = fold(zs[j], direction[j])

@@ -17,7 +17,15 @@ import numpy as np
 from ..model import FloatArray, IntArray
 from .base import SCORE_CAP
 from .jit import jit
-from .kernels import MAX_ABS_VALUE, decays, ew_step, fold, gathered, scatter, scratch
+from .kernels import (
+    MAX_ABS_VALUE,
+    decays,
+    ew_step,
+    fold,
+    gathered,
+    scatter,
+    scratch,
+)
 
 MAD_SCALE = 1.4826  # MAD -> sigma for Gaussian noise
 
@@ -54,11 +62,11 @@ def _sorted8(v: Eight) -> Eight:
 
 
 @jit
-def _pick(v: Eight, i: int) -> float:
-    """``v[i]`` by selection (vectorizes, unlike an indexed tuple)."""
+def _pick(v: Eight, i: float) -> float:
+    """``v[i]`` (``v[0]`` for ``i`` <= 0) by selection (vectorizes, unlike an indexed tuple)."""
     return (
-        v[0] if i <= 0 else v[1] if i == 1 else v[2] if i == 2 else v[3] if i == 3
-        else v[4] if i == 4 else v[5] if i == 5 else v[6] if i == 6 else v[7]
+        v[0] if i <= 0.0 else v[1] if i == 1.0 else v[2] if i == 2.0 else v[3] if i == 3.0
+        else v[4] if i == 4.0 else v[5] if i == 5.0 else v[6] if i == 6.0 else v[7]
     )  # fmt: skip
 
 
@@ -73,60 +81,66 @@ def _mad_sigma(
 
 
 @jit
-def group_stats(
-    x_row: FloatArray,
-    cols: IntArray | None,
-    groups: tuple[IntArray, IntArray, IntArray, IntArray],
+def _small_stats(
+    x: FloatArray,
+    small: IntArray,
     min_peers: int,
     floor_rel: float,
     floor_abs: float,
-    med_out: FloatArray,
-    sigma_out: FloatArray,
+    med_g: FloatArray,
+    sigma_g: FloatArray,
 ) -> None:
-    """Per column, its group's median and floored MAD sigma over the members observed this
-    tick; NaN where the group has fewer than ``min_peers`` observed members or none at all.
-    Column ``j``'s value is ``x_row[cols[j]]``, or ``x_row[j]`` for ``cols`` None.
-
-    ``groups`` = (small, members, starts, row_of): groups of up to 8 as rows of ``small``
-    (padded with -1), larger ones as CSR (``members[starts[k]:starts[k + 1]]``), and per
-    column its group's row (small rows first, then the large groups; the last row for none)."""
-    small, members, starts, row_of = groups
-    x = gathered(x_row, cols)
-    n_small, n_large = small.shape[0], starts.shape[0] - 1
-    med_g = np.empty(n_small + n_large + 1)
-    sigma_g = np.empty(n_small + n_large + 1)
-    for g in range(n_small):  # vectorizes: 8 values per group, sorted by the network
-        # written out for the 8 slots (an inner loop would be what gets vectorized)
-        c0, c1, c2, c3 = small[g, 0], small[g, 1], small[g, 2], small[g, 3]
-        c4, c5, c6, c7 = small[g, 4], small[g, 5], small[g, 6], small[g, 7]
-        x0, x1, x2, x3, x4, x5, x6, x7 = x[c0], x[c1], x[c2], x[c3], x[c4], x[c5], x[c6], x[c7]
-        # padding (-1, read as x[-1]) and unobserved values count as +inf: they sort last
-        o0 = (c0 >= 0) & (abs(x0) <= MAX_ABS_VALUE)
-        o1 = (c1 >= 0) & (abs(x1) <= MAX_ABS_VALUE)
-        o2 = (c2 >= 0) & (abs(x2) <= MAX_ABS_VALUE)
-        o3 = (c3 >= 0) & (abs(x3) <= MAX_ABS_VALUE)
-        o4 = (c4 >= 0) & (abs(x4) <= MAX_ABS_VALUE)
-        o5 = (c5 >= 0) & (abs(x5) <= MAX_ABS_VALUE)
-        o6 = (c6 >= 0) & (abs(x6) <= MAX_ABS_VALUE)
-        o7 = (c7 >= 0) & (abs(x7) <= MAX_ABS_VALUE)
-        # int() each: numpy bools (the interpreted fallback) add as logical or
-        count = int(o0) + int(o1) + int(o2) + int(o3) + int(o4) + int(o5) + int(o6) + int(o7)
-        inf = np.inf
-        v = (
-            x0 if o0 else inf, x1 if o1 else inf, x2 if o2 else inf, x3 if o3 else inf,
-            x4 if o4 else inf, x5 if o5 else inf, x6 if o6 else inf, x7 if o7 else inf,
+    """``group_stats`` for the groups of up to 8 (rows of ``small``, padded with -1): their
+    values first gathered slot-major (``v[k, g]``, +inf for padding and unobserved values: they
+    sort last), so the main loop handles eight groups per AVX-512 register, each lane sorting
+    its group by the network."""
+    n_small = small.shape[0]
+    v = np.empty((8, n_small))
+    for g in range(n_small):
+        for k in range(8):
+            c = small[g, k]
+            xv = x[c] if c >= 0 else np.inf
+            v[k, g] = xv if abs(xv) <= MAX_ABS_VALUE else np.inf
+    inf = np.inf
+    least = float(min_peers)
+    for g in range(n_small):  # vectorizes: one group per lane
+        x0, x1, x2, x3 = v[0, g], v[1, g], v[2, g], v[3, g]
+        x4, x5, x6, x7 = v[4, g], v[5, g], v[6, g], v[7, g]
+        # counts and ranks as floats: integer arithmetic (floor division of -1) here kept
+        # LLVM from vectorizing the loop
+        count = (
+            (x0 < inf) * 1.0 + (x1 < inf) * 1.0 + (x2 < inf) * 1.0 + (x3 < inf) * 1.0
+            + (x4 < inf) * 1.0 + (x5 < inf) * 1.0 + (x6 < inf) * 1.0 + (x7 < inf) * 1.0
         )  # fmt: skip
-        v = _sorted8(v)
-        lo, hi = (count - 1) // 2, count // 2
-        med = 0.5 * (_pick(v, lo) + _pick(v, hi))
-        med = med if count > 0 else 0.0  # no member observed: no inf - inf below
+        w = _sorted8((x0, x1, x2, x3, x4, x5, x6, x7))
+        lo, hi = np.floor((count - 1.0) * 0.5), np.floor(count * 0.5)  # lo -1: none observed
+        med = 0.5 * (_pick(w, lo) + _pick(w, hi))
+        med = med if count > 0.0 else 0.0  # no member observed: no inf - inf below
         # the distances from the median (inf for the padding), sorted the same way
         d = _sorted8(
-            (abs(v[0] - med), abs(v[1] - med), abs(v[2] - med), abs(v[3] - med),
-             abs(v[4] - med), abs(v[5] - med), abs(v[6] - med), abs(v[7] - med))
+            (abs(w[0] - med), abs(w[1] - med), abs(w[2] - med), abs(w[3] - med),
+             abs(w[4] - med), abs(w[5] - med), abs(w[6] - med), abs(w[7] - med))
         )  # fmt: skip
         mad = 0.5 * (_pick(d, lo) + _pick(d, hi))
-        med_g[g], sigma_g[g] = _mad_sigma(count, med, mad, min_peers, floor_rel, floor_abs)
+        sigma = max(MAD_SCALE * mad, floor_rel * abs(med) + floor_abs)
+        few = count < least
+        med_g[g] = np.nan if few else med
+        sigma_g[g] = np.nan if few else sigma
+
+
+@jit
+def _large_stats(
+    x: FloatArray,
+    members: IntArray,
+    starts: IntArray,
+    min_peers: int,
+    floor_rel: float,
+    floor_abs: float,
+    med_g: FloatArray,
+    sigma_g: FloatArray,
+) -> None:
+    """``group_stats`` for the larger groups (CSR; their rows follow the small groups')."""
+    n_small, n_large = med_g.shape[0] - starts.shape[0], starts.shape[0] - 1
     widest = 0
     for k in range(n_large):
         widest = max(widest, starts[k + 1] - starts[k])
@@ -163,11 +177,86 @@ def group_stats(
         mad = 0.5 * (d_lo + d_hi)
         row = n_small + k
         med_g[row], sigma_g[row] = _mad_sigma(count, med, mad, min_peers, floor_rel, floor_abs)
-    med_g[n_small + n_large] = np.nan
-    sigma_g[n_small + n_large] = np.nan
+
+
+@jit
+def _stats(
+    x: FloatArray,
+    groups: tuple[IntArray, IntArray, IntArray, IntArray],
+    min_peers: int,
+    floor_rel: float,
+    floor_abs: float,
+) -> tuple[FloatArray, FloatArray]:
+    """Per group row (small, then large, then one NaN row for the ungrouped): median and
+    floored MAD sigma of the observed values of ``x`` (the scorer's columns)."""
+    small, members, starts, _ = groups
+    rows = small.shape[0] + starts.shape[0]  # starts has one entry more than large groups
+    med_g = np.empty(rows)
+    sigma_g = np.empty(rows)
+    _small_stats(x, small, min_peers, floor_rel, floor_abs, med_g, sigma_g)
+    _large_stats(x, members, starts, min_peers, floor_rel, floor_abs, med_g, sigma_g)
+    med_g[rows - 1] = np.nan
+    sigma_g[rows - 1] = np.nan
+    return med_g, sigma_g
+
+
+@jit
+def group_stats(
+    x_row: FloatArray,
+    cols: IntArray | None,
+    groups: tuple[IntArray, IntArray, IntArray, IntArray],
+    min_peers: int,
+    floor_rel: float,
+    floor_abs: float,
+    med_out: FloatArray,
+    sigma_out: FloatArray,
+) -> None:
+    """Per column, its group's median and floored MAD sigma over the members observed this
+    tick; NaN where the group has fewer than ``min_peers`` observed members or none at all.
+    Column ``j``'s value is ``x_row[cols[j]]``, or ``x_row[j]`` for ``cols`` None.
+
+    ``groups`` = (small, members, starts, row_of): groups of up to 8 as rows of ``small``
+    (padded with -1), larger ones as CSR (``members[starts[k]:starts[k + 1]]``), and per
+    column its group's row (small rows first, then the large groups; the last row for none)."""
+    med_g, sigma_g = _stats(gathered(x_row, cols), groups, min_peers, floor_rel, floor_abs)
+    row_of = groups[3]
     for j in range(med_out.shape[0]):
         med_out[j] = med_g[row_of[j]]
         sigma_out[j] = sigma_g[row_of[j]]
+
+
+@jit
+def _peer_column(
+    t: float,
+    xj: float,
+    j: int,
+    m: float,
+    sg: float,
+    d: float,
+    md: float,
+    state: tuple[FloatArray, ...],
+    warmup: float,
+) -> tuple[float, bool]:
+    """peer_step's update of column ``j`` (value ``xj``; its group's median ``m`` and sigma
+    ``sg``; decays ``d`` of the scale and ``md`` of the smoothing): returns (the smoothed
+    deviation, NaN unless judged; whether judged: scored against peers and past warm-up)."""
+    smoothed, scale_var, scale_w, count, last_t = state
+    sm0, sv0, sw0, c, lt = smoothed[j], scale_var[j], scale_w[j], count[j], last_t[j]
+    scored = (m == m) & (abs(xj) <= MAX_ABS_VALUE)  # judged against its peers this tick
+    # A group's spread is stable over time, one tick's MAD is not (3 peers!): use the
+    # larger of this tick's spread and its time-smoothed value.
+    w = d * sw0 + 1.0
+    sv = (sg * sg - sv0) / w + sv0
+    z = (xj - m) / max(sg, math.sqrt(sv))
+    z = min(max(z, -SCORE_CAP), SCORE_CAP)
+    z = md * sm0 + (1.0 - md) * z
+    smoothed[j] = z if scored else sm0
+    scale_var[j] = sv if scored else sv0
+    scale_w[j] = w if scored else sw0
+    judged = scored & (c >= warmup)
+    count[j] = c + scored
+    last_t[j] = t if scored else lt
+    return (z if judged else np.nan), judged  # NaN: nothing for the habit baseline
 
 
 @jit
@@ -175,8 +264,8 @@ def peer_step(
     t: float,
     x_row: FloatArray,
     cols: IntArray | None,
-    med: FloatArray,
-    sigma: FloatArray,
+    groups: tuple[IntArray, IntArray, IntArray, IntArray],
+    g: FloatArray,
     direction: IntArray,
     state: tuple[FloatArray, ...],
     q: FloatArray,
@@ -184,44 +273,40 @@ def peer_step(
     p: FloatArray,
     score_out: FloatArray,
 ) -> None:
-    """One PeerDeviation tick per column from its group's ``med``/``sigma`` (group_stats);
-    ``x_row``, ``cols`` and ``score_out`` by kernels.py's column convention.
+    """One PeerDeviation tick: the group statistics, then per column the update and the habit
+    baseline in one fused pass (``x_row``, ``cols`` and ``score_out`` by kernels.py's column
+    convention).
 
-    ``state`` = (smoothed, scale_var, scale_w, count, last_t); ``q`` = (-1 / scale half-life,
-    -1 / smooth half-life or 0 for no smoothing, warmup); ``base`` = the habit baseline's
-    arrays with parameters ``p``, or empty arrays for none."""
-    smoothed, scale_var, scale_w, count, last_t = state
+    ``g`` = (min_peers, mad_floor_rel, mad_floor_abs); ``state`` = (smoothed, scale_var,
+    scale_w, count, last_t); ``q`` = (-1 / scale half-life, -1 / smooth half-life or 0 for no
+    smoothing, warmup); ``base`` = the habit baseline's arrays with parameters ``p``, or empty
+    arrays for none."""
+    last_t = state[4]
     neg_inv_scale, neg_inv_smooth, warmup = q[0], q[1], q[2]
     x = gathered(x_row, cols)
     scores = scratch(score_out, cols)
+    med_g, sigma_g = _stats(x, groups, int(g[0]), g[1], g[2])
+    row_of = groups[3]
     n = x.shape[0]
     scale_d = np.empty(n)
     decays(t, last_t, neg_inv_scale, scale_d)
     smooth_d = np.zeros(n)  # keep nothing of the old value: no smoothing
     if neg_inv_smooth != 0.0:
         decays(t, last_t, neg_inv_smooth, smooth_d)
+    # a group's median and sigma per column: a gather (scalar), kept out of the main loop
+    med = np.empty(n)
+    sigma = np.empty(n)
+    for j in range(n):
+        med[j] = med_g[row_of[j]]
+        sigma[j] = sigma_g[row_of[j]]
+    has_base = base[0].shape[0] > 0
     z_all = np.empty(n)
     judged_all = np.empty(n, dtype=np.bool_)
     for j in range(n):  # every load unconditional, choices by selection: vectorizes
-        xj, m, sg, d, md = x[j], med[j], sigma[j], scale_d[j], smooth_d[j]
-        sm0, sv0, sw0, c, lt = smoothed[j], scale_var[j], scale_w[j], count[j], last_t[j]
-        scored = (m == m) & (abs(xj) <= MAX_ABS_VALUE)  # judged against its peers this tick
-        # A group's spread is stable over time, one tick's MAD is not (3 peers!): use the
-        # larger of this tick's spread and its time-smoothed value.
-        w = d * sw0 + 1.0
-        sv = (sg * sg - sv0) / w + sv0
-        z = (xj - m) / max(sg, math.sqrt(sv))
-        z = min(max(z, -SCORE_CAP), SCORE_CAP)
-        z = md * sm0 + (1.0 - md) * z
-        smoothed[j] = z if scored else sm0
-        scale_var[j] = sv if scored else sv0
-        scale_w[j] = w if scored else sw0
-        judged = scored & (c >= warmup)
-        count[j] = c + scored
-        last_t[j] = t if scored else lt
-        z_all[j] = z if judged else np.nan  # what the habit baseline sees (NaN: nothing)
-        judged_all[j] = judged
-    if base[0].shape[0] > 0:  # the departure from the column's habit of standing out
+        z_all[j], judged_all[j] = _peer_column(
+            t, x[j], j, med[j], sigma[j], scale_d[j], smooth_d[j], state, warmup
+        )
+    if has_base:  # the departure from the column's habit of standing out
         ew_step(t, z_all, None, base, p, direction, scores, np.empty(n, dtype=np.bool_))
     else:
         for j in range(n):

@@ -144,17 +144,12 @@ class PeerDeviation:
     def group_stats(self, x: FloatArray, layout: ColumnLayout) -> tuple[FloatArray, FloatArray]:
         """Per column, its group's median and floored MAD sigma over the members observed this
         tick (both NaN where the group has fewer than ``min_peers`` observed members)."""
-        return self._group_stats(x, None, layout)
-
-    def _group_stats(
-        self, x: FloatArray, cols: IntArray | None, layout: ColumnLayout
-    ) -> tuple[FloatArray, FloatArray]:
         if layout is not self._layout:
             self._refresh_groups(layout)
         med, sigma = np.empty(len(layout)), np.empty(len(layout))
         group_stats(
             x,
-            cols,
+            None,
             self._groups,
             self.min_peers,
             self.mad_floor_rel,
@@ -188,16 +183,20 @@ class PeerDeviation:
             self.scale_w = grow(self.scale_w, n, 0.0)
             self.count = grow(self.count, n, 0.0)
             self.last_t = grow(self.last_t, n, -np.inf)
-        med, sigma = self._group_stats(x, cols, layout)
+        if layout is not self._layout:
+            self._refresh_groups(layout)
         smooth = -1.0 / self.smooth_half_life_s if self.smooth_half_life_s > 0 else 0.0
         q = np.array([-1.0 / self.scale_half_life_s, smooth, self.warmup])
+        g = np.array([self.min_peers, self.mad_floor_rel, self.mad_floor_abs])
         state = (self.smoothed, self.scale_var, self.scale_w, self.count, self.last_t)
         if self.baseline is None:
             base, p = _NO_BASELINE, _NO_BASELINE[0]
         else:
             self.baseline.grow(n)
             base, p = self.baseline.arrays(), self.baseline.params()
-        peer_step(float(t), x, cols, med, sigma, layout.direction, state, q, base, p, out)
+        peer_step(
+            float(t), x, cols, self._groups, g, layout.direction, state, q, base, p, out
+        )  # fmt: skip
 
     def state_dict(self) -> dict[str, np.ndarray]:
         state = {k: getattr(self, k).copy() for k in self._KEYS}
