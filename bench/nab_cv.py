@@ -15,7 +15,8 @@ The fused NAB detectors were picked by their score on the whole corpus (bench/RE
   chosen (``--contexts``; each put on the likelihood's scale by ContextConfig's label-free
   99.9th-percentile rule, computed here), no seasonal gate or gate (threshold, floor) in
   ``GATES``, holdoff in ``HOLDOFFS``; optionally several forecast variants (``--forecasts``),
-  severity ladders (``--severity``), context agreement (``--agreement``): 360 by default;
+  severity ladders (``--severity``), context agreement (``--agreement``), per-stream tail
+  recalibration (``--recalibrate``) and StuckRun (``--stuck``): 360 by default;
 - for each fold: the candidate with the best *standard* score on the training files (its
   threshold per profile also chosen on the training files) is scored on the held-out files at
   those thresholds. A subset's score is NAB's formula over that subset's windows.
@@ -102,6 +103,7 @@ class Candidate:
     forecast: str
     context: str
     cfg: SeasonalConfig
+    stuck: bool = False  # + StuckRun (round 3)
 
     @property
     def name(self) -> str:
@@ -112,6 +114,8 @@ class Candidate:
         )
         name = f"{self.forecast}:{self.context or 'noctx'}:{gate}:h{self.cfg.holdoff_rows}"
         name += f":s{self.cfg.severity_ratio:g}" if self.cfg.severity_ratio > 1 else ""
+        name += f":r{self.cfg.recalibrate_z:g}" if self.cfg.recalibrate_z > 0 else ""
+        name += ":stuck" if self.stuck else ""
         return name + (
             f":a{self.cfg.context_agreement_z:g}" if self.cfg.context_agreement_z else ""
         )
@@ -122,6 +126,8 @@ def candidates(
     contexts: tuple[str, ...],
     severities: tuple[float, ...] = (1.0,),
     agreements: tuple[float, ...] = (0.0,),
+    recalibrations: tuple[float, ...] = (0.0,),
+    stucks: tuple[bool, ...] = (False,),
 ) -> list[Candidate]:
     """The grid the selection chooses from (see module docstring)."""
     base = SeasonalConfig()
@@ -136,7 +142,9 @@ def candidates(
                 holdoff_rows=h,
                 severity_ratio=r,
                 context_agreement_z=a,
+                recalibrate_z=z0,
             ),
+            stuck,
         )
         for fc in forecasts
         for ctx in ("", *contexts)
@@ -144,6 +152,8 @@ def candidates(
         for h in HOLDOFFS
         for r in severities
         for a in (agreements if ctx else (0.0,))
+        for z0 in recalibrations
+        for stuck in stucks
     ]
 
 
@@ -179,7 +189,7 @@ def _cached(
 
 def _series(job: tuple[NabFile, str, str, Path | None]) -> tuple[FloatArray, ...]:
     """(likelihood, range, raw forecast) for a forecast variant, (context,) for a context
-    variant, or (seasonal,) for kind "seasonal"."""
+    variant, (seasonal,) for kind "seasonal" or (stuck,) for kind "stuck"."""
     f, kind, variant, cache = job
     if kind == "forecast":
         cfg = FORECASTS[variant]
@@ -205,6 +215,8 @@ def _series(job: tuple[NabFile, str, str, Path | None]) -> tuple[FloatArray, ...
         c = CONTEXTS[variant]
         c = replace(c, table_bits=table_bits(c.levels, c.orders))
         return (_cached(cache, f"context-{variant}", f, lambda: nab.context_z(f, c)),)
+    if kind == "stuck":
+        return (_cached(cache, "stuck", f, lambda: nab.stuck_z(f)),)
     return (_cached(cache, "seasonal", f, lambda: nab.seasonal_z(f)),)
 
 
@@ -258,6 +270,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--agreement", default="0", help="comma list of context_agreement_z values (0: off)"
     )
+    parser.add_argument(
+        "--recalibrate", default="0", help="comma list of recalibrate_z values (0: off)"
+    )
+    parser.add_argument("--stuck", default="0", help="comma list of 0 (without) / 1 (+ StuckRun)")
     parser.add_argument("--split", default="parity", choices=("parity", "blocks"))
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument(
@@ -277,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     series: dict[tuple[str, str], list[tuple[FloatArray, ...]]] = {}
     jobs = [("forecast", v) for v in forecasts] + [("context", v) for v in contexts]
     with multiprocessing.Pool(args.jobs) as pool:
-        for kind, variant in [*jobs, ("seasonal", "")]:
+        for kind, variant in [*jobs, ("seasonal", ""), ("stuck", "")]:
             series[(kind, variant)] = pool.map(
                 _series, [(f, kind, variant, args.cache) for f in corpus]
             )
@@ -298,7 +314,10 @@ def main(argv: list[str] | None = None) -> int:
 
     severities = tuple(float(v) for v in args.severity.split(",") if v)
     agreements = tuple(float(v) for v in args.agreement.split(",") if v)
-    grid = candidates(forecasts, contexts, severities, agreements)
+    recalibrations = tuple(float(v) for v in args.recalibrate.split(",") if v)
+    stucks = tuple(v == "1" for v in args.stuck.split(",") if v)
+    grid = candidates(forecasts, contexts, severities, agreements, recalibrations, stucks)
+    stuck = [z[0] for z in series[("stuck", "")]]
     std = profiles[names[0]]
 
     def rows(cand: Candidate, fold: int) -> list[nab_score.FileRows]:
@@ -309,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
             lik, rng, raw = series[("forecast", cand.forecast)][i]
             ctx = series[("context", cand.context)][i][0] if cand.context else np.zeros_like(lik)
             weight = weights.get((cand.forecast, cand.context), 0.0)
-            parts = Components(lik, rng, ctx, seasonal[i], raw)
+            parts = Components(lik, rng, ctx, seasonal[i], raw, stuck[i] if cand.stuck else None)
             out.append(nab_score.FileRows(f.name, scores(parts, cand, weight), f.windows))
         return out
 
