@@ -48,13 +48,3 @@ def jit(fn: F) -> F:
         return numba.njit(cache=True, **_OPTIONS)(fn)  # type: ignore[no-any-return]
     except RuntimeError:  # "cannot cache function ...: no locator available"
         return numba.njit(cache=False, **_OPTIONS)(fn)  # type: ignore[no-any-return]
-
-
-def inline(fn: F) -> F:
-    """``jit`` for a small helper of the kernels' hot loops, inlined into its callers by numba
-    itself (``inline="always"``) rather than left to LLVM: LLVM declines to inline a helper
-    that takes arrays into a large loop, and each call then costs reference counting and
-    stops the loop from vectorizing (measured ~20x slower for the peers' fused loop)."""
-    if numba is None:
-        return fn
-    return numba.njit(inline="always", **_OPTIONS)(fn)  # type: ignore[no-any-return]

@@ -20,6 +20,7 @@ from .jit import jit
 from .kernels import (
     MAX_ABS_VALUE,
     decays,
+    decays2,
     ew_step,
     fold,
     gathered,
@@ -289,10 +290,11 @@ def peer_step(
     row_of = groups[3]
     n = x.shape[0]
     scale_d = np.empty(n)
-    decays(t, last_t, neg_inv_scale, scale_d)
     smooth_d = np.zeros(n)  # keep nothing of the old value: no smoothing
     if neg_inv_smooth != 0.0:
-        decays(t, last_t, neg_inv_smooth, smooth_d)
+        decays2(t, last_t, neg_inv_scale, neg_inv_smooth, scale_d, smooth_d)
+    else:
+        decays(t, last_t, neg_inv_scale, scale_d)
     # a group's median and sigma per column: a gather (scalar), kept out of the main loop
     med = np.empty(n)
     sigma = np.empty(n)
