@@ -1,6 +1,10 @@
 """NAB round 3: the structural variants scored against the labels, each judged cross-validated.
 
-    python bench/nab_round3.py --data ../shared/data/nab --cache /tmp/nab-cv-cache
+    python bench/nab_round3.py --data ../shared/data/nab --cache /tmp/nab-cv-cache [--diagnose]
+
+``--diagnose`` prints the committed row's diagnosis instead (at its standard threshold: every
+missed window with what the series does there and each component's peak inside it, ungated
+and gated; the false-positive rows per file with the component behind each).
 
 Each variant targets a mechanism of the committed row's misses or false positives (the
 diagnosis in bench/RESULTS.md "## NAB", round 3) and is printed with its in-sample score (three
@@ -282,10 +286,62 @@ def judge(
     return cells
 
 
+def diagnose(corpus: list[NabFile], base: list[Components], cost: nab_score.CostMatrix) -> str:
+    """The committed row at its standard threshold: missed windows and FP rows per file."""
+    cfg, weight = SeasonalConfig(), ContextConfig().context_weight
+    files = [
+        nab_score.FileRows(
+            f.name, nab.as_written(1 - np.exp(-nab.fuse(p, cfg, weight) / 10)), f.windows
+        )
+        for f, p in zip(corpus, base, strict=True)
+    ]
+    best = nab_score.best_threshold(files, cost)
+    z_threshold = -cfg.score_scale * math.log(1.0 - best.threshold)
+    lines = [
+        f"threshold {best.threshold:.6g} (z {z_threshold:.2f}): {best.normalized:.2f}, "
+        f"{best.detected_windows}/{best.windows} windows, {best.false_positive_rows} FP rows",
+        "missed windows (component peaks inside the window: gated, ungated in brackets):",
+    ]
+    fp_lines = []
+    for f, p, rows in zip(corpus, base, files, strict=True):
+        gate = np.clip(p.seasonal / cfg.gate_z, cfg.gate_floor, 1.0)
+        parts = {
+            "lik": (gate * p.likelihood, p.likelihood),
+            "range": (p.range, p.range),
+            "ctx": (weight * gate * p.context, weight * p.context),
+        }
+        value, window = nab_score.sweep_scores(rows.scores.shape[0], f.windows, cost)
+        start = nab_score.probation_length(rows.scores.shape[0])
+        for k, (a, b) in enumerate(f.windows):
+            if np.any(rows.scores[a : b + 1] >= best.threshold):
+                continue
+            before, inside = f.values[max(start, a - 500) : a], f.values[a : b + 1]
+            peaks = ", ".join(
+                f"{n} {g[a : b + 1].max():.2f} ({u[a : b + 1].max():.2f})"
+                for n, (g, u) in parts.items()
+            )
+            lines.append(
+                f"  {f.name} w{k} rows {a}-{b}: before mean {before.mean():.3g} sd "
+                f"{before.std():.3g}, inside mean {inside.mean():.3g} sd {inside.std():.3g} "
+                f"[{inside.min():.3g}, {inside.max():.3g}]; {peaks}"
+            )
+        fp = np.flatnonzero((rows.scores >= best.threshold) & (window == nab_score.OUTSIDE))
+        if fp.size:
+            behind = [max(parts, key=lambda n: parts[n][0][i]) for i in fp.tolist()]
+            counts = {n: behind.count(n) for n in parts if n in behind}
+            runs = 1 + int(np.sum(np.diff(fp) > 1))
+            fp_lines.append((float(value[fp].sum()), f.name, fp.size, runs, counts))
+    lines.append("false positives per file (raw cost, rows, runs, component behind each row):")
+    lines += [f"  {c:6.2f} {n}: {r} rows in {u} runs {k}" for c, n, r, u, k in sorted(fp_lines)]
+    lines.append(f"  total raw cost {sum(x[0] for x in fp_lines):.2f}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", type=Path, required=True, help="NAB root (data/, labels/, ...)")
     parser.add_argument("--cache", type=Path, default=None, help="cache of per-file z scores")
+    parser.add_argument("--diagnose", action="store_true", help="the committed row's misses/FPs")
     args = parser.parse_args(argv)
     corpus = nab.load_corpus(args.data)
     profiles = nab_score.load_profiles(args.data / "config" / "profiles.json")
@@ -301,6 +357,9 @@ def main(argv: list[str] | None = None) -> int:
             strict=True,
         )
     ]
+    if args.diagnose:
+        print(diagnose(corpus, base, profiles["standard"]))
+        return 0
     print(
         "| # | variant | in-sample std / low-FP / low-FN | windows hit | FP rows "
         "| thresholds CV'd std, parity / blocks | selection CV'd, stitched std, parity / blocks "
