@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 
-from detector.scorers.kernels import decays
+from detector.scorers.kernels import decays, decays2
 from detector.scorers.peer_kernels import _sorted8
 
 # Scores of every kernel-backed scorer on a small seeded cluster, printed as JSON; run in this
@@ -58,6 +58,23 @@ def test_decays_match_exp2_for_irregular_elapsed_times() -> None:
     expected = np.exp2(np.maximum(1000.0 - last_t, 0.0) * (-1.0 / 3600.0))
     np.testing.assert_allclose(out, expected, rtol=1e-15, atol=0.0)
     assert 0.0 == out[3]
+
+
+def test_decays_are_exact_whichever_column_comes_first() -> None:
+    """A first column that missed a tick (or was never observed: NaN) leaves most columns odd;
+    every decay is still exp2(max(e, 0) * rate), bit for bit, as is decays2's at both rates."""
+    rng = np.random.default_rng(1)
+    for first in (985.0, 970.0, np.nan, -np.inf):
+        last_t = 1000.0 - rng.choice([15.0] * 18 + [30.0, 45.0], size=400)
+        last_t[0] = first
+        last_t[rng.random(400) < 0.05] = np.nan
+        expected = [np.exp2(np.maximum(1000.0 - last_t, 0.0) * r) for r in (-1 / 600, -1 / 30)]
+        out, a, b = np.empty(400), np.empty(400), np.empty(400)
+        decays(1000.0, last_t, -1 / 600, out)
+        decays2(1000.0, last_t, -1 / 600, -1 / 30, a, b)
+        for got, want in ((out, expected[0]), (a, expected[0]), (b, expected[1])):
+            ok = ~np.isnan(last_t)
+            assert np.array_equal(want[ok], got[ok])
 
 
 def test_sorting_network_sorts_every_order_with_ties_and_padding() -> None:
