@@ -1,11 +1,17 @@
 """Fused kernels (numba) of PeerDeviation: per-group median and MAD, then the per-column update.
 
-Groups come as CSR: ``members[starts[g]:starts[g + 1]]`` are the columns of group ``g`` (only
-groups of at least ``min_peers`` columns). Peer groups are small (8 GPUs of a node, the nodes of
-a cohort), so each group's observed values are insertion-sorted in a small buffer: no padding,
-no NaN sentinels, no per-size-class matrices. The arithmetic is peers.py's, in the same order,
-so the statistics are bit-identical to a per-group ``np.median`` (see kernels.py for why these
-are kernels and for the ``exp2`` caveat).
+``peer_step`` does a whole tick in one call: it gathers the scorer's columns from the row once
+(kernels.py's column convention), computes every group's median and MAD, then per column the
+peer update (``_peer_column``) and the habit baseline (``kernels.ew_step``), and writes the
+scores into the full-width output.
+
+Groups of up to 8 (a node's GPUs: nearly all of them) are rows of a padded matrix; their values
+are first gathered slot-major, so the statistics loop holds one group per SIMD lane and sorts
+eight groups at once with a branch-free sorting network (measured 2-3x faster than one group
+at a time). Larger groups (a cohort's nodes) are CSR and insertion-sorted in a small buffer,
+their MAD merged from the two sorted runs either side of the median. The arithmetic is
+peers.py's, in the same order, so the statistics are bit-identical to a per-group
+``np.median`` (see kernels.py for why these are kernels and for the ``exp2`` caveat).
 """
 
 from __future__ import annotations

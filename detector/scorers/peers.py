@@ -18,10 +18,11 @@ smoothing. The score is the directional smoothed deviation; a column scores 0 fo
 
 Speed: the group structure is rebuilt only when the layout changes (length or identity):
 groups are found with ``np.lexsort`` (``peer_groups``); groups of up to 8 (a node's GPUs)
-become rows of a padded matrix, larger ones (a cohort's nodes) CSR. Each tick is then kernel
-passes (peer_kernels.py): per group its observed values sorted (a branch-free sorting network
-for up to 8, else insertion) for the median and again for the MAD, then per column the update
-and the habit baseline, with no Python loop over groups or columns.
+become rows of a padded matrix, larger ones (a cohort's nodes) CSR. Each tick is then one
+kernel call (peer_kernels.peer_step): per group its observed values sorted (a branch-free
+sorting network for up to 8, eight groups at a time, else insertion) for the median and again
+for the MAD, then per column the update and the habit baseline, with no Python loop over
+groups or columns.
 """
 
 from __future__ import annotations
