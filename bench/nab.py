@@ -33,7 +33,10 @@ Detectors:
   ``likelihoodContextSeasonalHold300`` (the gate at the old holdoff) and ``windowMemory``
   (WindowMemory, detector/scorers/window_memory.py, alone: the ART-like window memory); and
   ``likelihoodContextSeasonalSlow``, the same fusion with a second, slower likelihood
-  (``SLOW_LIKELIHOOD``).
+  (``SLOW_LIKELIHOOD``); round 3: ``likelihoodContextSeasonalStuck`` (+ StuckRun,
+  detector/scorers/stuck.py: a frozen value), ``likelihoodContextSeasonalRecal`` (per-stream
+  tail recalibration of the fused z, ``recalibrate``) and ``likelihoodContextSeasonalStuckRecal``
+  (both); bench/nab_round3.py prints every round-3 variant and the diagnosis.
 
 How much of these scores survives choosing the configuration on other files: bench/nab_cv.py
 (2-fold cross-validation over files of the selection, with ``fuse`` and the config dataclasses
