@@ -16,7 +16,8 @@ Transforms, per column, with ``prev`` the last *observed* value of its series:
   which would only measure volume. NaN when either is unobserved, reset, or the denominator did
   not increase; NaN until the denominator series has been seen (it may appear later).
 - presence (computed): ``health_series_missing_fraction`` per GPU = fraction of the GPU's
-  previously observed series missing this tick; ``health_gpu_count`` per node = GPUs of the node
+  previously observed series missing this tick (XID series, which come and go by design, do
+  not count); ``health_gpu_count`` per node = GPUs of the node
   with any series observed this tick. Both are NaN for a node with no GPU series at all this
   tick: with exporters on different scrape intervals that tick simply had no DCGM scrape, and a
   dead exporter is reported by ``health_up``. So presence measures a *partial* loss: a GPU that
@@ -195,6 +196,7 @@ class SignalMap:
 
     def _map_series(self, info: SeriesInfo) -> None:
         entity = -1
+        verdict = self.catalog.classify(info.metric)
         if info.gpu:
             key = (info.node, info.gpu)
             entity = self._gpu_entities.get(key, -1)
@@ -203,8 +205,10 @@ class SignalMap:
                 node_id = self._id(self._node_ids, self.node_names, info.node)
                 self._gpu_entity_node.append(node_id)
                 self._add_presence(info, entity, node_id)
-        self._series_gpu_entity.append(entity)
-        verdict = self.catalog.classify(info.metric)
+        # XID series come and go by design (a windowed count exists only while an XID is in
+        # its window): they are ground truth, not telemetry a GPU loses, so presence skips them.
+        truth = not isinstance(verdict, str) and verdict.truth is not None
+        self._series_gpu_entity.append(-1 if truth else entity)
         if verdict in ("ignore", "off"):
             return
         if verdict == "default":

@@ -155,6 +155,25 @@ def test_presence_when_a_gpu_vanishes() -> None:
     assert math.isnan(nothing[count])
 
 
+def test_presence_ignores_xid_series_that_come_and_go() -> None:
+    """A windowed XID count exists only while its XID is in the window (dcgm-exporter's
+    DCGM_EXP_XID_ERRORS_COUNT): its disappearance is no lost telemetry, while a real
+    series lost at the same time still counts."""
+    cluster = Cluster()
+    steady = {
+        (m, gpu_labels("0")): 50.0 for m in ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE")
+    }
+    xid_count = ("DCGM_EXP_XID_ERRORS_COUNT", (*gpu_labels("0"), ("xid", "119")))
+    cluster.tick(0, steady)
+    cluster.tick(30, {**steady, xid_count: 1.0})
+    after = cluster.tick(60, steady)
+    temp_lost = {k: v for k, v in steady.items() if k[0] != "DCGM_FI_DEV_GPU_TEMP"}
+    lost = cluster.tick(90, temp_lost)
+    missing = cluster.column("health_series_missing_fraction", gpu="0")
+    assert 0.0 == after[missing]
+    assert 0.5 == lost[missing]
+
+
 def test_named_default_ignored_and_truth_series() -> None:
     """Named rules win, unnamed numeric series get the default rule, XID and ignored are skipped."""
     cluster = Cluster()
