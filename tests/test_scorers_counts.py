@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from detector.scorers.counts import CountBurst
 from detector.scorers.registry import grid_layout
@@ -91,12 +92,13 @@ def test_an_overdispersed_counter_is_judged_at_its_own_spread() -> None:
 
 
 def test_a_state_saved_before_dispersion_was_learnt_still_loads() -> None:
-    """A saved state without the spread arrays (older versions) loads with no spread learnt,
-    and the scorer carries on from the rate it had."""
+    """A saved state without the spread and burst arrays (older versions) loads with none
+    learnt, and the scorer carries on from the rate it had."""
     rng = np.random.default_rng(2)
     scorer = CountBurst(warmup_s=600)
     feed(scorer, rng.poisson(5.0, size=(100, 4)).astype(float))
-    old = {k: v for k, v in scorer.state_dict().items() if not k.startswith("spread")}
+    optional = ("spread", "spread_n", "bursts", "run_div", "last_burst")
+    old = {k: v for k, v in scorer.state_dict().items() if k not in optional}
     restored = CountBurst(warmup_s=600)
     restored.load_state_dict(old)
     assert 0.0 == float(restored.spread_n.sum())
@@ -104,3 +106,33 @@ def test_a_state_saved_before_dispersion_was_learnt_still_loads() -> None:
     z = restored.update(100 * TICK, np.array([5.0, 5.0, 5.0, 50.0]) / TICK, LAYOUT)
     assert z[3] > 6.0
     assert z[:3].max() < 3.0
+
+
+def test_a_flapping_counter_is_discounted_while_a_first_burst_counts_in_full() -> None:
+    """A link that errors in isolated clumps every 20 minutes (a flapping port: never a GPU
+    failure) scores its first clump in full, then less and less, below the level at which one
+    signal alone raises an alert (z ~8); a quiet counter's first clump, at the end of the same
+    day, still scores in full."""
+    counts = np.zeros((2880, 4))
+    counts[200::40, 0] = 20.0
+    counts[2870, 1] = 20.0
+    scores = feed(CountBurst(), counts)
+    flaps = scores[200::40, 0]
+    assert flaps[0] > 8.0
+    assert flaps[0] == pytest.approx(scores[2870, 1], rel=0.05)
+    assert np.all(np.diff(flaps[:10]) < 0)
+    assert flaps[-10:].max() < 4.0
+
+
+def test_a_sustained_burst_is_not_discounted_by_its_own_ticks() -> None:
+    """A run of consecutive burst ticks (a failing device's errors piling up) is discounted
+    only by bursts before the run: on a quiet counter it scores exactly as without
+    habituation, tick for tick."""
+    counts = np.zeros((500, 4))
+    counts[300:330, 2] = 8.0
+    counts[380, 2] = 8.0  # a second, separate burst 25 minutes later is discounted
+    scores = feed(CountBurst(), counts)
+    plain = feed(CountBurst(habituation_n=1e300), counts)
+    np.testing.assert_array_equal(scores[:331], plain[:331])
+    assert scores[300:330, 2].min() > 4.0
+    assert scores[380, 2] < plain[380, 2]

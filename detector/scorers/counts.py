@@ -16,6 +16,18 @@ clipped at ``mean + learn_clip * sqrt(mean * phi) + 1``: a burst barely moves th
 lasting higher rate is learnt over a few half-lives (so a persistently erroring device keeps
 scoring for hours, then becomes the new normal).
 
+A column that keeps bursting anew (a flapping InfiniBand port erroring in a clump every
+half hour, for days: a property of that link, not a sign of an imminent GPU failure) would
+otherwise score every clump as a fresh surprise, because learning is clipped exactly so that a
+burst does not become the norm. So each column counts its recent burst *onsets* (ticks reaching
+``burst_z``, more than ``burst_window_s`` after the previous burst tick; an EW count with
+``half_life_s``), and a tick's z is divided by ``1 + onsets / habituation_n``: the first burst
+counts in full, a column that had two separate bursts lately scores half, one that flaps all
+day a small fraction. The divisor is fixed at a run's onset for every tick within a burst
+window of its last burst tick, so a sustained burst (a failing device's errors piling up over
+minutes) is judged in full throughout. This is learning the frequency of the column's
+anomalies, not their size: the rate and dispersion stay clipped.
+
 A tick longer than ``burst_window_s`` (the first after a gap) is judged at that window's
 scale: ``k`` and ``mu`` are both scaled by ``burst_window_s / dt``, so hours of a rate a few
 percent off its estimate do not read as a burst.
@@ -52,8 +64,19 @@ class CountBurst:
     """Scorer: Poisson surprise of a tick's event count (see module docstring)."""
 
     name = "counts"
-    _KEYS = ("events", "elapsed", "last_t", "observed_s", "spread", "spread_n")
-    _DISPERSION_KEYS = ("spread", "spread_n")  # absent from states saved before them
+    _KEYS = (
+        "events",
+        "elapsed",
+        "last_t",
+        "observed_s",
+        "spread",
+        "spread_n",
+        "bursts",
+        "run_div",
+        "last_burst",
+    )
+    # absent from states saved before dispersion and habituation were learnt
+    _OPTIONAL_KEYS = ("spread", "spread_n", "bursts", "run_div", "last_burst")
 
     def __init__(
         self,
@@ -65,6 +88,8 @@ class CountBurst:
         burst_window_s: float = 900.0,
         dispersion_prior_n: float = 100.0,
         dispersion_clip: float = 4.0,
+        habituation_n: float = 2.0,
+        burst_z: float = 6.0,
     ) -> None:
         if not (half_life_s > 0 and prior_interval_s > 0 and prior_time_s > 0 and learn_clip >= 0):
             raise ConfigError(
@@ -82,12 +107,19 @@ class CountBurst:
             raise ConfigError("counts needs dispersion_prior_n > 0 and dispersion_clip > 0")
         self.dispersion_prior_n = float(dispersion_prior_n)
         self.dispersion_clip = float(dispersion_clip)
+        if not (habituation_n > 0 and burst_z > 0):
+            raise ConfigError("counts needs habituation_n > 0 and burst_z > 0")
+        self.habituation_n = float(habituation_n)
+        self.burst_z = float(burst_z)
         self.observed_s = np.zeros(0)
         self.events = np.zeros(0)
         self.elapsed = np.zeros(0)
         self.last_t = np.full(0, np.nan)
         self.spread = np.zeros(0)
         self.spread_n = np.zeros(0)
+        self.bursts = np.zeros(0)  # EW count of the column's recent burst onsets
+        self.run_div = np.zeros(0)  # the discount fixed at the current burst run's onset
+        self.last_burst = np.full(0, -np.inf)  # time of the column's last burst tick
 
     def _grow(self, n: int) -> None:
         if n > self.events.shape[0]:
@@ -97,6 +129,9 @@ class CountBurst:
             self.observed_s = grow(self.observed_s, n, 0.0)
             self.spread = grow(self.spread, n, 0.0)
             self.spread_n = grow(self.spread_n, n, 0.0)
+            self.bursts = grow(self.bursts, n, 0.0)
+            self.run_div = grow(self.run_div, n, 0.0)
+            self.last_burst = grow(self.last_burst, n, -np.inf)
 
     def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
         """One tick in one kernel pass (counts_health_kernels.count_step). Most counters see
@@ -125,6 +160,8 @@ class CountBurst:
                 self.burst_window_s,
                 self.dispersion_prior_n,
                 self.dispersion_clip,
+                self.habituation_n,
+                self.burst_z,
             ]
         )
         state = (
@@ -134,6 +171,9 @@ class CountBurst:
             self.observed_s,
             self.spread,
             self.spread_n,
+            self.bursts,
+            self.run_div,
+            self.last_burst,
         )
         count_step(float(t), x, cols, state, q, out)
 
@@ -141,10 +181,11 @@ class CountBurst:
         return {k: getattr(self, k).copy() for k in self._KEYS}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        """A state saved before the dispersion arrays existed loads with none learnt yet."""
-        required = tuple(k for k in self._KEYS if k not in self._DISPERSION_KEYS)
-        present = {k: () for k in self._DISPERSION_KEYS if k in state}  # 1-D, same length
+        """A state saved before the dispersion or habituation arrays existed loads with none
+        learnt yet."""
+        required = tuple(k for k in self._KEYS if k not in self._OPTIONAL_KEYS)
+        present = {k: () for k in self._OPTIONAL_KEYS if k in state}  # 1-D, same length
         n = check_state(state, required, "counts", present)
         for k in self._KEYS:
-            value = state[k] if k in state else np.zeros(n)
+            value = state[k] if k in state else np.full(n, -np.inf if k == "last_burst" else 0.0)
             setattr(self, k, np.array(value, dtype=np.float64))
