@@ -111,9 +111,12 @@ def _search(
             threshold, s.detected, s.detected_before_failure, s.false_positives, s.fp_per_day
         )
 
+    # The configured threshold is always a candidate: the tail grid can step over the narrow
+    # band where it catches one more failure early, and calibrating must never do worse than
+    # not calibrating.
     return calibrate(
         point_at,
-        candidate_thresholds(finite).tolist(),
+        [*candidate_thresholds(finite).tolist(), base.threshold],
         fp_budget_per_day=fp_per_day,
         failures=failures,
         early_first=early_first,
