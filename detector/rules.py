@@ -28,8 +28,19 @@ DEFAULT_RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
 Transform = Literal["level", "rate", "edge", "presence", "ratio"]
 Entity = Literal["gpu", "node"]
 Direction = Literal["up", "down", "both"]
+# Every name of scorers/registry.py (a test keeps the two lists equal).
 ScorerName = Literal[
-    "zscore", "changepoint", "peers", "health", "counts", "forecast", "range", "context"
+    "zscore",
+    "changepoint",
+    "peers",
+    "health",
+    "counts",
+    "forecast",
+    "range",
+    "context",
+    "seasonal",
+    "window",
+    "stuck",
 ]
 Severity = Literal["critical", "warning", "info"]
 

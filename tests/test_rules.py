@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
 from detector.errors import ConfigError
 from detector.rules import (
     DEFAULT_RULES_DIR,
+    ScorerName,
     SignalRule,
     load_signal_rules,
     load_xid_catalog,
 )
+from detector.scorers.registry import SCORERS
 
 # DCGM fields the catalog deliberately leaves to the generic default rule (scored at low
 # weight) or to the ignore list (never scored). Every other field must have a named rule.
@@ -71,6 +74,19 @@ def test_shipped_catalogs_load() -> None:
     assert load_signal_rules(DEFAULT_RULES_DIR).signals == signals.signals
     assert len(signals.signals) > 40
     assert xids.get(79) is not None
+
+
+def test_rules_can_name_every_registered_scorer(tmp_path: Path) -> None:
+    """A rule may name any scorer the registry builds (the Literal and the registry agree), and
+    one that names the frozen-gauge scorer loads."""
+    assert set(get_args(ScorerName)) == set(SCORERS)
+    path = tmp_path / "signals.yaml"
+    path.write_text(
+        "signals:\n  - name: power\n    metrics: [DCGM_FI_DEV_POWER_USAGE]\n"
+        "    transform: level\n    entity: gpu\n    scorers: [peers, stuck]\n",
+        encoding="utf-8",
+    )
+    assert ("peers", "stuck") == tuple(load_signal_rules(path).signals[0].scorers)
 
 
 def test_bad_transform_names_file_and_field(tmp_path: Path) -> None:
