@@ -16,9 +16,10 @@ and reports per condition:
 Conditions: baseline; noise x2 and x4 (every simulated noise term scaled); six flapping noisy
 nodes instead of one; a 12 C diurnal swing; 15 s and 60 s sampling; dcgm-exporter's default
 field set (ECC, NVLink and violation counters off); short job runs (1-3 h, so restarts,
-checkpoints and teardowns are several times as frequent); checkpoints every 10 min. Failures
-per condition are drawn as in the demo (a fixed count per day, kinds and precursors from the
-trace), so "before the XID" is the statistics' share; XIDs alert by themselves.
+checkpoints and teardowns are several times as frequent); checkpoints every 10 min; newer
+dcgm-exporter label shapes (``hostname`` instead of ``Hostname``, no Kubernetes pod labels).
+Failures per condition are drawn as in the demo (a fixed count per day, kinds and precursors
+from the trace), so "before the XID" is the statistics' share; XIDs alert by themselves.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ CONDITIONS: dict[str, dict[str, Any]] = {
     "default DCGM fields": {"dcgm_fields": "default"},
     "job runs 1-3 h": {"run_hours": (1.0, 3.0)},
     "checkpoint every 10 min": {"checkpoint_interval_s": 600.0},
+    "hostname label, no pod labels": {"hostname_label": "hostname", "kubernetes_labels": False},
 }
 
 
