@@ -76,7 +76,11 @@ def _timed(counter: Seconds, label: str, func: Callable[..., Any]) -> Any:
 def instrument(pipeline: Pipeline, counter: Seconds) -> None:
     """Per-stage CPU time, by wrapping the stages' bound methods on these instances."""
     for scorer in pipeline.scorers:
-        scorer.update = _timed(counter, f"scorer {scorer.name}", scorer.update)  # type: ignore[method-assign]
+        label = f"scorer {scorer.name}"
+        if hasattr(scorer, "update_at"):  # what the pipeline calls (scorers.base.update_columns)
+            scorer.update_at = _timed(counter, label, scorer.update_at)
+        else:
+            scorer.update = _timed(counter, label, scorer.update)  # type: ignore[method-assign]
     sm = pipeline.signal_map
     sm.compute = _timed(counter, "signals", sm.compute)  # type: ignore[method-assign]
     xe = pipeline.xid_extractor

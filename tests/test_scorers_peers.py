@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from detector.scorers.base import ColumnLayout
 from detector.scorers.peers import MAD_SCALE, PeerDeviation, peer_groups
@@ -71,16 +72,21 @@ def random_layout(rng: np.random.Generator, n: int) -> ColumnLayout:
     )
 
 
-def test_group_median_and_mad_match_a_brute_force_loop() -> None:
-    """Vectorized medians and floored MAD sigmas equal a per-group nanmedian loop."""
+@pytest.mark.parametrize(("n", "rounds"), [(400, 5), (2400, 1)])
+def test_group_median_and_mad_match_a_brute_force_loop(n: int, rounds: int) -> None:
+    """Vectorized medians and floored MAD sigmas equal a per-group nanmedian loop, for groups
+    of up to 8 (sorting network), up to INSERTION_MAX and beyond it (~100 members), with
+    ties."""
     rng = np.random.default_rng(2)
-    for _ in range(5):
-        layout = random_layout(rng, 400)
-        x = rng.normal(size=400) * 10
-        x[rng.random(400) < 0.2] = np.nan
+    for _ in range(rounds):
+        layout = random_layout(rng, n)
+        x = rng.normal(size=n) * 10
+        tie = rng.random(n) < 0.1
+        x[tie] = np.round(x[tie])  # ties
+        x[rng.random(n) < 0.2] = np.nan
         scorer = PeerDeviation(min_peers=3)
         med, sigma = scorer.group_stats(x, layout)
-        for j in range(400):
+        for j in range(n):
             if layout.gpu[j] >= 0:
                 same = (layout.gpu >= 0) & (layout.node == layout.node[j])
             else:
