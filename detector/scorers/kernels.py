@@ -162,9 +162,16 @@ def decays2(
         out_a[j] = a0 if same else np.nan
         out_b[j] = b0 if same else np.nan
         odd += not same
-    if odd:
+    if 8 * odd > n:  # the first column was the odd one out: see _decays_rest
         _decays_rest(t, last_t, rate_a, odd, out_a)
         _decays_rest(t, last_t, rate_b, odd, out_b)
+    elif odd:  # a few: both rates in one scan (they are NaN at the same columns)
+        cache_a, cache_b = NO_DECAY, NO_DECAY
+        for j in range(n):
+            if math.isnan(out_a[j]):
+                e = max(t - last_t[j], 0.0)
+                out_a[j], cache_a = decay(e, rate_a, cache_a)
+                out_b[j], cache_b = decay(e, rate_b, cache_b)
 
 
 @jit
