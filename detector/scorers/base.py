@@ -77,7 +77,7 @@ def update_columns(
 ) -> None:
     """``out[columns] = scorer.update(t, x[columns], layout)``, through the scorer's own
     ``update_at`` where it has one (no copies), else ``gather_update``."""
-    at = getattr(scorer, "update_at", None)  # not isinstance: a Protocol check costs us a tick
+    at = getattr(scorer, "update_at", None)  # isinstance on a Protocol: microseconds a call
     if at is not None:
         at(t, x, columns, layout, out)
     else:
