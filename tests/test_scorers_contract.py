@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from detector.model import FloatArray
-from detector.scorers.base import SCORE_CAP, ColumnLayout, ColumnScorer, Scorer, update_columns
+from detector.scorers.base import SCORE_CAP, ColumnLayout, Scorer, update_columns
 from detector.scorers.changepoint import ChangePoint
 from detector.scorers.context import ContextNovelty
 from detector.scorers.counts import CountBurst
@@ -383,9 +383,3 @@ def test_scoring_columns_of_a_wider_row_equals_gathering_them(case: Case, seed: 
         a, b = gathered.state_dict(), direct.state_dict()
         assert a.keys() == b.keys()
         assert all(np.array_equal(a[k], b[k]) for k in a)
-
-
-def test_every_scorer_scores_columns_of_a_wider_row_itself(case: Case) -> None:
-    """Every project scorer has its own update_at (the kernels' index arrays or the generic
-    gather_update), so the pipeline never falls back to a missing method."""
-    assert isinstance(case.make(1.0), ColumnScorer)

@@ -13,9 +13,10 @@ Scoring some columns of a wider row (the pipeline routes each column to the scor
 names): ``update_columns(scorer, t, x, columns, layout, out)`` has the effect of
 ``out[columns] = scorer.update(t, x[columns], layout)`` (``layout`` is the layout of those
 columns, the scorer's state is indexed by position in ``columns``) and touches no other entry
-of ``out``. A scorer with an ``update_at`` method of that signature (``ColumnScorer``) does it
-without the gathered copy of the row and the scattered copy of the scores; any other scorer goes
-through ``gather_update``. Both routes give bit-identical scores and state.
+of ``out``. A scorer with an ``update_at(t, x, columns, layout, out)`` method (the kernel
+scorers: z-score, changepoint, peers, counts, health) does it without the gathered copy of the
+row and the scattered copy of the scores; any other scorer is gathered and scattered. Both
+routes give bit-identical scores and state (the contract suite checks every scorer).
 """
 
 from __future__ import annotations
@@ -45,28 +46,6 @@ class Scorer(Protocol):
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None: ...
 
 
-@runtime_checkable
-class ColumnScorer(Scorer, Protocol):
-    """A scorer that reads its columns from the full row and writes its scores into a
-    full-width output itself (see the module docstring)."""
-
-    def update_at(
-        self, t: float, x: FloatArray, columns: IntArray, layout: ColumnLayout, out: FloatArray
-    ) -> None: ...
-
-
-def gather_update(
-    scorer: Scorer,
-    t: float,
-    x: FloatArray,
-    columns: IntArray,
-    layout: ColumnLayout,
-    out: FloatArray,
-) -> None:
-    """The generic ``update_at``: gather the columns, ``update``, scatter the scores."""
-    out[columns] = scorer.update(t, x.take(columns), layout)
-
-
 def update_columns(
     scorer: Scorer,
     t: float,
@@ -76,12 +55,12 @@ def update_columns(
     out: FloatArray,
 ) -> None:
     """``out[columns] = scorer.update(t, x[columns], layout)``, through the scorer's own
-    ``update_at`` where it has one (no copies), else ``gather_update``."""
+    ``update_at`` where it has one (no copies), else by gathering and scattering."""
     at = getattr(scorer, "update_at", None)  # isinstance on a Protocol: microseconds a call
     if at is not None:
         at(t, x, columns, layout, out)
     else:
-        gather_update(scorer, t, x, columns, layout, out)
+        out[columns] = scorer.update(t, x.take(columns), layout)
 
 
 def directional(z: FloatArray, direction: IntArray) -> FloatArray:

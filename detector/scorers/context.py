@@ -41,7 +41,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..model import FloatArray, IntArray
-from .base import SCORE_CAP, ColumnLayout, gather_update
+from .base import SCORE_CAP, ColumnLayout
 from .zscore import check_state, grow, observed
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing multiplier (2**64 / phi)
@@ -117,12 +117,6 @@ class ContextNovelty:
         hashed = (keys.astype(np.uint64) * _GOLDEN) >> self._shift
         slots: IntArray = hashed.astype(np.int64)
         return slots
-
-    def update_at(
-        self, t: float, x: FloatArray, columns: IntArray, layout: ColumnLayout, out: FloatArray
-    ) -> None:
-        """``out[columns] = update(t, x[columns], layout)`` (base.gather_update)."""
-        gather_update(self, t, x, columns, layout, out)
 
     def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
         n = x.shape[0]

@@ -51,8 +51,8 @@ import math
 import numpy as np
 
 from ..errors import ConfigError
-from ..model import FloatArray, IntArray
-from .base import SCORE_CAP, ColumnLayout, directional, gather_update
+from ..model import FloatArray
+from .base import SCORE_CAP, ColumnLayout, directional
 from .zscore import check_state, grow, observed
 
 _FORGOTTEN_WEIGHT = 1e-6  # history weight below this (~20 half-lives) means "never seen"
@@ -138,12 +138,6 @@ class ForecastError:
             setattr(self, key, _grow_rows(getattr(self, key), n))
         for key in self._COLS + self._SEASON_COLS:
             setattr(self, key, grow(getattr(self, key), n, 0.0))
-
-    def update_at(
-        self, t: float, x: FloatArray, columns: IntArray, layout: ColumnLayout, out: FloatArray
-    ) -> None:
-        """``out[columns] = update(t, x[columns], layout)`` (base.gather_update)."""
-        gather_update(self, t, x, columns, layout, out)
 
     def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
         n = x.shape[0]

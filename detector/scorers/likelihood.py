@@ -43,8 +43,8 @@ import math
 import numpy as np
 
 from ..errors import ConfigError
-from ..model import FloatArray, IntArray
-from .base import SCORE_CAP, ColumnLayout, Scorer, gather_update
+from ..model import FloatArray
+from .base import SCORE_CAP, ColumnLayout, Scorer
 from .zscore import RobustEWBaseline, grow, load_arrays, observed
 
 _SQRT_HALF = math.sqrt(0.5)
@@ -104,12 +104,6 @@ class AnomalyLikelihood:
             return
         for key in self._KEYS:
             setattr(self, key, grow(getattr(self, key), n, 0.0))
-
-    def update_at(
-        self, t: float, x: FloatArray, columns: IntArray, layout: ColumnLayout, out: FloatArray
-    ) -> None:
-        """``out[columns] = update(t, x[columns], layout)`` (base.gather_update)."""
-        gather_update(self, t, x, columns, layout, out)
 
     def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
         raw = self.inner.update(t, x, layout)

@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError
-from ..model import FloatArray, IntArray
-from .base import SCORE_CAP, ColumnLayout, gather_update
+from ..model import FloatArray
+from .base import SCORE_CAP, ColumnLayout
 from .zscore import grow, load_arrays, observed
 
 
@@ -44,12 +44,6 @@ class RangeNovelty:
         self.low = np.zeros(0)  # smallest value seen, +inf before the first
         self.high = np.zeros(0)  # largest value seen, -inf before the first
         self.count = np.zeros(0)
-
-    def update_at(
-        self, t: float, x: FloatArray, columns: IntArray, layout: ColumnLayout, out: FloatArray
-    ) -> None:
-        """``out[columns] = update(t, x[columns], layout)`` (base.gather_update)."""
-        gather_update(self, t, x, columns, layout, out)
 
     def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
         n = x.shape[0]

@@ -34,8 +34,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError
-from ..model import BoolArray, FloatArray, IntArray
-from .base import SCORE_CAP, ColumnLayout, directional, gather_update
+from ..model import BoolArray, FloatArray
+from .base import SCORE_CAP, ColumnLayout, directional
 from .zscore import grow, load_arrays, observed
 
 _MAD_TO_SIGMA = 1.25  # mean absolute deviation of a normal is 0.8 sigma
@@ -87,12 +87,6 @@ class SeasonalProfile:
     def phase_bin(self, t: float) -> int:
         """The phase bin of clock time ``t`` (seconds)."""
         return int((t % self.period_s) / self.period_s * self.bins) % self.bins
-
-    def update_at(
-        self, t: float, x: FloatArray, columns: IntArray, layout: ColumnLayout, out: FloatArray
-    ) -> None:
-        """``out[columns] = update(t, x[columns], layout)`` (base.gather_update)."""
-        gather_update(self, t, x, columns, layout, out)
 
     def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
         n = x.shape[0]

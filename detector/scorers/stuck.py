@@ -26,8 +26,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError
-from ..model import FloatArray, IntArray
-from .base import SCORE_CAP, ColumnLayout, gather_update
+from ..model import FloatArray
+from .base import SCORE_CAP, ColumnLayout
 from .zscore import grow, load_arrays, observed
 
 
@@ -54,12 +54,6 @@ class StuckRun:
         self.changes = np.zeros(0)  # observed changes of value (saturates at 1)
         self.count = np.zeros(0)  # observations so far (saturates at warmup)
         self.fired = np.zeros(0)  # 1 once the current run has scored
-
-    def update_at(
-        self, t: float, x: FloatArray, columns: IntArray, layout: ColumnLayout, out: FloatArray
-    ) -> None:
-        """``out[columns] = update(t, x[columns], layout)`` (base.gather_update)."""
-        gather_update(self, t, x, columns, layout, out)
 
     def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
         n = x.shape[0]

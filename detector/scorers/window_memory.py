@@ -43,8 +43,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError
-from ..model import FloatArray, IntArray
-from .base import SCORE_CAP, ColumnLayout, gather_update
+from ..model import FloatArray
+from .base import SCORE_CAP, ColumnLayout
 from .context import normal_tail_quantile
 from .zscore import grow, load_arrays, observed
 
@@ -102,12 +102,6 @@ class WindowMemory:
         for key in (*self._KEYS, *self._ROWS):
             fill = {"low": np.inf, "high": -np.inf}.get(key, 0.0)
             setattr(self, key, grow(getattr(self, key), n, fill))
-
-    def update_at(
-        self, t: float, x: FloatArray, columns: IntArray, layout: ColumnLayout, out: FloatArray
-    ) -> None:
-        """``out[columns] = update(t, x[columns], layout)`` (base.gather_update)."""
-        gather_update(self, t, x, columns, layout, out)
 
     def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
         n = x.shape[0]
