@@ -3,9 +3,11 @@ while noise and common-mode moves raise nothing.
 
 A small cluster (6 nodes x 4 GPUs, 30 s ticks, ~3 h) of real DCGM metric names with noise:
 GPU temperature and power (workload gauges, scored against peers), the volatile SBE counter
-and PCIe replay counter (rare-event counters, Poisson bursts), row-remap pending (a state
-level, z-score/changepoint) and scrape health (`up`). Each test plants one kind on node 2,
-GPU 1 and checks who alerts and on what evidence.
+and PCIe replay counter (rare-event counters, Poisson bursts), the power-violation counter
+(throttling: peers and bursts; the job throttles at the crest of every load wave, on every node
+at once), row-remap pending (a state level, z-score/changepoint) and scrape health (`up`).
+Each test plants one kind on node 2, GPU 1 (or all of node 2's GPUs) and checks who alerts and
+on what evidence.
 """
 
 from __future__ import annotations
@@ -31,37 +33,46 @@ GAUGES = {
     "remap": "DCGM_FI_DEV_ROW_REMAP_PENDING",
 }
 COUNTERS = {"sbe": "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "replay": "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"}
+VIOLATION = {"viol": "DCGM_FI_DEV_POWER_VIOLATION"}  # ns throttled by the power limit
 Plant = Callable[[int, dict[str, FloatArray]], None]  # (tick, arrays nodes x gpus) in place
 
 
-def run(plant: Plant | None = None) -> list[Alert]:
+def run(plant: Plant | None = None, gpus: int = GPUS) -> list[Alert]:
     """All alerts (started) over the run; the plant edits the nodes x GPUs value arrays."""
     index = SeriesIndex()
     columns: dict[tuple[str, int, int], int] = {}
     for node in range(NODES):
-        for gpu in range(GPUS):
+        for gpu in range(gpus):
             labels = (("Hostname", f"node{node}"), ("gpu", str(gpu)), ("UUID", f"GPU-{node}{gpu}"))
-            for key, metric in {**GAUGES, **COUNTERS}.items():
+            for key, metric in {**GAUGES, **COUNTERS, **VIOLATION}.items():
                 columns[(key, node, gpu)] = index.add(metric, labels)
         columns[("up", node, -1)] = index.add("up", (("instance", f"node{node}:9400"),))
     pipeline = build_pipeline(load_config(None, env={}), index)
     rng = np.random.default_rng(0)
-    counts = {key: np.zeros((NODES, GPUS)) for key in COUNTERS}
+    counts = {key: np.zeros((NODES, gpus)) for key in COUNTERS}
+    throttled = np.zeros((NODES, gpus))
+    throttle_rng = np.random.default_rng(1)  # its own stream: the others' draws stay as they were
     alerts: list[Alert] = []
     for k in range(TICKS):
         # synchronous training: every GPU follows the job's load; a 20-minute wave
         load = 0.8 + 0.2 * np.sin(2 * np.pi * k / 40.0)
         arrays = {
-            "temp": 45 + 30 * load + rng.normal(0, 0.5, (NODES, GPUS)),
-            "power": 300 + 600 * load + rng.normal(0, 8, (NODES, GPUS)),
-            "remap": np.zeros((NODES, GPUS)),
-            "up": np.ones((NODES, GPUS)),
+            "temp": 45 + 30 * load + rng.normal(0, 0.5, (NODES, gpus)),
+            "power": 300 + 600 * load + rng.normal(0, 8, (NODES, gpus)),
+            "remap": np.zeros((NODES, gpus)),
+            "up": np.ones((NODES, gpus)),
         }
         for key in COUNTERS:
-            counts[key] += rng.poisson(0.002, (NODES, GPUS))  # a rare healthy error now and then
+            counts[key] += rng.poisson(0.002, (NODES, gpus))  # a rare healthy error now and then
             arrays[key] = counts[key]
+        # at the crest of the wave the whole job runs at its power cap: ~5% of the time throttled
+        crest = load > 0.95
+        jitter = throttle_rng.uniform(0, 0.01 * crest, (NODES, gpus))
+        arrays["viol"] = STEP * 1e9 * (0.05 * crest + jitter)
         if plant is not None:
             plant(k, arrays)
+        throttled += arrays["viol"]
+        arrays["viol"] = throttled.copy()
         values = np.full(len(index), np.nan)
         for (key, node, gpu), col in columns.items():
             values[col] = arrays[key][node, max(gpu, 0)]
@@ -88,6 +99,31 @@ def test_common_mode_move_raises_nothing() -> None:
             a["power"] += 100.0
 
     assert [] == run(plant)
+
+
+def test_job_wide_throttling_raises_nothing() -> None:
+    """The whole job hits its power cap harder (every GPU of every node throttled half the
+    time, a power-capping policy change): common mode, no alert."""
+
+    def plant(k: int, a: dict[str, FloatArray]) -> None:
+        if k >= PLANT:
+            a["viol"] += STEP * 1e9 * 0.5
+
+    assert [] == run(plant)
+
+
+def test_node_wide_throttling_is_caught() -> None:
+    """A failing PSU throttles every GPU of one 8-GPU node (rising to half the time): its GPUs
+    still agree with each other, so peers see nothing; the bursts against the counter's own
+    rate do, on all eight at once."""
+
+    def plant(k: int, a: dict[str, FloatArray]) -> None:
+        if k >= PLANT:
+            a["viol"][2] += STEP * 1e9 * min(0.8, 0.05 * (k - PLANT))
+
+    alerts = run(plant, gpus=8)
+    assert ["node2"] == [a.node for a in alerts]
+    assert "power_violation" == alerts[0].signals[0]
 
 
 def test_level_shift_of_a_state_level_is_caught() -> None:

@@ -97,7 +97,7 @@ def test_a_state_saved_before_dispersion_was_learnt_still_loads() -> None:
     rng = np.random.default_rng(2)
     scorer = CountBurst(warmup_s=600)
     feed(scorer, rng.poisson(5.0, size=(100, 4)).astype(float))
-    optional = ("spread", "spread_n", "bursts", "run_div", "last_burst")
+    optional = ("spread", "spread_n", "bursts", "burst_zsum", "run_cut", "run_zh", "last_burst")
     old = {k: v for k, v in scorer.state_dict().items() if k not in optional}
     restored = CountBurst(warmup_s=600)
     restored.load_state_dict(old)
@@ -136,3 +136,16 @@ def test_a_sustained_burst_is_not_discounted_by_its_own_ticks() -> None:
     np.testing.assert_array_equal(scores[:331], plain[:331])
     assert scores[300:330, 2].min() > 4.0
     assert scores[380, 2] < plain[380, 2]
+
+
+def test_a_burst_far_beyond_the_habitual_ones_keeps_its_excess() -> None:
+    """Habituation discounts a flapping column's bursts up to their usual size only: after a
+    day of clumps of 20 errors, another clump of 20 scores low, one of 400 (a failing link,
+    not the flapping one) still scores high."""
+    counts = np.zeros((2890, 4))
+    counts[200:2880:40, :2] = 20.0
+    counts[2885, 0] = 20.0
+    counts[2885, 1] = 400.0
+    scores = feed(CountBurst(), counts)
+    assert scores[2885, 0] < 4.0
+    assert scores[2885, 1] > 8.0

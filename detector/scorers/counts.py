@@ -20,13 +20,16 @@ A column that keeps bursting anew (a flapping InfiniBand port erroring in a clum
 half hour, for days: a property of that link, not a sign of an imminent GPU failure) would
 otherwise score every clump as a fresh surprise, because learning is clipped exactly so that a
 burst does not become the norm. So each column counts its recent burst *onsets* (ticks reaching
-``burst_z``, more than ``burst_window_s`` after the previous burst tick; an EW count with
-``half_life_s``), and a tick's z is divided by ``1 + onsets / habituation_n``: the first burst
-counts in full, a column that had two separate bursts lately scores half, one that flaps all
-day a small fraction. The divisor is fixed at a run's onset for every tick within a burst
-window of its last burst tick, so a sustained burst (a failing device's errors piling up over
-minutes) is judged in full throughout. This is learning the frequency of the column's
-anomalies, not their size: the rate and dispersion stay clipped.
+``burst_z``, more than ``burst_window_s`` after the previous burst tick; an EW count ``b`` with
+``half_life_s``) and their usual size ``zh`` (the EW mean of the onsets' z), and a tick's z
+loses ``c = b / (habituation_n + b)`` of the part of it up to ``zh``: ``z - c * min(z, zh)``.
+The first burst counts in full; a column that had two separate bursts lately scores half for
+bursts of its usual size; one that flaps all day a small fraction; a burst far beyond its
+usual ones keeps the excess in full (a failing link on a port that always flapped a little).
+The discount is fixed at a run's onset for every tick within a burst window of its last burst
+tick, so a sustained burst (a failing device's errors piling up over minutes) is judged in full
+throughout. This learns how often and how large the column's bursts are, not their rate: the
+rate and dispersion stay clipped.
 
 A tick longer than ``burst_window_s`` (the first after a gap) is judged at that window's
 scale: ``k`` and ``mu`` are both scaled by ``burst_window_s / dt``, so hours of a rate a few
@@ -72,11 +75,21 @@ class CountBurst:
         "spread",
         "spread_n",
         "bursts",
-        "run_div",
+        "burst_zsum",
+        "run_cut",
+        "run_zh",
         "last_burst",
     )
     # absent from states saved before dispersion and habituation were learnt
-    _OPTIONAL_KEYS = ("spread", "spread_n", "bursts", "run_div", "last_burst")
+    _OPTIONAL_KEYS = (
+        "spread",
+        "spread_n",
+        "bursts",
+        "burst_zsum",
+        "run_cut",
+        "run_zh",
+        "last_burst",
+    )
 
     def __init__(
         self,
@@ -118,7 +131,9 @@ class CountBurst:
         self.spread = np.zeros(0)
         self.spread_n = np.zeros(0)
         self.bursts = np.zeros(0)  # EW count of the column's recent burst onsets
-        self.run_div = np.zeros(0)  # the discount fixed at the current burst run's onset
+        self.burst_zsum = np.zeros(0)  # EW sum of those onsets' z (their usual size)
+        self.run_cut = np.zeros(0)  # the discount fixed at the current burst run's onset
+        self.run_zh = np.zeros(0)  # and the usual burst z it applies up to
         self.last_burst = np.full(0, -np.inf)  # time of the column's last burst tick
 
     def _grow(self, n: int) -> None:
@@ -130,7 +145,9 @@ class CountBurst:
             self.spread = grow(self.spread, n, 0.0)
             self.spread_n = grow(self.spread_n, n, 0.0)
             self.bursts = grow(self.bursts, n, 0.0)
-            self.run_div = grow(self.run_div, n, 0.0)
+            self.burst_zsum = grow(self.burst_zsum, n, 0.0)
+            self.run_cut = grow(self.run_cut, n, 0.0)
+            self.run_zh = grow(self.run_zh, n, 0.0)
             self.last_burst = grow(self.last_burst, n, -np.inf)
 
     def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
@@ -172,7 +189,9 @@ class CountBurst:
             self.spread,
             self.spread_n,
             self.bursts,
-            self.run_div,
+            self.burst_zsum,
+            self.run_cut,
+            self.run_zh,
             self.last_burst,
         )
         count_step(float(t), x, cols, state, q, out)

@@ -32,7 +32,8 @@ def _count_column(
     """The whole CountBurst update of column ``j``, observed (``x[j]`` finite, >= 0) and seen
     before; ``dd`` its decay over the elapsed time. count_step runs it where a tick has events
     (rare), its vectorized pass the same arithmetic for every other column."""
-    events, elapsed, last_t, observed_s, spread, spread_n, bursts, run_div, last_burst = state
+    events, elapsed, last_t, observed_s, spread, spread_n = state[:6]
+    bursts, burst_zsum, run_cut, run_zh, last_burst = state[6:]
     prior_events, prior_time, learn_clip = q[1], q[2], q[3]
     warmup, window, prior_n, clip2 = q[4], q[5], q[6], q[7] * q[7]
     habituation, burst_z = q[8], q[9]
@@ -58,21 +59,30 @@ def _count_column(
         z = 3.0 * math.sqrt(kk) * (1.0 - 1.0 / (9.0 * kk) - np.cbrt(mu * shrink / kk))
         if observed_s[j] >= warmup:
             # A column that keeps bursting anew (a flapping link) has its bursts discounted
-            # by how many separate bursts it had lately. Ticks less than a burst window after
-            # a burst tick belong to its run and are judged at the discount of the run's
-            # onset, so a sustained burst (a failing device's errors piling up) counts in full.
+            # by how many separate bursts it had lately, up to their usual size: a burst
+            # beyond the habitual ones keeps its excess in full. Ticks less than a burst
+            # window after a burst tick belong to its run and are judged at the discount of
+            # the run's onset, so a sustained burst (a failing device's errors piling up)
+            # counts in full.
             burst = z >= burst_z
             in_run = t - last_burst[j] <= window
+            b = bursts[j]
             if burst and not in_run:
-                run_div[j] = 1.0 + bursts[j] / habituation
+                run_cut[j] = b / (habituation + b)
+                run_zh[j] = burst_zsum[j] / b if b > 0.0 else 0.0
                 onset = in_run = True
             if burst:
                 last_burst[j] = t
-            zh = z / (run_div[j] if in_run else 1.0 + bursts[j] / habituation)
-            if zh >= 1.0:  # below one sigma of surprise is ordinary counting noise
-                scores[j] = min(zh, SCORE_CAP)
+            if in_run:
+                cut, habit = run_cut[j], run_zh[j]
+            else:
+                cut, habit = b / (habituation + b), (burst_zsum[j] / b if b > 0.0 else 0.0)
+            zd = z - cut * min(z, habit)
+            if zd >= 1.0:  # below one sigma of surprise is ordinary counting noise
+                scores[j] = min(zd, SCORE_CAP)
             learn = min(k, mu + learn_clip * math.sqrt(mu * phi) + 1.0)
     bursts[j] = bursts[j] * dd + (1.0 if onset else 0.0)
+    burst_zsum[j] = burst_zsum[j] * dd + (z if onset else 0.0)
     observed_s[j] += dt
     events[j] = e * dd + learn
     elapsed[j] = el * dd + dt
@@ -99,7 +109,8 @@ def count_step(
 ) -> None:
     """One CountBurst tick (counts.py) over every column (``x_row``, ``cols`` and
     ``score_out`` by kernels.py's column convention). ``state`` = (events, elapsed,
-    last_t, observed_s, spread, spread_n, bursts, run_div, last_burst); ``q`` = (half_life_s,
+    last_t, observed_s, spread, spread_n, bursts, burst_zsum, run_cut, run_zh, last_burst);
+    ``q`` = (half_life_s,
     prior_events, prior_time_s, learn_clip, warmup_s, burst_window_s, dispersion_prior_n,
     dispersion_clip, habituation_n, burst_z).
 
@@ -108,7 +119,7 @@ def count_step(
     leaves the columns with events untouched; ``_count_column`` then runs on those few.
     Unobserved columns: no time passes, nothing learnt; a first observation only starts the
     column's clock."""
-    events, elapsed, last_t, observed_s, spread, spread_n, bursts = state[:7]
+    events, elapsed, last_t, observed_s, spread, spread_n, bursts, burst_zsum = state[:8]
     x = gathered(x_row, cols)
     scores = scratch(score_out, cols)
     prior_events, prior_time = q[1], q[2]
@@ -121,7 +132,8 @@ def count_step(
     flags = np.zeros((n + 7) // 8 * 8, dtype=np.uint8)
     for j in range(n):  # every load unconditional, choices by selection: vectorizes
         xj, lt, e, el = x[j], last_t[j], events[j], elapsed[j]
-        sp, spn, obs_s, dd, b = spread[j], spread_n[j], observed_s[j], dd_all[j], bursts[j]
+        sp, spn, obs_s, dd = spread[j], spread_n[j], observed_s[j], dd_all[j]
+        b, bz = bursts[j], burst_zsum[j]
         observed = (xj >= 0.0) & (xj < np.inf)  # finite and >= 0 (NaN compares False)
         first = lt != lt  # never observed: NaN
         dt = max(t - lt, 0.0)
@@ -150,6 +162,7 @@ def count_step(
         spread[j] = sp_new if spread_learns else sp
         spread_n[j] = spn_new if spread_learns else spn
         bursts[j] = b * dd if plain else b
+        burst_zsum[j] = bz * dd if plain else bz
     words = flags.view(np.uint64)
     for w in range(words.shape[0] if rare else 0):
         if words[w] != 0:
