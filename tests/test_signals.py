@@ -273,7 +273,7 @@ def test_layout_is_consistent() -> None:
     load = cluster.column("node_load", "n2", None)
     assert (3, -1) == (layout.gpu[sm], layout.direction[sm])
     assert (gpu_number("nvidia7"), 1) == (layout.gpu[temp], layout.direction[temp])
-    assert (-1, 0) == (layout.gpu[load], layout.direction[load])
+    assert (-1, 1) == (layout.gpu[load], layout.direction[load])
     assert ("n1", "n2") == (
         layout.node_names[layout.node[sm]],
         layout.node_names[layout.node[load]],
