@@ -46,6 +46,29 @@ class Scorer(Protocol):
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None: ...
 
 
+class KernelScorer:
+    """``update`` and ``update_at`` for a scorer whose numba kernel follows kernels.py's column
+    convention (the row and the index of the scorer's columns in it, or None when the row is
+    the scorer's own columns): the subclass defines ``_step(t, x, cols, layout, out)``, which
+    writes a score for each of its columns into ``out``."""
+
+    def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
+        score = np.empty(x.shape[0])
+        self._step(t, x, None, layout, score)
+        return score
+
+    def update_at(
+        self, t: float, x: FloatArray, columns: IntArray, layout: ColumnLayout, out: FloatArray
+    ) -> None:
+        """``out[columns] = update(t, x[columns], layout)`` without either copy."""
+        self._step(t, x, columns, layout, out)
+
+    def _step(
+        self, t: float, x: FloatArray, cols: IntArray | None, layout: ColumnLayout, out: FloatArray
+    ) -> None:
+        raise NotImplementedError
+
+
 def update_columns(
     scorer: Scorer,
     t: float,

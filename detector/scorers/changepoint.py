@@ -27,12 +27,12 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..model import FloatArray, IntArray
-from .base import ColumnLayout
+from .base import ColumnLayout, KernelScorer
 from .kernels import cusum_step
 from .zscore import RobustEWBaseline, grow, load_arrays
 
 
-class ChangePoint:
+class ChangePoint(KernelScorer):
     """Scorer: CUSUM of robust z units, reset and re-baselined after each detected change."""
 
     name = "changepoint"
@@ -75,23 +75,11 @@ class ChangePoint:
         self.last_t = grow(self.last_t, n, -np.inf)
         self.change_t = grow(self.change_t, n, -np.inf)
 
-    def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
-        """One tick, baseline included, in one kernel call (kernels.cusum_step);
-        columns not scored this tick keep their state."""
-        score = np.empty(x.shape[0])
-        self._step(t, x, None, layout, score)
-        return score
-
-    def update_at(
-        self, t: float, x: FloatArray, columns: IntArray, layout: ColumnLayout, out: FloatArray
-    ) -> None:
-        """``out[columns] = update(t, x[columns], layout)`` without either copy (base.py)."""
-        self._step(t, x, columns, layout, out)
-
     def _step(
         self, t: float, x: FloatArray, cols: IntArray | None, layout: ColumnLayout, out: FloatArray
     ) -> None:
-        """``cols`` None: ``x`` is this scorer's columns (kernels.py's column convention)."""
+        """One tick, baseline included, in one kernel call (kernels.cusum_step); columns not
+        scored this tick keep their state."""
         n = x.shape[0] if cols is None else cols.shape[0]
         self._grow(n)
         self.baseline.grow(n)

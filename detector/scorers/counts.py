@@ -58,12 +58,12 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..model import FloatArray, IntArray
-from .base import ColumnLayout
+from .base import ColumnLayout, KernelScorer
 from .counts_health_kernels import count_step
 from .zscore import check_state, grow
 
 
-class CountBurst:
+class CountBurst(KernelScorer):
     """Scorer: Poisson surprise of a tick's event count (see module docstring)."""
 
     name = "counts"
@@ -80,16 +80,8 @@ class CountBurst:
         "run_zh",
         "last_burst",
     )
-    # absent from states saved before dispersion and habituation were learnt
-    _OPTIONAL_KEYS = (
-        "spread",
-        "spread_n",
-        "bursts",
-        "burst_zsum",
-        "run_cut",
-        "run_zh",
-        "last_burst",
-    )
+    # the rate; then what states saved before dispersion and habituation were learnt lack
+    _REQUIRED_KEYS, _OPTIONAL_KEYS = _KEYS[:4], _KEYS[4:]
 
     def __init__(
         self,
@@ -150,21 +142,11 @@ class CountBurst:
             self.run_zh = grow(self.run_zh, n, 0.0)
             self.last_burst = grow(self.last_burst, n, -np.inf)
 
-    def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
+    def _step(
+        self, t: float, x: FloatArray, cols: IntArray | None, layout: ColumnLayout, out: FloatArray
+    ) -> None:
         """One tick in one kernel pass (counts_health_kernels.count_step). Most counters see
         no event in a tick (k = 0: score 0, learn 0): the Poisson arithmetic runs where k > 0."""
-        score = np.empty(x.shape[0])
-        self._step(t, x, None, score)
-        return score
-
-    def update_at(
-        self, t: float, x: FloatArray, columns: IntArray, layout: ColumnLayout, out: FloatArray
-    ) -> None:
-        """``out[columns] = update(t, x[columns], layout)`` without either copy (base.py)."""
-        self._step(t, x, columns, out)
-
-    def _step(self, t: float, x: FloatArray, cols: IntArray | None, out: FloatArray) -> None:
-        """``cols`` None: ``x`` is this scorer's columns (kernels.py's column convention)."""
         n = x.shape[0] if cols is None else cols.shape[0]
         self._grow(n)
         q = np.array(
@@ -202,9 +184,8 @@ class CountBurst:
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """A state saved before the dispersion or habituation arrays existed loads with none
         learnt yet."""
-        required = tuple(k for k in self._KEYS if k not in self._OPTIONAL_KEYS)
         present = {k: () for k in self._OPTIONAL_KEYS if k in state}  # 1-D, same length
-        n = check_state(state, required, "counts", present)
+        n = check_state(state, self._REQUIRED_KEYS, "counts", present)
         for k in self._KEYS:
             value = state[k] if k in state else np.full(n, -np.inf if k == "last_burst" else 0.0)
             setattr(self, k, np.array(value, dtype=np.float64))

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import ConfigError, StateError
 from ..model import FloatArray, IntArray
-from .base import ColumnLayout
+from .base import ColumnLayout, KernelScorer
 from .counts_health_kernels import KIND_DEFICIT, KIND_EXCESS, KIND_LOGZ, KIND_UP, health_step
 from .zscore import RobustEWBaseline, check_state, grow
 
@@ -50,7 +50,7 @@ def health_kind(signal_name: str) -> int:
     return KIND_LOGZ
 
 
-class TelemetryHealth:
+class TelemetryHealth(KernelScorer):
     """Scorer for ``health_*`` columns (see module docstring). State covers those columns only."""
 
     name = "health"
@@ -92,26 +92,15 @@ class TelemetryHealth:
         self.baseline.grow(m)
         self.n_seen = n
 
-    def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
-        """One tick over the health columns in one kernel pass (health_step)."""
-        scores = np.zeros(x.shape[0])
-        self._step(t, x, None, layout, scores)
-        return scores
-
-    def update_at(
-        self, t: float, x: FloatArray, columns: IntArray, layout: ColumnLayout, out: FloatArray
-    ) -> None:
-        """``out[columns] = update(t, x[columns], layout)`` without either copy (base.py)."""
-        self._classify(layout)
-        if self.columns.shape[0] < columns.shape[0]:  # some columns are not health columns
-            out[columns] = 0.0
-        self._step(t, x, columns, layout, out)
-
     def _step(
         self, t: float, x: FloatArray, cols: IntArray | None, layout: ColumnLayout, out: FloatArray
     ) -> None:
-        """``cols`` None: ``x`` is this scorer's columns (kernels.py's column convention)."""
+        """One tick over the health columns in one kernel pass (health_step); the kernel writes
+        only health columns, so the others are zeroed first."""
         self._classify(layout)
+        n = x.shape[0] if cols is None else cols.shape[0]
+        if self.columns.shape[0] < n:  # some columns are not health columns
+            out[slice(None) if cols is None else cols] = 0.0
         if self.columns.shape[0] == 0:
             return
         q = np.array([self.down_z, self.full_fraction, -1.0 / self.memory_half_life_s])

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..model import FloatArray, IntArray
-from .base import ColumnLayout
+from .base import ColumnLayout, KernelScorer
 from .peer_kernels import MAD_SCALE as MAD_SCALE
 from .peer_kernels import group_stats, peer_step
 from .zscore import RobustEWBaseline, grow, load_arrays
@@ -69,7 +69,7 @@ def peer_groups(layout: ColumnLayout, min_size: int) -> list[IntArray]:
     return matrices
 
 
-class PeerDeviation:
+class PeerDeviation(KernelScorer):
     """Scorer: robust deviation of each column from its peer group's median, smoothed."""
 
     name = "peers"
@@ -160,23 +160,11 @@ class PeerDeviation:
         )
         return med, sigma
 
-    def update(self, t: float, x: FloatArray, layout: ColumnLayout) -> FloatArray:
-        """One tick: the group statistics, then one fused pass over the columns
-        (peer_kernels.peer_step); columns not judged against peers keep their state."""
-        score = np.empty(x.shape[0])
-        self._step(t, x, None, layout, score)
-        return score
-
-    def update_at(
-        self, t: float, x: FloatArray, columns: IntArray, layout: ColumnLayout, out: FloatArray
-    ) -> None:
-        """``out[columns] = update(t, x[columns], layout)`` without either copy (base.py)."""
-        self._step(t, x, columns, layout, out)
-
     def _step(
         self, t: float, x: FloatArray, cols: IntArray | None, layout: ColumnLayout, out: FloatArray
     ) -> None:
-        """``cols`` None: ``x`` is this scorer's columns (kernels.py's column convention)."""
+        """One tick: the group statistics, then one fused pass over the columns
+        (peer_kernels.peer_step); columns not judged against peers keep their state."""
         n = x.shape[0] if cols is None else cols.shape[0]
         if n > self.smoothed.shape[0]:
             self.smoothed = grow(self.smoothed, n, 0.0)
