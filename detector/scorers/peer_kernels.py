@@ -81,7 +81,7 @@ def _pick(v: Eight, i: float) -> float:
 
 @jit
 def _mad_sigma(
-    count: int, med: float, mad: float, min_peers: int, floor_rel: float, floor_abs: float
+    count: float, med: float, mad: float, min_peers: float, floor_rel: float, floor_abs: float
 ) -> tuple[float, float]:
     """(median, floored MAD sigma), both NaN for fewer than ``min_peers`` observed members."""
     sigma = max(MAD_SCALE * mad, floor_rel * abs(med) + floor_abs)
@@ -131,10 +131,7 @@ def _small_stats(
              abs(w[4] - med), abs(w[5] - med), abs(w[6] - med), abs(w[7] - med))
         )  # fmt: skip
         mad = 0.5 * (_pick(d, lo) + _pick(d, hi))
-        sigma = max(MAD_SCALE * mad, floor_rel * abs(med) + floor_abs)
-        few = count < least
-        med_g[g] = np.nan if few else med
-        sigma_g[g] = np.nan if few else sigma
+        med_g[g], sigma_g[g] = _mad_sigma(count, med, mad, least, floor_rel, floor_abs)
 
 
 @jit
