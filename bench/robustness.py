@@ -1,11 +1,13 @@
 """The detector under conditions its defaults were not chosen on.
 
-    python bench/robustness.py [--seeds 11 12] [--days 1] [--nodes 32] [--fp-per-day 1]
+    python bench/robustness.py [--seeds 21 22] [--days 1] [--nodes 32] [--fp-per-day 1] [--alerts]
 
 Every rule, scorer default and the default threshold were settled on the demo-shaped simulated
 cluster (30 s samples, unit noise, one noisy node, 3 C diurnal swing, 4-14 h job runs, every
 DCGM field on). A detector that only works there is not a detector, so this replays the same
-kind of cluster with one condition changed at a time, on seeds no other bench or test uses,
+kind of cluster with one condition changed at a time, on seeds no other bench or test uses
+(21 22 by default; 11 12 are the seeds whose false alerts the fixes in bench/RESULTS.md
+"Robustness" were designed on),
 and reports per condition:
 
 - at the default threshold: failures, detected, caught before the XID, false positives/day;
@@ -34,13 +36,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from detection import replay_seed
+
 from detector.config import load_config
 from detector.episodes import EpisodeParams
 from detector.fitting import fit_threshold
-from detector.pipeline import build_pipeline
-from detector.replay import ReplayResult, evaluate_at_threshold, run_replay, simulated_frames
-from detector.series import SeriesIndex
-from detector.simulate import Scenario, SimulatedCluster
+from detector.replay import ReplayResult, evaluate_at_threshold
 
 HORIZON_S, GRACE_S = 3600.0, 300.0
 FAILURES_PER_DAY = 4  # the demo's 12 in 3 days
@@ -61,19 +62,8 @@ CONDITIONS: dict[str, dict[str, Any]] = {
 
 
 def replay(condition: dict[str, Any], seed: int, days: float, nodes: int) -> ReplayResult:
-    scenario = dataclasses.replace(
-        Scenario.demo(),
-        seed=seed,
-        days=days,
-        nodes=nodes,
-        failure_count=max(1, round(FAILURES_PER_DAY * days)),
-        **condition,
-    )
-    cluster = SimulatedCluster(scenario)
-    index = SeriesIndex()
-    pipeline = build_pipeline(load_config(None, env={}), index)
-    frames = simulated_frames(cluster, index)
-    return run_replay(pipeline, frames, events=cluster.events(), record_scores=True)
+    failures = max(1, round(FAILURES_PER_DAY * days))
+    return replay_seed(seed, days, nodes, failure_count=failures, **condition)
 
 
 def figures(result: ReplayResult, params: EpisodeParams) -> tuple[int, int, int, float]:
@@ -81,13 +71,27 @@ def figures(result: ReplayResult, params: EpisodeParams) -> tuple[int, int, int,
     return s.failures, s.detected, s.detected_before_failure, s.fp_per_day
 
 
+def false_alerts(result: ReplayResult, params: EpisodeParams) -> list[str]:
+    """One line per false alert: node, start (hours into the replay), peak, leading signals."""
+    rows = evaluate_at_threshold(result, params, HORIZON_S, GRACE_S).alerts
+    return [
+        f"{r.alert.node} at {(r.alert.start - result.start) / 3600:.2f} h, peak "
+        f"{r.alert.peak_score:.2f}, led by {', '.join(r.alert.signals) or '-'}"
+        for r in rows
+        if not r.matched
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[11, 12])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[21, 22])
     parser.add_argument("--days", type=float, default=1.0)
     parser.add_argument("--nodes", type=int, default=32)
     parser.add_argument("--fp-per-day", type=float, default=1.0)
     parser.add_argument("--only", nargs="*", help="conditions to run (names as printed)")
+    parser.add_argument(
+        "--alerts", action="store_true", help="list each false alert at the default threshold"
+    )
     args = parser.parse_args()
     alerts = load_config(None, env={}).alerts
     base = EpisodeParams(
@@ -95,6 +99,7 @@ def main() -> int:
     )
     chosen = {k: v for k, v in CONDITIONS.items() if not args.only or k in args.only}
     held: EpisodeParams | None = None
+    listed: list[str] = []
     print(
         f"{args.nodes} nodes x 8 GPUs, {args.days:g} day(s) per seed, seeds "
         f"{' '.join(map(str, args.seeds))}, {FAILURES_PER_DAY} failures/day; held-out threshold "
@@ -124,8 +129,13 @@ def main() -> int:
             flush=True,
         )
         print(f"  {name}: {time.perf_counter() - began:.0f} s", file=sys.stderr)
+        for seed, r in zip(args.seeds, results, strict=True):
+            listed += [f"{name}, seed {seed}: {line}" for line in false_alerts(r, base)]
     assert held is not None
     print(f"\ndefault threshold {base.threshold:.3f}; held-out threshold {held.threshold:.3f}")
+    if args.alerts:
+        print("\nfalse alerts at the default threshold:")
+        print("\n".join(f"- {line}" for line in listed) or "- none")
     return 0
 
 
