@@ -41,6 +41,7 @@ ScorerName = Literal[
     "seasonal",
     "window",
     "stuck",
+    "shape",
 ]
 Severity = Literal["critical", "warning", "info"]
 

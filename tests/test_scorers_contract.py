@@ -25,6 +25,7 @@ from detector.scorers.novelty import RangeNovelty
 from detector.scorers.peers import PeerDeviation
 from detector.scorers.registry import grid_layout
 from detector.scorers.seasonal import SeasonalProfile
+from detector.scorers.shape_memory import PhaseShapeMemory
 from detector.scorers.stuck import StuckRun
 from detector.scorers.window_memory import WindowMemory
 from detector.scorers.zscore import RobustZScore
@@ -115,6 +116,16 @@ def _freeze(x: FloatArray) -> None:
     """A moving column repeats its last value from PLANT_AT on (a frozen gauge)."""
     target = column(LAYOUT, "gpu_temp", 1, 3)
     x[PLANT_AT:, target] = x[PLANT_AT - 1, target]
+
+
+def _day_breaks(x: FloatArray) -> None:
+    """A column with a daily wave ('day' of 48 ticks) stays at its mean for half a day:
+    every value inside the column's range, the shape of the day new."""
+    target = column(LAYOUT, "gpu_temp", 1, 3)
+    x[:, target] = (
+        60.0 + 5.0 * np.sin(2 * np.pi * np.arange(x.shape[0]) / 48) + 0.5 * (x[:, target] - 60.0)
+    )
+    x[PLANT_AT : PLANT_AT + 24, target] = 60.0
 
 
 def _node_down(x: FloatArray) -> None:
@@ -222,6 +233,14 @@ CASES = [
         column(LAYOUT, "gpu_temp", 1, 3),
         _pattern_break,
         4.0,
+    ),
+    # a 'day' of 480 s in 8 phases of 6 ticks, windows of 4 blocks: learnt from day 3
+    Case(
+        "shape",
+        lambda s: PhaseShapeMemory(period_s=480 * s, phases=8, width=4, warmup=8),
+        column(LAYOUT, "gpu_temp", 1, 3),
+        _day_breaks,
+        5.0,
     ),
     # no clock inside (runs in observations); noise never repeats, the frozen column does
     Case(

@@ -21,6 +21,7 @@ from .health import TelemetryHealth
 from .novelty import RangeNovelty
 from .peers import PeerDeviation
 from .seasonal import SeasonalProfile
+from .shape_memory import PhaseShapeMemory
 from .stuck import StuckRun
 from .window_memory import WindowMemory
 from .zscore import RobustZScore
@@ -37,6 +38,7 @@ SCORERS: Mapping[str, Callable[..., Scorer]] = {
     SeasonalProfile.name: SeasonalProfile,
     WindowMemory.name: WindowMemory,
     StuckRun.name: StuckRun,
+    PhaseShapeMemory.name: PhaseShapeMemory,
 }
 
 

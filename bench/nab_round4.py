@@ -1,0 +1,176 @@
+"""NAB round 4: a periodic shape memory (PhaseShapeMemory), judged cross-validated.
+
+    python bench/nab_round4.py --data ../shared/data/nab --cache /tmp/nab-cv-cache [--calibration]
+
+``--calibration`` prints label-free facts only (no label is read): how often the shape z
+exceeds 2..8 over the corpus's rows after each file's first 15 %, per category; its 99.9th
+percentile weight onto the likelihood's scale (ContextConfig's rule); how often the held
+shape z would open the seasonal gate. The design and every constant were fixed from first
+principles and these facts before any variant was scored against the labels.
+
+Without ``--calibration`` it prints the variants in bench/nab_round3.py's table format (in-sample
+three profiles, windows hit, FP rows; thresholds cross-validated; gate x holdoff selection
+cross-validated, stitched and combined, on both fixed splits). Numbers continue the
+label-exposure ledger of bench/RESULTS.md "## NAB" (95 before this round):
+
+- 96 + shape z (PhaseShapeMemory, detector/scorers/shape_memory.py: per phase of the day
+  the windows of the last 6 hours of 45-min block means, an adaptive-resonance memory of up to
+  4 shapes per phase, novelty = log distance to the nearest in units of the column's spread,
+  z against its own history), weighted by the label-free 99.9th-percentile rule, ungated (it
+  is itself time-of-day aware: a shape usual for this hour scores ~0);
+- 97 the same, and the held shape z also opens the seasonal gate: the gate reads
+  max(seasonal score, last shape z), so a forecast or context surprise counts fully where the
+  recent stretch's shape is unusual for the time of day, although the value alone is not
+  (the round-3 diagnosis: 9 missed windows were surprises the value gate discounted);
+- 98 97 + round 3's StuckRun and per-stream tail recalibration (does it stack?).
+
+Scorer configuration: the scorer's defaults (a day in 32 phases, windows of 8 blocks, 4
+prototypes, vigilance 0.5 spreads), streamed on each file's held clock (no look-ahead; first
+32 rows scored 0 like every other component). Cached per file under ``--cache``
+(``r4-shape``; ~1 min on 2 cores the first time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+
+from bench import nab, nab_cv, nab_round3, nab_score
+from bench.nab import Components, FloatArray, NabFile, SeasonalConfig
+
+PROBATION_ROWS = 32  # the other components' cadence rows, scored 0
+
+
+def shape_z(f: NabFile) -> FloatArray:
+    """Stream one file through PhaseShapeMemory (defaults) on its held clock; z per row
+    (non-zero only on rows that close a 45-min block)."""
+    from detector.scorers.shape_memory import PhaseShapeMemory
+
+    return nab.stream(PhaseShapeMemory(), f, nab.held_clock(f), PROBATION_ROWS)
+
+
+def held_shape(f: NabFile, z: FloatArray) -> FloatArray:
+    """The shape z of the last block close at or before each row (a step function: the
+    verdict on the recent stretch stands until the next block closes)."""
+    from detector.scorers.shape_memory import PhaseShapeMemory
+
+    block = np.floor(nab.held_clock(f) / PhaseShapeMemory().block_s)
+    close = np.concatenate(([False], np.diff(block) > 0))
+    last = np.maximum.accumulate(np.where(close, np.arange(z.shape[0]), 0))
+    held: FloatArray = np.where(np.arange(z.shape[0]) >= PROBATION_ROWS, z[last], 0.0)
+    return held
+
+
+def _shape(job: tuple[NabFile, Path | None]) -> FloatArray:
+    f, cache = job
+    return nab_cv._cached(cache, "r4-shape", f, lambda: shape_z(f))
+
+
+def calibration(corpus: list[NabFile], base: list[Components], shape: list[FloatArray]) -> str:
+    """Label-free facts about the shape z (module docstring)."""
+    weight = nab_cv.context_weight([p.likelihood for p in base], [p.range for p in base], shape)
+    lines = [f"label-free weight (99.9th pct of max(likelihood, range) / of shape z): {weight:.3f}"]
+    cats = sorted({f.name.split("/")[0] for f in corpus})
+    lines.append(
+        "| category | rows | closes scored | " + " | ".join(f"z>{k}" for k in (2, 3, 4, 6, 8))
+    )
+    lines.append("|---|---|---|" + "---|" * 5)
+    for cat in [*cats, "all"]:
+        zs = [
+            z[int(0.15 * z.shape[0]) :]
+            for f, z in zip(corpus, shape, strict=True)
+            if cat == "all" or f.name.startswith(cat + "/")
+        ]
+        rows = np.concatenate(zs)
+        cells = " | ".join(f"{np.mean(rows > k):.2e}" for k in (2, 3, 4, 6, 8))
+        lines.append(f"| {cat} | {rows.size} | {int(np.sum(rows > 0))} | {cells}")
+    opened = [
+        np.mean((held_shape(f, z) >= 2.0) & (p.seasonal < 2.0))
+        for f, z, p in zip(corpus, shape, base, strict=True)
+    ]
+    lines.append(
+        f"rows where the held shape z >= 2 opens a gate the value kept shut: "
+        f"{np.mean(opened):.2%} (file mean), max {max(opened):.2%}"
+    )
+    return "\n".join(lines)
+
+
+Variant = tuple[str, list[Components], SeasonalConfig]
+
+
+def variants(
+    corpus: list[NabFile], base: list[Components], shape: list[FloatArray], cache: Path | None
+) -> list[Variant]:
+    """The committed row, then variants 96-98 (module docstring)."""
+    weight = nab_cv.context_weight([p.likelihood for p in base], [p.range for p in base], shape)
+    # ``fuse`` gates its extras; the shape z is ungated: it joins the range novelty's slot
+    ungated = [
+        replace(p, range=np.maximum(p.range, weight * z)) for p, z in zip(base, shape, strict=True)
+    ]
+    opening = [
+        replace(p, seasonal=np.maximum(p.seasonal, held_shape(f, z)))
+        for f, p, z in zip(corpus, ungated, shape, strict=True)
+    ]
+    stuck = [nab_cv._series((f, "stuck", "", cache))[0] for f in corpus]
+    stacked = [replace(p, stuck=s) for p, s in zip(opening, stuck, strict=True)]
+    cfg = SeasonalConfig()
+    recal = replace(cfg, recalibrate_z=nab.ROUND3_RECALIBRATE_Z)
+    return [
+        ("committed likelihoodContextSeasonal", base, cfg),
+        ("96 + shape z, ungated", ungated, cfg),
+        ("97 + shape z, which also opens the gate", opening, cfg),
+        ("98 97 + StuckRun + recalibration", stacked, recal),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", type=Path, required=True, help="NAB root (data/, labels/, ...)")
+    parser.add_argument("--cache", type=Path, default=None, help="cache of per-file z scores")
+    parser.add_argument("--calibration", action="store_true", help="label-free facts only")
+    parser.add_argument("--only", default="", help="comma list of variant numbers to print")
+    args = parser.parse_args(argv)
+    corpus = nab.load_corpus(args.data)
+    with multiprocessing.Pool(2) as pool:
+        jobs = [("forecast", "base"), ("context", "L4O6"), ("seasonal", "")]
+        series = {j: pool.map(nab_cv._series, [(f, *j, args.cache) for f in corpus]) for j in jobs}
+        shape = pool.map(_shape, [(f, args.cache) for f in corpus])
+    base = [
+        Components(lik, rng, ctx[0], sea[0], raw)
+        for (lik, rng, raw), ctx, sea in zip(
+            series[("forecast", "base")],
+            series[("context", "L4O6")],
+            series[("seasonal", "")],
+            strict=True,
+        )
+    ]
+    if args.calibration:
+        print(calibration(corpus, base, shape))
+        return 0
+    profiles = nab_score.load_profiles(args.data / "config" / "profiles.json")
+    only = {v for v in args.only.split(",") if v}
+    print(
+        "| # | variant | in-sample std / low-FP / low-FN | windows hit | FP rows "
+        "| thresholds CV'd std, parity / blocks | selection CV'd, stitched std, parity / blocks "
+        "| combined std, parity / blocks |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for label, parts, cfg in variants(corpus, base, shape, args.cache):
+        number, _, name = label.partition(" ")
+        number, name = (number, name) if number.isdigit() else ("", label)
+        if only and (number or "c") not in only:
+            continue
+        cells = nab_round3.judge(corpus, parts, cfg, profiles)
+        print(f"| {number} | {name} | " + " | ".join(cells) + " |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
