@@ -19,7 +19,10 @@ Conditions: baseline; noise x2 and x4 (every simulated noise term scaled); six f
 nodes instead of one; a 12 C diurnal swing; 15 s and 60 s sampling; dcgm-exporter's default
 field set (ECC, NVLink and violation counters off); short job runs (1-3 h, so restarts,
 checkpoints and teardowns are several times as frequent); checkpoints every 10 min; newer
-dcgm-exporter label shapes (``hostname`` instead of ``Hostname``, no Kubernetes pod labels).
+dcgm-exporter label shapes (``hostname`` instead of ``Hostname``, no Kubernetes pod labels);
+2% and 10% of scrapes lost (a node's exporter missing from a tick: its rates then span two
+ticks); 4 GPUs per node; a cluster of 8 nodes (four jobs on them: a job is 1-3 nodes, and
+every node is one cohort).
 Failures per condition are drawn as in the demo (a fixed count per day, kinds and precursors
 from the trace), so "before the XID" is the statistics' share; XIDs alert by themselves.
 """
@@ -58,12 +61,19 @@ CONDITIONS: dict[str, dict[str, Any]] = {
     "job runs 1-3 h": {"run_hours": (1.0, 3.0)},
     "checkpoint every 10 min": {"checkpoint_interval_s": 600.0},
     "hostname label, no pod labels": {"hostname_label": "hostname", "kubernetes_labels": False},
+    "2% of scrapes lost": {"scrape_loss": 0.02},
+    "10% of scrapes lost": {"scrape_loss": 0.10},
+    "4 GPUs per node": {"gpus": 4},
+    "8 nodes": {"nodes": 8},
 }
 
 
 def replay(condition: dict[str, Any], seed: int, days: float, nodes: int) -> ReplayResult:
+    """One seed of a condition (which may set its own cluster size)."""
+    overrides = dict(condition)
+    nodes = overrides.pop("nodes", nodes)
     failures = max(1, round(FAILURES_PER_DAY * days))
-    return replay_seed(seed, days, nodes, failure_count=failures, **condition)
+    return replay_seed(seed, days, nodes, failure_count=failures, **overrides)
 
 
 def figures(result: ReplayResult, params: EpisodeParams) -> tuple[int, int, int, float]:
@@ -101,7 +111,8 @@ def main() -> int:
     held: EpisodeParams | None = None
     listed: list[str] = []
     print(
-        f"{args.nodes} nodes x 8 GPUs, {args.days:g} day(s) per seed, seeds "
+        f"{args.nodes} nodes x 8 GPUs unless the condition says otherwise, {args.days:g} "
+        f"day(s) per seed, seeds "
         f"{' '.join(map(str, args.seeds))}, {FAILURES_PER_DAY} failures/day; held-out threshold "
         f"calibrated on baseline seed {args.seeds[0]} at {args.fp_per_day:g} FP/day\n"
     )

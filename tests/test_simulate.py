@@ -228,10 +228,35 @@ def test_embedded_field_table_matches_dcgm_exporter_csvs(shared_data: Path) -> N
     assert set(parse_dcgm_csv(dcgm / "dcp-metrics-included.csv")) <= set(DCGM_FIELDS)
 
 
+def test_lost_scrapes_blank_a_whole_target_and_nothing_else() -> None:
+    """scrape_loss blanks every series of a lost target (a node's dcgm- or node-exporter) for
+    that tick, about the share asked for, and leaves every other value as it was."""
+    base = SimulatedCluster(small(days=0.5))
+    lossy = SimulatedCluster(small(days=0.5, scrape_loss=0.05))
+    _, clean = matrix(base)
+    _, lost = matrix(lossy)
+    target = [f"{dict(labs)['instance']}" for _, labs in base.series()]
+    names = sorted(set(target))
+    of = np.array([names.index(t) for t in target])
+    blanked = np.isnan(lost) & ~np.isnan(clean)
+    per_target = np.zeros((lost.shape[0], len(names)), dtype=bool)
+    for k, name in enumerate(names):
+        cols = of == k
+        whole = blanked[:, cols] | np.isnan(clean[:, cols])
+        hit = blanked[:, cols].any(axis=1)
+        assert whole[hit].all(), f"{name}: a lost scrape blanks all of its series"
+        per_target[:, k] = hit
+    assert 0.03 < per_target.mean() < 0.07
+    keep = ~np.isnan(lost)
+    np.testing.assert_array_equal(lost[keep], clean[keep])
+
+
 def test_bad_scenario_field_is_named() -> None:
     """An invalid scenario raises ConfigError naming the field."""
     with pytest.raises(ConfigError, match="dcgm_fields"):
         Scenario(dcgm_fields="some")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="scrape_loss"):
+        Scenario(scrape_loss=1.0)
     with pytest.raises(ConfigError, match=r"failures\[0\]"):
         Scenario(nodes=2, failures=(FailureSpec("ecc", node=5, gpu=0, at_s=1.0),))
 

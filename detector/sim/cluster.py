@@ -238,6 +238,8 @@ class SimulatedCluster:
         xid_row = names.index(XID_FIELD) if XID_FIELD in names else -1
         host_start = self._node_views[0][1] if self._node_views else total
         host_shapes = [(sc.nodes, sets) for _, _, sets in self._node_views]
+        # its own stream: a scenario without losses draws exactly what it drew before
+        losses = np.random.default_rng([sc.seed, 13])
         cursor = 0
         for k in range(sc.ticks):
             t_rel = k * sc.step_s
@@ -273,7 +275,21 @@ class SimulatedCluster:
             else:
                 for (_, start, sets), v in zip(self._node_views, host_values, strict=True):
                     out[start : start + sc.nodes * sets].reshape(sc.nodes, sets)[...] = v
+            if sc.scrape_loss > 0:
+                self._lose_scrapes(out, losses.random((2, sc.nodes)) < sc.scrape_loss)
             yield t_abs, out
+
+    def _lose_scrapes(self, out: FloatArray, lost: np.ndarray) -> None:
+        """Blank the series of lost scrapes: ``lost[0]`` per node its dcgm-exporter's (the
+        windowed XID counts too), ``lost[1]`` its node-exporter's."""
+        sc = self.scenario
+        gpu_block = out[: self._gpu_cols].reshape(-1, sc.nodes, sc.gpus)
+        gpu_block[:, lost[0]] = np.nan
+        if len(self._pairs):
+            pairs = out[self._gpu_cols : self._gpu_cols + len(self._pairs)]
+            pairs[lost[0][self._pairs[:, 0]]] = np.nan
+        for _, start, sets in self._node_views:
+            out[start : start + sc.nodes * sets].reshape(sc.nodes, sets)[lost[1]] = np.nan
 
     # -- exposition -----------------------------------------------------------------------
     def exposition(self, node: str, t: float, values: FloatArray) -> tuple[str, str]:

@@ -81,6 +81,9 @@ class Scenario:
     noisy_nodes: int = 1  # flapping noisy nodes: noise, never a failure
     noise_scale: float = 1.0
     diurnal_amplitude_c: float = 3.0
+    # Collection: the share of scrapes lost (timeouts), per target (a node's dcgm-exporter or
+    # node-exporter) and tick; a lost scrape's series are absent from that tick's frame.
+    scrape_loss: float = 0.0
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> ConfigError:
@@ -103,6 +106,8 @@ class Scenario:
             raise bad("failure_count", "must be >= 0")
         if not 0.0 <= self.no_precursor_share <= 1.0:
             raise bad("no_precursor_share", "must be within [0, 1]")
+        if not 0.0 <= self.scrape_loss < 1.0:
+            raise bad("scrape_loss", f"must be within [0, 1), got {self.scrape_loss!r}")
         for name in (
             "precursor_lead_s",
             "run_hours",
