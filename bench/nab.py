@@ -36,7 +36,10 @@ Detectors:
   (``SLOW_LIKELIHOOD``); round 3: ``likelihoodContextSeasonalStuck`` (+ StuckRun,
   detector/scorers/stuck.py: a frozen value), ``likelihoodContextSeasonalRecal`` (per-stream
   tail recalibration of the fused z, ``recalibrate``) and ``likelihoodContextSeasonalStuckRecal``
-  (both); bench/nab_round3.py prints every round-3 variant and the diagnosis.
+  (both); bench/nab_round3.py prints every round-3 variant and the diagnosis; round 4:
+  ``likelihoodContextSeasonalShape`` (+ PhaseShapeMemory, detector/scorers/shape_memory.py:
+  the recent stretch's shape against the shapes this time of day showed; ``with_shape``),
+  bench/nab_round4.py prints the round-4 variants.
 
 How much of these scores survives choosing the configuration on other files: bench/nab_cv.py
 (2-fold cross-validation over files of the selection, with ``fuse`` and the config dataclasses
@@ -544,6 +547,33 @@ def stuck_z(f: NabFile) -> FloatArray:
     return stream(StuckRun(), f, row_clock(f), 32)  # 32: the other detectors' cadence rows
 
 
+def shape_z(f: NabFile) -> FloatArray:
+    """Stream one file through PhaseShapeMemory (its defaults: a day in 32 phases of 45 min,
+    windows of 8 block means) on its held clock; z per row, non-zero only on rows that close a
+    block. The first 32 rows score 0, like every other component."""
+    from detector.scorers.shape_memory import PhaseShapeMemory
+
+    return stream(PhaseShapeMemory(), f, held_clock(f), 32)
+
+
+def shape_closes(f: NabFile) -> NDArray[np.bool_]:
+    """Rows that close a PhaseShapeMemory block (the only rows where its z can be non-zero)."""
+    from detector.scorers.shape_memory import PhaseShapeMemory
+
+    block = np.floor(held_clock(f) / PhaseShapeMemory().block_s)
+    closes: NDArray[np.bool_] = np.concatenate(([False], np.diff(block) > 0))
+    return closes
+
+
+def held_shape(f: NabFile, z: FloatArray) -> FloatArray:
+    """The shape z of the last block close at or before each row (a step function: the
+    verdict on the recent stretch stands until the next block closes); 0 over the first 32."""
+    rows = np.arange(z.shape[0])
+    last = np.maximum.accumulate(np.where(shape_closes(f), rows, 0))
+    held: FloatArray = np.where(rows >= 32, z[last], 0.0)
+    return held
+
+
 @dataclass(frozen=True, slots=True)
 class Components:
     """The z-unit scores of one file that the fused detectors combine (one per row each)."""
@@ -627,6 +657,19 @@ def recalibrate(
     return out
 
 
+def with_shape(parts: Components, f: NabFile, shape: FloatArray, weight: float) -> Components:
+    """Round 4's use of the shape z (``likelihoodContextSeasonalShape``): an alarm of its own,
+    ungated (weighted, beside range novelty: the shape memory already knows the time of day),
+    and it opens the seasonal gate (the gate reads max(seasonal score, last shape z)): a
+    forecast or context surprise counts fully where the recent stretch's shape is unusual for
+    the time of day, though its value is not."""
+    return replace(
+        parts,
+        range=np.maximum(parts.range, weight * shape),
+        seasonal=np.maximum(parts.seasonal, held_shape(f, shape)),
+    )
+
+
 def fuse(parts: Components, cfg: SeasonalConfig, context_weight: float) -> FloatArray:
     """``holdoff(max(g x likelihood, range, context_weight x g x context))`` in z units.
 
@@ -661,6 +704,10 @@ SLOW_CONTEXT_WEIGHT = 2.869
 # everyone's alarm starts at; N(0, 1) crosses it on 0.13 % of rows), rate half-life 3000 obs
 # (the likelihood's long horizon). A-priori values, not swept.
 ROUND3_RECALIBRATE_Z = 3.0
+# Round 4 (bench/RESULTS.md "## NAB"): the shape z on the likelihood's scale by ContextConfig's
+# label-free 99.9th-percentile rule taken per opportunity (over the rows that close a block,
+# the only rows where the shape z speaks), as printed by bench/nab_round4.py --calibration.
+SHAPE_CLOSE_WEIGHT = 0.797
 
 
 def seasonal_detectors(f: NabFile, cfg: SeasonalConfig = SeasonalConfig()) -> dict[str, FloatArray]:
@@ -671,7 +718,8 @@ def seasonal_detectors(f: NabFile, cfg: SeasonalConfig = SeasonalConfig()) -> di
     over a 10x longer average, context weight re-derived by the same label-free rule); round-3
     variants ``likelihoodContextSeasonalStuck`` (+ StuckRun, ungated like range novelty),
     ``likelihoodContextSeasonalRecal`` (per-stream tail recalibration, ``recalibrate``) and
-    ``likelihoodContextSeasonalStuckRecal`` (both)."""
+    ``likelihoodContextSeasonalStuckRecal`` (both); round 4: ``likelihoodContextSeasonalShape``
+    (+ PhaseShapeMemory's z, ``with_shape``)."""
     context = context_z(f)
     parts = Components(*predictive_z(f)[1:], context, seasonal_z(f, cfg))
     slow = replace(parts, likelihood=predictive_z(f, SLOW_LIKELIHOOD)[1])
@@ -679,8 +727,10 @@ def seasonal_detectors(f: NabFile, cfg: SeasonalConfig = SeasonalConfig()) -> di
     plain = replace(cfg, gate_floor=1.0)
     stuck = replace(parts, stuck=stuck_z(f))
     recal = replace(cfg, recalibrate_z=ROUND3_RECALIBRATE_Z)
+    shaped = with_shape(parts, f, shape_z(f), SHAPE_CLOSE_WEIGHT)
     held = {
         "likelihoodContextSeasonal": fuse(parts, cfg, weight),
+        "likelihoodContextSeasonalShape": fuse(shaped, cfg, weight),
         "likelihoodContextSeasonalStuck": fuse(stuck, cfg, weight),
         "likelihoodContextSeasonalRecal": fuse(parts, recal, weight),
         "likelihoodContextSeasonalStuckRecal": fuse(stuck, recal, weight),

@@ -16,7 +16,8 @@ The fused NAB detectors were picked by their score on the whole corpus (bench/RE
   99.9th-percentile rule, computed here), no seasonal gate or gate (threshold, floor) in
   ``GATES``, holdoff in ``HOLDOFFS``; optionally several forecast variants (``--forecasts``),
   severity ladders (``--severity``), context agreement (``--agreement``), per-stream tail
-  recalibration (``--recalibrate``) and StuckRun (``--stuck``): 360 by default;
+  recalibration (``--recalibrate``), StuckRun (``--stuck``) and round 4's shape z
+  (``--shape``, ``nab.with_shape``): 360 by default;
 - for each fold: the candidate with the best *standard* score on the training files (its
   threshold per profile also chosen on the training files) is scored on the held-out files at
   those thresholds. A subset's score is NAB's formula over that subset's windows.
@@ -104,6 +105,7 @@ class Candidate:
     context: str
     cfg: SeasonalConfig
     stuck: bool = False  # + StuckRun (round 3)
+    shape: bool = False  # + PhaseShapeMemory's z, nab.with_shape (round 4)
 
     @property
     def name(self) -> str:
@@ -116,6 +118,7 @@ class Candidate:
         name += f":s{self.cfg.severity_ratio:g}" if self.cfg.severity_ratio > 1 else ""
         name += f":r{self.cfg.recalibrate_z:g}" if self.cfg.recalibrate_z > 0 else ""
         name += ":stuck" if self.stuck else ""
+        name += ":shape" if self.shape else ""
         return name + (
             f":a{self.cfg.context_agreement_z:g}" if self.cfg.context_agreement_z else ""
         )
@@ -128,6 +131,7 @@ def candidates(
     agreements: tuple[float, ...] = (0.0,),
     recalibrations: tuple[float, ...] = (0.0,),
     stucks: tuple[bool, ...] = (False,),
+    shapes: tuple[bool, ...] = (False,),
 ) -> list[Candidate]:
     """The grid the selection chooses from (see module docstring)."""
     base = SeasonalConfig()
@@ -145,6 +149,7 @@ def candidates(
                 recalibrate_z=z0,
             ),
             stuck,
+            shape,
         )
         for fc in forecasts
         for ctx in ("", *contexts)
@@ -154,6 +159,7 @@ def candidates(
         for a in (agreements if ctx else (0.0,))
         for z0 in recalibrations
         for stuck in stucks
+        for shape in shapes
     ]
 
 
@@ -217,6 +223,8 @@ def _series(job: tuple[NabFile, str, str, Path | None]) -> tuple[FloatArray, ...
         return (_cached(cache, f"context-{variant}", f, lambda: nab.context_z(f, c)),)
     if kind == "stuck":
         return (_cached(cache, "stuck", f, lambda: nab.stuck_z(f)),)
+    if kind == "shape":
+        return (_cached(cache, "r4-shape", f, lambda: nab.shape_z(f)),)
     return (_cached(cache, "seasonal", f, lambda: nab.seasonal_z(f)),)
 
 
@@ -274,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
         "--recalibrate", default="0", help="comma list of recalibrate_z values (0: off)"
     )
     parser.add_argument("--stuck", default="0", help="comma list of 0 (without) / 1 (+ StuckRun)")
+    parser.add_argument(
+        "--shape", default="0", help="comma list of 0 (without) / 1 (+ shape z, round 4)"
+    )
     parser.add_argument("--split", default="parity", choices=("parity", "blocks"))
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument(
@@ -293,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     series: dict[tuple[str, str], list[tuple[FloatArray, ...]]] = {}
     jobs = [("forecast", v) for v in forecasts] + [("context", v) for v in contexts]
     with multiprocessing.Pool(args.jobs) as pool:
-        for kind, variant in [*jobs, ("seasonal", ""), ("stuck", "")]:
+        for kind, variant in [*jobs, ("seasonal", ""), ("stuck", ""), ("shape", "")]:
             series[(kind, variant)] = pool.map(
                 _series, [(f, kind, variant, args.cache) for f in corpus]
             )
@@ -316,7 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     agreements = tuple(float(v) for v in args.agreement.split(",") if v)
     recalibrations = tuple(float(v) for v in args.recalibrate.split(",") if v)
     stucks = tuple(v == "1" for v in args.stuck.split(",") if v)
-    grid = candidates(forecasts, contexts, severities, agreements, recalibrations, stucks)
+    shapes = tuple(v == "1" for v in args.shape.split(",") if v)
+    grid = candidates(forecasts, contexts, severities, agreements, recalibrations, stucks, shapes)
+    shape = [z[0] for z in series[("shape", "")]]
     stuck = [z[0] for z in series[("stuck", "")]]
     std = profiles[names[0]]
 
@@ -329,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
             ctx = series[("context", cand.context)][i][0] if cand.context else np.zeros_like(lik)
             weight = weights.get((cand.forecast, cand.context), 0.0)
             parts = Components(lik, rng, ctx, seasonal[i], raw, stuck[i] if cand.stuck else None)
+            if cand.shape:
+                parts = nab.with_shape(parts, f, shape[i], nab.SHAPE_CLOSE_WEIGHT)
             out.append(nab_score.FileRows(f.name, scores(parts, cand, weight), f.windows))
         return out
 
