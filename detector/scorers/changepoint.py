@@ -66,6 +66,16 @@ class ChangePoint(KernelScorer):
         self.last_t = np.zeros(0)
         self.change_t = np.zeros(0)  # time of the last detected change, -inf if none
         self.peak = np.zeros(0)  # score at the last change, held and fading
+        self._q = np.array(  # cusum_step's parameters, built once
+            [
+                self.k,
+                self.h,
+                self.alarm_z / self.h,
+                self.clip,
+                -1.0 / self.memory_half_life_s,
+                1.0 / self.hold_half_life_s,
+            ]
+        )
 
     def _grow(self, n: int) -> None:
         if n <= self.s_pos.shape[0]:
@@ -83,19 +93,13 @@ class ChangePoint(KernelScorer):
         n = x.shape[0] if cols is None else cols.shape[0]
         self._grow(n)
         self.baseline.grow(n)
-        q = np.array(
-            [
-                self.k,
-                self.h,
-                self.alarm_z / self.h,
-                self.clip,
-                -1.0 / self.memory_half_life_s,
-                1.0 / self.hold_half_life_s,
-            ]
-        )
-        cusum = tuple(getattr(self, k) for k in self._KEYS)  # the kernel's order
+        cusum = (  # the kernel's order (_KEYS)
+            self.s_pos, self.s_neg, self.n_pos, self.n_neg, self.last_t, self.change_t, self.peak
+        )  # fmt: skip
         base = self.baseline
-        cusum_step(float(t), x, cols, base.arrays(), base.params(), cusum, q, layout.direction, out)
+        cusum_step(
+            float(t), x, cols, base.arrays(), base.params(), cusum, self._q, layout.direction, out
+        )  # fmt: skip
 
     def time_since_change(self, t: float) -> FloatArray:
         """Seconds since the last detected change per column; inf where none was detected."""

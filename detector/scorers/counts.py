@@ -127,6 +127,20 @@ class CountBurst(KernelScorer):
         self.run_cut = np.zeros(0)  # the discount fixed at the current burst run's onset
         self.run_zh = np.zeros(0)  # and the usual burst z it applies up to
         self.last_burst = np.full(0, -np.inf)  # time of the column's last burst tick
+        self._q = np.array(  # count_step's parameters, built once
+            [
+                self.half_life_s,
+                self.prior_events,
+                self.prior_time_s,
+                self.learn_clip,
+                self.warmup_s,
+                self.burst_window_s,
+                self.dispersion_prior_n,
+                self.dispersion_clip,
+                self.habituation_n,
+                self.burst_z,
+            ]
+        )
 
     def _grow(self, n: int) -> None:
         if n > self.events.shape[0]:
@@ -149,20 +163,6 @@ class CountBurst(KernelScorer):
         no event in a tick (k = 0: score 0, learn 0): the Poisson arithmetic runs where k > 0."""
         n = x.shape[0] if cols is None else cols.shape[0]
         self._grow(n)
-        q = np.array(
-            [
-                self.half_life_s,
-                self.prior_events,
-                self.prior_time_s,
-                self.learn_clip,
-                self.warmup_s,
-                self.burst_window_s,
-                self.dispersion_prior_n,
-                self.dispersion_clip,
-                self.habituation_n,
-                self.burst_z,
-            ]
-        )
         state = (
             self.events,
             self.elapsed,
@@ -176,7 +176,7 @@ class CountBurst(KernelScorer):
             self.run_zh,
             self.last_burst,
         )
-        count_step(float(t), x, cols, state, q, out)
+        count_step(float(t), x, cols, state, self._q, out)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return {k: getattr(self, k).copy() for k in self._KEYS}

@@ -75,6 +75,8 @@ class TelemetryHealth(KernelScorer):
         self.kinds = np.zeros(0, dtype=np.int64)
         self.expected = np.zeros(0)  # forgetting max (deficit) or min (excess)
         self.last_t = np.zeros(0)
+        # health_step's parameters, built once
+        self._q = np.array([self.down_z, self.full_fraction, -1.0 / self.memory_half_life_s])
 
     def _classify(self, layout: ColumnLayout) -> None:
         """Register health columns among layout columns not yet seen (columns only append)."""
@@ -103,7 +105,7 @@ class TelemetryHealth(KernelScorer):
             out[slice(None) if cols is None else cols] = 0.0
         if self.columns.shape[0] == 0:
             return
-        q = np.array([self.down_z, self.full_fraction, -1.0 / self.memory_half_life_s])
+        q = self._q
         base = self.baseline
         tracked = (self.expected, self.last_t)
         health_step(

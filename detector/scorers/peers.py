@@ -105,6 +105,10 @@ class PeerDeviation(KernelScorer):
         self.count = np.zeros(0)  # ticks this column was scored against its peers
         self.last_t = np.zeros(0)
         self._layout: ColumnLayout | None = None
+        # peer_step's parameter vectors, built once
+        smooth = -1.0 / self.smooth_half_life_s if self.smooth_half_life_s > 0 else 0.0
+        self._q = np.array([-1.0 / self.scale_half_life_s, smooth, self.warmup])
+        self._g = np.array([self.min_peers, self.mad_floor_rel, self.mad_floor_abs])
         self._groups: tuple[IntArray, IntArray, IntArray, IntArray] = (
             np.zeros((0, 8), dtype=np.int64),
             np.zeros(0, dtype=np.int64),
@@ -183,9 +187,7 @@ class PeerDeviation(KernelScorer):
             self.last_t = grow(self.last_t, n, -np.inf)
         if layout is not self._layout:
             self._refresh_groups(layout)
-        smooth = -1.0 / self.smooth_half_life_s if self.smooth_half_life_s > 0 else 0.0
-        q = np.array([-1.0 / self.scale_half_life_s, smooth, self.warmup])
-        g = np.array([self.min_peers, self.mad_floor_rel, self.mad_floor_abs])
+        q, g = self._q, self._g
         state = (self.smoothed, self.scale_var, self.scale_w, self.count, self.last_t)
         if self.baseline is None:
             base, p = _NO_BASELINE, _NO_BASELINE[0]
