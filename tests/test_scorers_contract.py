@@ -242,6 +242,13 @@ CASES = [
         _day_breaks,
         5.0,
     ),
+    Case(
+        "shapeDispersion",
+        lambda s: PhaseShapeMemory(period_s=480 * s, phases=8, width=4, warmup=8, dispersion=True),
+        column(LAYOUT, "gpu_temp", 1, 3),
+        _day_breaks,
+        5.0,
+    ),
     # no clock inside (runs in observations); noise never repeats, the frozen column does
     Case(
         "stuck",

@@ -104,6 +104,23 @@ def test_an_outage_longer_than_a_window_restarts_the_window() -> None:
     assert np.any(scores[6 * DAY + refill : 7 * DAY] > 0.0)
 
 
+def test_the_dispersion_channel_sees_a_stretch_gone_quiet_at_its_usual_level() -> None:
+    """Days noisy by day and quiet by night; on day 9 the afternoon goes quiet at its usual
+    level: with the dispersion channel it scores a z unit above anything the ordinary days
+    scored (quiet nights included), without it it stays below 1.5."""
+    x = daily(10, noise=0.0)
+    hour = (np.arange(x.shape[0]) % DAY) / (DAY / 24)
+    loud = (hour >= 8) & (hour < 20)
+    noise = np.random.default_rng(7).normal(size=x.shape[0]) * np.where(loud, 1.5, 0.2)
+    x[:, 0] += noise
+    quiet = slice(9 * DAY + DAY // 2, 9 * DAY + DAY // 2 + DAY // 4)
+    x[quiet, 0] -= noise[quiet]
+    with_dispersion = run(PhaseShapeMemory(dispersion=True), x)[:, 0]
+    without = run(PhaseShapeMemory(), x)[:, 0]
+    assert with_dispersion[quiet].max() > with_dispersion[3 * DAY : 9 * DAY].max() + 1.0
+    assert without[quiet].max() < 1.5
+
+
 @pytest.mark.parametrize(
     "params",
     [

@@ -14,6 +14,10 @@ bounded, per-column version of that idea, aligned to the period:
   likelihood's business). A block with no value repeats the previous block's mean (a coarse
   cadence, e.g. hourly rows in 45-min blocks); after a gap longer than a window, the window
   refills from the blocks after it;
+- **dispersion** (``dispersion=True``, off by default): a second channel summarizes each block
+  by the mean absolute difference between successive values ending in it, so a stretch
+  that goes quiet (a frozen or idling source) or turns noisy has a new shape even at its
+  usual level; compared against the same phase of earlier periods, a quiet night is not new;
 - **window**: the last ``width`` block means (6 hours by default), closed at block ``k``, is
   the shape of the recent stretch at phase ``k mod phases``;
 - **memory**: per column and phase, ``prototypes`` remembered windows, an adaptive-resonance
@@ -24,7 +28,8 @@ bounded, per-column version of that idea, aligned to the period:
 - **distance**: mean absolute difference between the window and a prototype, in units of the
   column's spread (1.25 x the EW mean absolute deviation of its block means around their EW
   mean, half-life ``half_life_periods``): unit-free, and unlike the all-time range not
-  flattened by one huge spike;
+  flattened by one huge spike; with the dispersion channel, the larger of both channels'
+  distances (both in the column's units, so in the same spread);
 - **novelty score**: ``y = log(distance to the nearest prototype + floor)`` (``floor`` 5 % of
   the spread: closer than that is a repeat) as a one-sided z against the column's own EW
   mean and variance of ``y`` (half-life ``rate_half_life_periods`` periods of closes,
@@ -66,6 +71,9 @@ class PhaseShapeMemory:
         "block",  # index of the current block (floor(t / block_s))
         "total",  # sum of the current block's values
         "fill",  # values in the current block
+        "last",  # the previous value (for the dispersion channel)
+        "dtotal",  # sum of |successive differences| ending in the current block
+        "dfill",  # their number
         "filled",  # real blocks in the window (saturates at width)
         "closes",  # blocks closed with a full window (the memory's clock)
         "level",  # EW mean of block means
@@ -91,6 +99,7 @@ class PhaseShapeMemory:
         warmup: int = 32,
         floor: float = 0.05,
         var_floor: float = 0.05,
+        dispersion: bool = False,
     ) -> None:
         if not period_s > 0 or phases < 1 or width < 1 or prototypes < 1:
             raise ConfigError(
@@ -113,6 +122,7 @@ class PhaseShapeMemory:
         self.floor = float(floor)
         self.var_floor = float(var_floor)
         self.block_s = self.period_s / self.phases
+        self.channels = 2 if dispersion else 1  # block means (+ mean |successive difference|)
         # rates count closes: one close per block of clock time
         self._spread_decay = 0.5 ** (1.0 / (half_life_periods * self.phases))
         self._base_decay = 0.5 ** (1.0 / (rate_half_life_periods * self.phases))
@@ -121,6 +131,9 @@ class PhaseShapeMemory:
         self.block = np.zeros(0)
         self.total = np.zeros(0)
         self.fill = np.zeros(0)
+        self.last = np.zeros(0)
+        self.dtotal = np.zeros(0)
+        self.dfill = np.zeros(0)
         self.filled = np.zeros(0)
         self.closes = np.zeros(0)
         self.level = np.zeros(0)
@@ -130,8 +143,9 @@ class PhaseShapeMemory:
         self.base_var = np.zeros(0)
         self.base_w = np.zeros(0)
         self.scored = np.zeros(0)
-        self.window = np.zeros((0, self.width))  # last block means, oldest first
-        self.memory = np.zeros((0, self.phases, self.prototypes, self.width))
+        c, w = self.channels, self.width
+        self.window = np.zeros((0, c, w))  # last block summaries, oldest first
+        self.memory = np.zeros((0, self.phases, self.prototypes, c, w))
         self.members = np.zeros((0, self.phases, self.prototypes))  # 0: empty slot
         self.used = np.zeros((0, self.phases, self.prototypes))  # close of the last match
         self.visits = np.zeros((0, self.phases))  # windows stored at each phase (saturates)
@@ -157,6 +171,10 @@ class PhaseShapeMemory:
         new_block = ~started | (now > self.block[cols])
         self.total[cols] = np.where(new_block, xv, self.total[cols] + xv)
         self.fill[cols] = np.where(new_block, 1.0, self.fill[cols] + 1.0)
+        step = np.where(started, np.abs(xv - self.last[cols]), 0.0)
+        self.dtotal[cols] = np.where(new_block, step, self.dtotal[cols] + step)
+        self.dfill[cols] = np.where(new_block, 0.0, self.dfill[cols]) + started
+        self.last[cols] = xv
         self.block[cols] = np.where(new_block, now, self.block[cols])
         self.seen[cols] += 1.0
         return score
@@ -164,19 +182,23 @@ class PhaseShapeMemory:
     def _close(self, cols: np.ndarray, now: float) -> FloatArray:
         """Close the current block of ``cols`` (the clock reached block ``now``): extend the
         window, score it against its phase's prototypes, learn it. Scores per column."""
-        mean = self.total[cols] / self.fill[cols]
+        summary = (self.total[cols] / self.fill[cols])[:, None]
+        if self.channels == 2:
+            spread = self.dtotal[cols] / np.maximum(self.dfill[cols], 1.0)
+            summary = np.concatenate((summary, spread[:, None]), axis=1)
         gap = np.minimum(now - self.block[cols], self.width + 1.0).astype(np.int64)
-        # the closed mean, repeated over the empty blocks up to the one before ``now``
+        # the closed block's summary, repeated over the empty blocks up to the one before now
         shift = np.minimum(gap, self.width)
-        ext = np.concatenate((self.window[cols], np.repeat(mean[:, None], self.width, axis=1)), 1)
-        take = np.arange(self.width)[None, :] + shift[:, None]
-        self.window[cols] = np.take_along_axis(ext, take, axis=1)
+        fresh = np.repeat(summary[:, :, None], self.width, axis=2)
+        ext = np.concatenate((self.window[cols], fresh), axis=2)
+        take = np.arange(self.width)[None, None, :] + shift[:, None, None]
+        self.window[cols] = np.take_along_axis(ext, take, axis=2)
         # after a gap longer than a window the window holds no block of the recent stretch
         restart = gap > self.width
         self.filled[cols] = np.where(
             restart, 0.0, np.minimum(self.filled[cols] + shift, self.width)
         )
-        self._learn_spread(cols, mean)
+        self._learn_spread(cols, summary[:, 0])
         out = np.zeros(cols.shape[0])
         ready = self.filled[cols] >= self.width
         rows = cols[ready]
@@ -199,12 +221,15 @@ class PhaseShapeMemory:
 
     def _score_and_learn(self, rows: np.ndarray, phase: int) -> FloatArray:
         win = self.window[rows]
-        proto = self.memory[rows, phase]  # rows x prototypes x width
-        gap = np.abs(proto - win[:, None, :]).mean(axis=2)
-        unit = _MAD_TO_SIGMA * self.spread[rows]
+        proto = self.memory[rows, phase]  # rows x prototypes x channels x width
+        gap = np.abs(proto - win[:, None]).mean(axis=3)  # rows x prototypes x channels
+        # both channels are in the column's units: one unit, the spread of its block means (a
+        # channel's own spread would blow a channel of pure noise up to distances ~1)
+        unit = (_MAD_TO_SIGMA * self.spread[rows])[:, None, None]
         safe = np.where(unit > 0, unit, 1.0)
-        dist = np.where(unit[:, None] > 0, gap / safe[:, None], np.where(gap > 0, _FAR, 0.0))
-        dist = np.where(self.members[rows, phase] > 0, dist, np.inf)
+        per_channel = np.where(unit > 0, gap / safe, np.where(gap > 0, _FAR, 0.0))
+        # new in either channel is new: a mean would halve a break of one channel
+        dist = np.where(self.members[rows, phase] > 0, per_channel.max(axis=2), np.inf)
         nearest = dist.argmin(axis=1)
         novelty = dist[np.arange(rows.size), nearest]
         known = np.isfinite(novelty)
@@ -250,7 +275,7 @@ class PhaseShapeMemory:
         count = members[np.arange(rows.size), slot]
         rate = np.where(resonates, 1.0 / np.minimum(count + 1.0, _MAX_RATE_DIVISOR), 1.0)
         old = self.memory[rows, phase, slot]
-        self.memory[rows, phase, slot] = old + rate[:, None] * (win - old)
+        self.memory[rows, phase, slot] = old + rate[:, None, None] * (win - old)
         self.members[rows, phase, slot] = np.where(resonates, count + 1.0, 1.0)
         self.used[rows, phase, slot] = self.closes[rows]
         self.visits[rows, phase] = np.minimum(self.visits[rows, phase] + 1.0, self.learn_periods)
