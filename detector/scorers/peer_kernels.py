@@ -2,8 +2,9 @@
 
 ``peer_step`` does a whole tick in one call: it gathers the scorer's columns from the row once
 (kernels.py's column convention), computes every group's median and MAD, then per column the
-peer update (``_peer_column``) and the habit baseline (``kernels.ew_step``), and writes the
-scores into the full-width output.
+peer update (``_peer_column``) and the habit baseline (``kernels.ew_step``), block by block of
+``BLOCK`` columns so the temporaries between the passes stay in cache, and writes the scores
+into the full-width output.
 
 Groups of up to 8 (a node's GPUs: nearly all of them) are rows of a padded matrix; their values
 are first gathered slot-major, so the statistics loop holds one group per SIMD lane and sorts
@@ -37,6 +38,7 @@ from .kernels import (
 
 MAD_SCALE = 1.4826  # MAD -> sigma for Gaussian noise
 INSERTION_MAX = 32  # larger groups (a big cohort's nodes) are sorted by numpy's sort instead
+BLOCK = 2048  # columns per block of peer_step's per-column passes (16 KB per temporary)
 
 
 Eight = tuple[float, float, float, float, float, float, float, float]
@@ -282,44 +284,56 @@ def peer_step(
     score_out: FloatArray,
 ) -> None:
     """One PeerDeviation tick: the group statistics, then per column the update and the habit
-    baseline in one fused pass (``x_row``, ``cols`` and ``score_out`` by kernels.py's column
-    convention).
+    baseline, in blocks of ``BLOCK`` columns (``x_row``, ``cols`` and ``score_out`` by
+    kernels.py's column convention).
 
     ``g`` = (min_peers, mad_floor_rel, mad_floor_abs); ``state`` = (smoothed, scale_var,
     scale_w, count, last_t); ``q`` = (-1 / scale half-life, -1 / smooth half-life or 0 for no
     smoothing, warmup); ``base`` = the habit baseline's arrays with parameters ``p``, or empty
     arrays for none."""
-    last_t = state[4]
     neg_inv_scale, neg_inv_smooth, warmup = q[0], q[1], q[2]
     x = gathered(x_row, cols)
     scores = scratch(score_out, cols)
     med_g, sigma_g = _stats(x, groups, int(g[0]), g[1], g[2])
     row_of = groups[3]
     n = x.shape[0]
-    scale_d = np.empty(n)
-    smooth_d = np.zeros(n)  # keep nothing of the old value: no smoothing
-    if neg_inv_smooth != 0.0:
-        decays2(t, last_t, neg_inv_scale, neg_inv_smooth, scale_d, smooth_d)
-    else:
-        decays(t, last_t, neg_inv_scale, scale_d)
-    # a group's median and sigma per column: a gather (scalar), kept out of the main loop
-    med = np.empty(n)
-    sigma = np.empty(n)
-    for j in range(n):
-        med[j] = med_g[row_of[j]]
-        sigma[j] = sigma_g[row_of[j]]
     has_base = base[0].shape[0] > 0
-    z_all = np.empty(n)
-    judged_all = np.empty(n, dtype=np.bool_)
-    for j in range(n):  # every load unconditional, choices by selection: vectorizes
-        z_all[j], judged_all[j] = _peer_column(
-            t, x[j], j, med[j], sigma[j], scale_d[j], smooth_d[j], state, warmup
-        )
-    if has_base:  # the departure from the column's habit of standing out
-        ew_step(t, z_all, None, base, p, direction, scores, np.empty(n, dtype=np.bool_))
-    else:
-        for j in range(n):
-            scores[j] = fold(z_all[j], direction[j])
-    for j in range(n):
-        scores[j] = scores[j] if judged_all[j] else 0.0
+    # The per-column passes run block by block, their temporaries reused: the state (11
+    # arrays) streams through once while the temporaries (~10 arrays) stay in L1/L2 instead
+    # of making their own round trips to L3 for every column (15k columns: ~6% of peers).
+    width = min(n, BLOCK)
+    scale_d, smooth_d = np.empty(width), np.zeros(width)  # zeros: no smoothing keeps nothing
+    med, sigma = np.empty(width), np.empty(width)
+    z_all = np.empty(width)
+    judged_all = np.empty(width, dtype=np.bool_)
+    scored = np.empty(width, dtype=np.bool_)
+    for b0 in range(0, n, BLOCK):
+        b1 = min(b0 + BLOCK, n)
+        m = b1 - b0
+        st = (state[0][b0:b1], state[1][b0:b1], state[2][b0:b1], state[3][b0:b1], state[4][b0:b1])
+        if neg_inv_smooth != 0.0:
+            decays2(t, st[4], neg_inv_scale, neg_inv_smooth, scale_d[:m], smooth_d[:m])
+        else:
+            decays(t, st[4], neg_inv_scale, scale_d[:m])
+        # a group's median and sigma per column: a gather (scalar), kept out of the main loop
+        for j in range(m):
+            med[j] = med_g[row_of[b0 + j]]
+            sigma[j] = sigma_g[row_of[b0 + j]]
+        xb = x[b0:b1]
+        for j in range(m):  # every load unconditional, choices by selection: vectorizes
+            z_all[j], judged_all[j] = _peer_column(
+                t, xb[j], j, med[j], sigma[j], scale_d[j], smooth_d[j], st, warmup
+            )
+        out = scores[b0:b1]
+        if has_base:  # the departure from the column's habit of standing out
+            bs = (
+                base[0][b0:b1], base[1][b0:b1], base[2][b0:b1],
+                base[3][b0:b1], base[4][b0:b1], base[5][b0:b1],
+            )  # fmt: skip
+            ew_step(t, z_all[:m], None, bs, p, direction[b0:b1], out, scored[:m])
+        else:
+            for j in range(m):
+                out[j] = fold(z_all[j], direction[b0 + j])
+        for j in range(m):
+            out[j] = out[j] if judged_all[j] else 0.0
     scatter(scores, cols, score_out)
