@@ -547,13 +547,14 @@ def stuck_z(f: NabFile) -> FloatArray:
     return stream(StuckRun(), f, row_clock(f), 32)  # 32: the other detectors' cadence rows
 
 
-def shape_z(f: NabFile) -> FloatArray:
+def shape_z(f: NabFile, dispersion: bool = False) -> FloatArray:
     """Stream one file through PhaseShapeMemory (its defaults: a day in 32 phases of 45 min,
-    windows of 8 block means) on its held clock; z per row, non-zero only on rows that close a
-    block. The first 32 rows score 0, like every other component."""
+    windows of 8 block means; ``dispersion``: + its dispersion channel) on its held clock; z
+    per row, non-zero only on rows that close a block. The first 32 rows score 0, like every
+    other component."""
     from detector.scorers.shape_memory import PhaseShapeMemory
 
-    return stream(PhaseShapeMemory(), f, held_clock(f), 32)
+    return stream(PhaseShapeMemory(dispersion=dispersion), f, held_clock(f), 32)
 
 
 def shape_closes(f: NabFile) -> NDArray[np.bool_]:

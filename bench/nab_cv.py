@@ -166,15 +166,18 @@ def candidates(
 def fold_of(names: list[str], split: str = "parity") -> list[int]:
     """Fold (0 or 1) of each file from its position among its category's sorted files:
     ``parity`` (the default) position % 2, ``blocks`` (position // 2) % 2 (files 0, 1 | 2, 3
-    | ...: a second fixed split, to see how much the estimate depends on the split)."""
-    if split not in ("parity", "blocks"):
-        raise ValueError(f"unknown split {split!r}: parity or blocks")
+    | ...: a second fixed split, to see how much the estimate depends on the split), ``halves``
+    the first half of the category's files (rounded up) against the rest (a third, round 4)."""
+    if split not in ("parity", "blocks", "halves"):
+        raise ValueError(f"unknown split {split!r}: parity, blocks or halves")
     position: dict[str, int] = {}
     seen: dict[str, int] = {}
     for name in sorted(names):
         category = name.split("/")[0]
         position[name] = seen.get(category, 0)
         seen[category] = position[name] + 1
+    if split == "halves":  # the first half of each category's sorted files | the rest
+        return [int(2 * position[name] >= seen[name.split("/")[0]]) for name in names]
     step = 1 if split == "parity" else 2
     return [(position[name] // step) % 2 for name in names]
 
@@ -285,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--shape", default="0", help="comma list of 0 (without) / 1 (+ shape z, round 4)"
     )
-    parser.add_argument("--split", default="parity", choices=("parity", "blocks"))
+    parser.add_argument("--split", default="parity", choices=("parity", "blocks", "halves"))
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument(
         "--reference",

@@ -31,7 +31,12 @@ label-exposure ledger of bench/RESULTS.md "## NAB" (95 before this round):
   the 99.9th-percentile rule over the rows that close a block, 0.80, instead of over every
   row, 1.80): 96's alarms came from shape z ~2 (x 1.80 = the threshold 3.45), a two-sigma
   close, because the per-row rule reads a score emitted on one row in nine at its 99.1th
-  percentile per close.
+  percentile per close;
+- 101 100 with the shape memory's dispersion channel (``dispersion=True``: each 45-min block
+  also summarized by its mean |successive difference|): round 3's M2 windows (a series going
+  quiet at its usual level) with round 3's reason the volatility scorers lost (quiet nights
+  and weekends are routine) answered by comparing against the same phase of earlier days;
+  designed from round 3's diagnosis, after 96-100 were scored.
 
 Scorer configuration: the scorer's defaults (a day in 32 phases, windows of 8 blocks, 4
 prototypes, vigilance 0.5 spreads), streamed on each file's held clock (no look-ahead; first
@@ -77,6 +82,11 @@ def _shape(job: tuple[NabFile, Path | None]) -> FloatArray:
     return nab_cv._cached(cache, "r4-shape", f, lambda: nab.shape_z(f))
 
 
+def _shape_dispersion(job: tuple[NabFile, Path | None]) -> FloatArray:
+    f, cache = job
+    return nab_cv._cached(cache, "r4-shapeDisp", f, lambda: nab.shape_z(f, dispersion=True))
+
+
 def calibration(corpus: list[NabFile], base: list[Components], shape: list[FloatArray]) -> str:
     """Label-free facts about the shape z (module docstring)."""
     weight = nab_cv.context_weight([p.likelihood for p in base], [p.range for p in base], shape)
@@ -111,9 +121,14 @@ Variant = tuple[str, list[Components], SeasonalConfig]
 
 
 def variants(
-    corpus: list[NabFile], base: list[Components], shape: list[FloatArray], cache: Path | None
+    corpus: list[NabFile],
+    base: list[Components],
+    shapes: tuple[list[FloatArray], list[FloatArray]],
+    cache: Path | None,
 ) -> list[Variant]:
-    """The committed row, then variants 96-98 (module docstring)."""
+    """The committed row, then variants 96-101 (module docstring); ``shapes``: the shape z
+    without and with the dispersion channel."""
+    shape, dispersed = shapes
     weight = nab_cv.context_weight([p.likelihood for p in base], [p.range for p in base], shape)
     # ``fuse`` gates its extras; the shape z is ungated: it joins the range novelty's slot
     ungated = [
@@ -131,6 +146,11 @@ def variants(
     opening_close = [
         nab.with_shape(p, f, z, per_close) for f, p, z in zip(corpus, base, shape, strict=True)
     ]
+    per_close_dispersed = close_weight(corpus, base, dispersed)
+    opening_dispersed = [
+        nab.with_shape(p, f, z, per_close_dispersed)
+        for f, p, z in zip(corpus, base, dispersed, strict=True)
+    ]
     stuck = [nab_cv._series((f, "stuck", "", cache))[0] for f in corpus]
     stacked = [replace(p, stuck=s) for p, s in zip(opening, stuck, strict=True)]
     cfg = SeasonalConfig()
@@ -142,6 +162,7 @@ def variants(
         ("98 97 + StuckRun + recalibration", stacked, recal),
         ("99 the shape z only opens the gate (no alarm of its own)", gate_only, cfg),
         ("100 97 with the per-close weight", opening_close, cfg),
+        ("101 100 with the dispersion channel", opening_dispersed, cfg),
     ]
 
 
@@ -157,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         jobs = [("forecast", "base"), ("context", "L4O6"), ("seasonal", "")]
         series = {j: pool.map(nab_cv._series, [(f, *j, args.cache) for f in corpus]) for j in jobs}
         shape = pool.map(_shape, [(f, args.cache) for f in corpus])
+        dispersed = pool.map(_shape_dispersion, [(f, args.cache) for f in corpus])
     base = [
         Components(lik, rng, ctx[0], sea[0], raw)
         for (lik, rng, raw), ctx, sea in zip(
@@ -167,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     ]
     if args.calibration:
-        print(calibration(corpus, base, shape))
+        print("shape z:\n" + calibration(corpus, base, shape))
+        print("with the dispersion channel:\n" + calibration(corpus, base, dispersed))
         return 0
     profiles = nab_score.load_profiles(args.data / "config" / "profiles.json")
     only = {v for v in args.only.split(",") if v}
@@ -177,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         "| combined std, parity / blocks |"
     )
     print("|---|---|---|---|---|---|---|---|")
-    for label, parts, cfg in variants(corpus, base, shape, args.cache):
+    for label, parts, cfg in variants(corpus, base, (shape, dispersed), args.cache):
         number, _, name = label.partition(" ")
         number, name = (number, name) if number.isdigit() else ("", label)
         if only and (number or "c") not in only:
