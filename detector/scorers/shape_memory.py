@@ -40,7 +40,9 @@ bounded, per-column version of that idea, aligned to the period:
 A phase scores once its memory holds windows of ``learn_periods`` earlier periods at it, and
 the column once its baseline has ``warmup`` closes. Scores are emitted on the tick that closes
 a block (the first value of the next block); every other tick scores 0, so a surprising window
-raises one score, not one per row. Not direction-aware (a shape has no sign). Time-aware: the
+raises one score, not one per row (a caller that scales it against scores emitted on every
+row should compare tail rates per close, not per row: bench/nab.py ``SHAPE_CLOSE_WEIGHT``).
+Not direction-aware (a shape has no sign). Time-aware: the
 blocks and phases are clock seconds, the rates count closes (each one block of clock time).
 O(phases x prototypes x width) memory and O(prototypes x width) work per column per close.
 
