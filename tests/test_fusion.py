@@ -208,3 +208,20 @@ def test_top_signals_lists_strongest_positive_columns_first() -> None:
     assert [(1, 5.0), (3, 3.0), (5, 2.0), (0, 1.0)] == top_signals(z, cols, layout, 10)
     assert [] == top_signals(z, np.array([2], dtype=np.int64), layout, 3)
     assert [] == top_signals(z, np.array([], dtype=np.int64), layout, 3)
+
+
+def test_two_nodes_of_a_small_cohort_moving_together_are_one_event() -> None:
+    """With the default parameters, a signal hot on 2 of 8 nodes in one tick (a two-node job
+    checkpointing) is a group event: reported, and neither node scores on it; hot on one node
+    alone, it is that node's evidence."""
+    layout = grid_layout(8, 0, (), ("mem_available",))
+    z = np.zeros(8)
+    z[[3, 4]] = 8.0
+    pair = run_fuse(layout, {"peers": z}, params=FusionParams())
+    assert [0] == pair.common_mode_signals.tolist()
+    assert [2] == pair.common_mode_nodes.tolist()
+    assert 0.0 == pair.node_score.max()
+    z[4] = 0.0
+    alone = run_fuse(layout, {"peers": z}, params=FusionParams())
+    assert 0 == alone.common_mode_signals.size
+    assert alone.node_score[3] > 0.5
