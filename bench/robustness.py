@@ -16,7 +16,8 @@ and reports per condition:
   hold when the noise, cadence, rhythm or workload differ from what it was fitted on?
 
 Conditions: baseline; noise x2 and x4 (every simulated noise term scaled); six flapping noisy
-nodes instead of one; a 12 C diurnal swing; 15 s and 60 s sampling; dcgm-exporter's default
+nodes instead of one; a 12 C diurnal swing; 15 s and 60 s sampling; DCGM every 15 s with
+node-exporter every 30 s (exporters on different intervals); dcgm-exporter's default
 field set (ECC, NVLink and violation counters off); short job runs (1-3 h, so restarts,
 checkpoints and teardowns are several times as frequent); checkpoints every 10 min; newer
 dcgm-exporter label shapes (``hostname`` instead of ``Hostname``, no Kubernetes pod labels);
@@ -57,6 +58,7 @@ CONDITIONS: dict[str, dict[str, Any]] = {
     "diurnal 12 C": {"diurnal_amplitude_c": 12.0},
     "15 s samples": {"step_s": 15.0},
     "60 s samples": {"step_s": 60.0},
+    "DCGM 15 s, node-exporter 30 s": {"step_s": 15.0, "node_scrape_every": 2},
     "default DCGM fields": {"dcgm_fields": "default"},
     "job runs 1-3 h": {"run_hours": (1.0, 3.0)},
     "checkpoint every 10 min": {"checkpoint_interval_s": 600.0},

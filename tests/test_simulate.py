@@ -251,6 +251,21 @@ def test_lost_scrapes_blank_a_whole_target_and_nothing_else() -> None:
     np.testing.assert_array_equal(lost[keep], clean[keep])
 
 
+def test_node_exporter_on_a_slower_cadence_reports_every_other_tick() -> None:
+    """node_scrape_every=2: node-exporter's series are present on even ticks only, DCGM's on
+    every tick, and the values present are the lossless cluster's."""
+    _, clean = matrix(SimulatedCluster(small()))
+    _, mixed = matrix(SimulatedCluster(small(node_scrape_every=2)))
+    node_cols = [i for i, (_, labs) in enumerate(SimulatedCluster(small()).series())
+                 if dict(labs)["job"] == "node-exporter"]  # fmt: skip
+    gpu_cols = np.setdiff1d(np.arange(clean.shape[1]), node_cols)
+    assert np.isnan(mixed[1::2][:, node_cols]).all()
+    assert not np.isnan(mixed[0::2][:, node_cols]).all(axis=0).any()
+    np.testing.assert_array_equal(mixed[:, gpu_cols], clean[:, gpu_cols])
+    keep = ~np.isnan(mixed)
+    np.testing.assert_array_equal(mixed[keep], clean[keep])
+
+
 def test_bad_scenario_field_is_named() -> None:
     """An invalid scenario raises ConfigError naming the field."""
     with pytest.raises(ConfigError, match="dcgm_fields"):

@@ -275,13 +275,15 @@ class SimulatedCluster:
             else:
                 for (_, start, sets), v in zip(self._node_views, host_values, strict=True):
                     out[start : start + sc.nodes * sets].reshape(sc.nodes, sets)[...] = v
-            if sc.scrape_loss > 0:
-                self._lose_scrapes(out, losses.random((2, sc.nodes)) < sc.scrape_loss)
+            if sc.scrape_loss > 0 or sc.node_scrape_every > 1:
+                lost = losses.random((2, sc.nodes)) < sc.scrape_loss
+                lost[1] |= k % sc.node_scrape_every != 0  # not a node-exporter tick
+                self._lose_scrapes(out, lost)
             yield t_abs, out
 
     def _lose_scrapes(self, out: FloatArray, lost: np.ndarray) -> None:
-        """Blank the series of lost scrapes: ``lost[0]`` per node its dcgm-exporter's (the
-        windowed XID counts too), ``lost[1]`` its node-exporter's."""
+        """Blank the series of scrapes lost or not due: ``lost[0]`` per node its dcgm-exporter's
+        (the windowed XID counts too), ``lost[1]`` its node-exporter's."""
         sc = self.scenario
         gpu_block = out[: self._gpu_cols].reshape(-1, sc.nodes, sc.gpus)
         gpu_block[:, lost[0]] = np.nan

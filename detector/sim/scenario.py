@@ -84,12 +84,13 @@ class Scenario:
     # Collection: the share of scrapes lost (timeouts), per target (a node's dcgm-exporter or
     # node-exporter) and tick; a lost scrape's series are absent from that tick's frame.
     scrape_loss: float = 0.0
+    node_scrape_every: int = 1  # node-exporter scraped every k-th tick (exporters' cadences differ)
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> ConfigError:
             return ConfigError(f"scenario field {name!r}: {why}")
 
-        for name in ("nodes", "gpus"):
+        for name in ("nodes", "gpus", "node_scrape_every"):
             if getattr(self, name) < 1:
                 raise bad(name, "must be >= 1")
         for name in ("days", "step_s", "checkpoint_interval_s"):
