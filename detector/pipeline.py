@@ -97,7 +97,7 @@ class ScorerStage:
         """Every scorer's scores for the tick, full width (see the class docstring). The row
         is first read once in order (``kernels.touch``), so a row cold in cache streams in
         instead of being fetched line by line by the scorers' gathers."""
-        if x.flags.c_contiguous:
+        if x.dtype == np.float64 and x.flags.c_contiguous:
             touch(x)
         for scorer in self.scorers:
             name = scorer.name
