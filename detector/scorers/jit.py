@@ -13,8 +13,8 @@ daemon keeps the cache across restarts.
 Where the process may not create executable memory (systemd's ``MemoryDenyWriteExecute=yes``,
 the kernel's ``PR_SET_MDWE``, SELinux ``execmem`` denied) numba cannot JIT at all: its import
 raises. The kernels then run as the plain Python functions they are (``COMPILED`` is False):
-same code, same results, ~800x slower, which one node's agent (3,000 series: ~20 ms per 15 s
-tick) can afford and a fleet scorer cannot.
+same code, same results, ~1,400x slower, which one node's agent (3,000 series: ~27 ms per
+15 s tick) can afford and a fleet scorer cannot.
 
 ``error_model="numpy"``: a float division by zero gives inf/NaN as in numpy instead of raising
 (and costs no check per division). No ``fastmath``: it would reorder arithmetic and drop the
