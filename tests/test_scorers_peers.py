@@ -133,3 +133,55 @@ def test_a_column_that_always_stands_out_stops_scoring_once_its_habit_is_learnt(
         if 300 <= i < 399:
             assert scores.max() < 5.0
     assert scores[5] > 5.0
+
+
+def test_a_member_back_from_a_gap_is_not_compared_across_unlike_windows() -> None:
+    """A node that missed a scrape reports a rate averaged over two ticks; when every node's
+    rate moves that very tick, that average sits between the old and new level and looks like
+    a lone deviant. Such a member is left out for that tick (its next tick is judged), also
+    when it lost another scrape just before; a real deviant is still caught right after a
+    tick that every member missed."""
+    layout = grid_layout(10, 0, (), ("nfs_backlog",))
+    rng = np.random.default_rng(5)
+    scorer = PeerDeviation()
+    level = np.full(10, 0.015)
+    scores = []
+    for i in range(80):
+        if i == 60:
+            level[:] = 0.002  # a cluster-wide transition (a checkpoint ends)
+        row = level * (1.0 + 1e-3 * rng.normal(size=10))
+        if i in (57, 59):
+            row[4] = np.nan  # node 4 lost two scrapes, one tick apart
+        if i == 59:
+            row[2] = np.nan  # node 2's scrape was lost
+        if i == 60:
+            row[[2, 4]] = 0.5 * (0.015 + 0.002)  # their rates then span both ticks
+        if i == 70:
+            row[:] = np.nan  # a tick no node reported
+        if i >= 72:
+            row[7] *= 3.0  # a real lone deviant, the tick after everyone's gap
+        scores.append(scorer.update(i * TICK_S, row, layout))
+    s = np.array(scores)
+    assert s[60:70].max() < 4.0  # nodes 2 and 4's two-tick averages are not deviations
+    assert s[61:70, [2, 4]].max() < 4.0  # and they are judged again from the next tick
+    assert s[72, 7] > 10.0
+    assert np.delete(s[72:], 7, axis=1).max() < 4.0
+
+
+def test_a_state_saved_before_intervals_were_kept_loads_and_scores_the_same() -> None:
+    """A peers state without ``interval`` (written before gaps were recognised) loads with
+    every interval unknown, and the next regular tick scores as the uninterrupted scorer."""
+    layout = grid_layout(2, 8, ("temp",))
+    rng = np.random.default_rng(9)
+    x = 60.0 + rng.normal(size=(41, 16))
+    x[36:, 5] += 10.0  # GPU 5 of node 0 leaves its peers
+    scorer = PeerDeviation()
+    for i in range(40):
+        scorer.update(i * TICK_S, x[i], layout)
+    old = {k: v for k, v in scorer.state_dict().items() if k != "interval"}
+    restored = PeerDeviation()
+    restored.load_state_dict(old)
+    assert np.array_equal(np.zeros(16), restored.interval)
+    expected = scorer.update(40 * TICK_S, x[40], layout)
+    assert expected[5] > 3.0
+    np.testing.assert_array_equal(expected, restored.update(40 * TICK_S, x[40], layout))

@@ -37,6 +37,8 @@ from .kernels import (
 )
 
 MAD_SCALE = 1.4826  # MAD -> sigma for Gaussian noise
+GAP_RATIO = 1.5  # an elapsed time this much above the column's usual one is a gap
+INTERVAL_GROWTH = 1.1  # how fast the usual interval follows a longer one, per judged tick
 INSERTION_MAX = 32  # larger groups (a big cohort's nodes) are sorted by numpy's sort instead
 BLOCK = 2048  # columns per block of peer_step's per-column passes (16 KB per temporary)
 
@@ -250,9 +252,14 @@ def _peer_column(
     """peer_step's update of column ``j`` (value ``xj``; its group's median ``m`` and sigma
     ``sg``; decays ``d`` of the scale and ``md`` of the smoothing): returns (the smoothed
     deviation, NaN unless judged; whether judged: scored against peers and past warm-up)."""
-    smoothed, scale_var, scale_w, count, last_t = state
+    smoothed, scale_var, scale_w, count, last_t, interval = state
     sm0, sv0, sw0, c, lt = smoothed[j], scale_var[j], scale_w[j], count[j], last_t[j]
-    scored = (m == m) & (abs(xj) <= MAX_ABS_VALUE)  # judged against its peers this tick
+    observed = abs(xj) <= MAX_ABS_VALUE
+    # Back from a gap (half again its usual interval): a rate over a longer window than its
+    # peers' is not comparable with theirs this tick (peers.py).
+    dt, iv = t - lt, interval[j]
+    late = observed & (iv > 0.0) & (dt > GAP_RATIO * iv)
+    scored = (m == m) & observed & ~late  # judged against its peers this tick
     # A group's spread is stable over time, one tick's MAD is not (3 peers!): use the
     # larger of this tick's spread and its time-smoothed value.
     w = d * sw0 + 1.0
@@ -265,7 +272,11 @@ def _peer_column(
     scale_w[j] = w if scored else sw0
     judged = scored & (c >= warmup)
     count[j] = c + scored
-    last_t[j] = t if scored else lt
+    last_t[j] = t if scored | late else lt
+    # the usual interval: the shortest recent one, allowed to grow 10% a tick (a new
+    # scrape interval is learnt in a few ticks, a single gap not at all)
+    grown = dt if iv == 0.0 else min(dt, INTERVAL_GROWTH * iv)
+    interval[j] = grown if (scored | late) & (dt < np.inf) else iv
     return (z if judged else np.nan), judged  # NaN: nothing for the habit baseline
 
 
@@ -288,9 +299,9 @@ def peer_step(
     kernels.py's column convention).
 
     ``g`` = (min_peers, mad_floor_rel, mad_floor_abs); ``state`` = (smoothed, scale_var,
-    scale_w, count, last_t); ``q`` = (-1 / scale half-life, -1 / smooth half-life or 0 for no
-    smoothing, warmup); ``base`` = the habit baseline's arrays with parameters ``p``, or empty
-    arrays for none."""
+    scale_w, count, last_t, interval); ``q`` = (-1 / scale half-life, -1 / smooth half-life
+    or 0 for no smoothing, warmup); ``base`` = the habit baseline's arrays with parameters
+    ``p``, or empty arrays for none."""
     neg_inv_scale, neg_inv_smooth, warmup = q[0], q[1], q[2]
     x = gathered(x_row, cols)
     scores = scratch(score_out, cols)
@@ -310,7 +321,10 @@ def peer_step(
     for b0 in range(0, n, BLOCK):
         b1 = min(b0 + BLOCK, n)
         m = b1 - b0
-        st = (state[0][b0:b1], state[1][b0:b1], state[2][b0:b1], state[3][b0:b1], state[4][b0:b1])
+        st = (
+            state[0][b0:b1], state[1][b0:b1], state[2][b0:b1],
+            state[3][b0:b1], state[4][b0:b1], state[5][b0:b1],
+        )  # fmt: skip
         if neg_inv_smooth != 0.0:
             decays2(t, st[4], neg_inv_scale, neg_inv_smooth, scale_d[:m], smooth_d[:m])
         else:

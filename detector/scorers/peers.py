@@ -11,7 +11,11 @@ group, over the members observed this tick (itself included): ``med`` = median, 
 (3 nodes of a cohort) can be near 0 by chance, so each column also keeps an EW average of its
 group's sigma² (``scale_half_life_s``) and divides by the larger of the two:
 ``(x - med) / max(sigma, sqrt(ew sigma²))``. Groups with fewer than ``min_peers`` observed
-members score 0. The signed deviation is smoothed per column with ``smooth_half_life_s``
+members score 0. A member back from a gap (observed after more than ``GAP_RATIO`` = 1.5 times
+its usual interval: its scrape was lost, so a counter's rate spans two ticks) is not judged
+that tick: when every peer's rate moves in that very tick (a checkpoint ends), its two-tick
+average sits between the old and new level and would read as a lone deviant; its next tick is
+judged as usual. The signed deviation is smoothed per column with ``smooth_half_life_s``
 (time-aware, that column's own last update), so one noisy tick does not dominate; 0 disables
 smoothing. The score is the directional smoothed deviation; a column scores 0 for its first
 ``warmup`` peer-judged ticks while the smoothed group scale settles.
@@ -73,7 +77,7 @@ class PeerDeviation(KernelScorer):
     """Scorer: robust deviation of each column from its peer group's median, smoothed."""
 
     name = "peers"
-    _KEYS = ("smoothed", "scale_var", "scale_w", "count", "last_t")
+    _KEYS = ("smoothed", "scale_var", "scale_w", "count", "last_t", "interval")
     _BASELINE = "baseline."
 
     def __init__(
@@ -104,6 +108,7 @@ class PeerDeviation(KernelScorer):
         self.scale_w = np.zeros(0)  # EW weight behind scale_var (an average from tick one)
         self.count = np.zeros(0)  # ticks this column was scored against its peers
         self.last_t = np.zeros(0)
+        self.interval = np.zeros(0)  # usual elapsed time between judged ticks, 0 unknown
         self._layout: ColumnLayout | None = None
         # peer_step's parameter vectors, built once
         smooth = -1.0 / self.smooth_half_life_s if self.smooth_half_life_s > 0 else 0.0
@@ -185,10 +190,13 @@ class PeerDeviation(KernelScorer):
             self.scale_w = grow(self.scale_w, n, 0.0)
             self.count = grow(self.count, n, 0.0)
             self.last_t = grow(self.last_t, n, -np.inf)
+            self.interval = grow(self.interval, n, 0.0)
         if layout is not self._layout:
             self._refresh_groups(layout)
         q, g = self._q, self._g
-        state = (self.smoothed, self.scale_var, self.scale_w, self.count, self.last_t)
+        state = (
+            self.smoothed, self.scale_var, self.scale_w, self.count, self.last_t, self.interval
+        )  # fmt: skip
         if self.baseline is None:
             base, p = _NO_BASELINE, _NO_BASELINE[0]
         else:
@@ -205,6 +213,9 @@ class PeerDeviation(KernelScorer):
         return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """A state saved before ``interval`` existed loads with every interval unknown."""
+        if "interval" not in state and "last_t" in state:
+            state = {**state, "interval": np.zeros(np.shape(state["last_t"]))}
         load_arrays(self, state, self._KEYS, "peers")
         if self.baseline is not None:
             self.baseline.load_state_dict(state, self._BASELINE)
