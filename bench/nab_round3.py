@@ -45,6 +45,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -236,6 +237,20 @@ def _replay_selection(
     return stitched, held, nulls
 
 
+def committed_components(series: dict[tuple[str, str], list[Any]]) -> list[Components]:
+    """Per file, the committed row's parts from nab_cv's cached series (base forecast,
+    context L4O6, seasonal profile)."""
+    return [
+        Components(lik, rng, ctx[0], sea[0], raw)
+        for (lik, rng, raw), ctx, sea in zip(
+            series[("forecast", "base")],
+            series[("context", "L4O6")],
+            series[("seasonal", "")],
+            strict=True,
+        )
+    ]
+
+
 def judge(
     corpus: list[NabFile],
     parts: list[Components],
@@ -348,15 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     with multiprocessing.Pool(2) as pool:
         jobs = [("forecast", "base"), ("context", "L4O6"), ("seasonal", ""), ("stuck", "")]
         series = {j: pool.map(nab_cv._series, [(f, *j, args.cache) for f in corpus]) for j in jobs}
-    base = [
-        Components(lik, rng, ctx[0], sea[0], raw)
-        for (lik, rng, raw), ctx, sea in zip(
-            series[("forecast", "base")],
-            series[("context", "L4O6")],
-            series[("seasonal", "")],
-            strict=True,
-        )
-    ]
+    base = committed_components(series)
     if args.diagnose:
         print(diagnose(corpus, base, profiles["standard"]))
         return 0

@@ -179,15 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         series = {j: pool.map(nab_cv._series, [(f, *j, args.cache) for f in corpus]) for j in jobs}
         shape = pool.map(_shape, [(f, args.cache) for f in corpus])
         dispersed = pool.map(_shape_dispersion, [(f, args.cache) for f in corpus])
-    base = [
-        Components(lik, rng, ctx[0], sea[0], raw)
-        for (lik, rng, raw), ctx, sea in zip(
-            series[("forecast", "base")],
-            series[("context", "L4O6")],
-            series[("seasonal", "")],
-            strict=True,
-        )
-    ]
+    base = nab_round3.committed_components(series)
     if args.calibration:
         print("shape z:\n" + calibration(corpus, base, shape))
         print("with the dispersion channel:\n" + calibration(corpus, base, dispersed))
