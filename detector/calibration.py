@@ -127,13 +127,17 @@ def _result(
     return CalibrationResult(point, mode, within_budget, budget, evaluated)
 
 
-def candidate_thresholds(scores: FloatArray, n: int = 64) -> FloatArray:
-    """Up to ``n`` sorted, distinct thresholds in (0, 1) from the upper tail of ``scores``.
+def candidate_thresholds(scores: FloatArray, n: int = 64, grid: int = 19) -> FloatArray:
+    """Sorted, distinct thresholds in (0, 1): up to ``n`` from the upper tail of ``scores`` and
+    an even grid of ``grid`` (0.05 ... 0.95 by default).
 
     The tail fractions run log-spaced from 1/2 down to 1/len(scores), the last candidate being
     the maximum score, because an FP/day budget of a few alerts a day lives in the extreme tail:
-    linear quantiles would waste most candidates where every threshold alerts constantly. NaN
-    is ignored.
+    linear quantiles would waste most candidates where every threshold alerts constantly. But
+    fused scores are 0 most of the time, so the tail quantiles crowd at the top and can jump
+    over the middle of the scale (0.26, then 0.6, in a 4-day replay of 32 nodes), where the
+    best threshold may lie: the even grid keeps every stretch of the scale examined. NaN is
+    ignored.
     """
     finite = scores[np.isfinite(scores)]
     if finite.size == 0:
@@ -144,8 +148,9 @@ def candidate_thresholds(scores: FloatArray, n: int = 64) -> FloatArray:
     probabilities = 1.0 - np.geomspace(0.5, min(0.5, smallest_tail), n)
     probabilities[-1] = 1.0  # the last candidate is the maximum score itself
     levels = np.quantile(finite, probabilities)
+    even = np.linspace(0.0, 1.0, grid + 2)[1:-1]
     eps = 1e-9  # keep strictly inside (0, 1): 0 would alert always, 1 never
-    return np.unique(np.clip(levels, eps, 1.0 - eps)).astype(np.float64)
+    return np.unique(np.clip(np.concatenate([levels, even]), eps, 1.0 - eps)).astype(np.float64)
 
 
 def fit_signal_weights(

@@ -178,7 +178,7 @@ def test_candidates_are_sorted_distinct_upper_tail_values_in_open_unit_interval(
     """Thresholds come from the upper tail, reach the maximum score, and stay inside (0, 1)."""
     rng = np.random.default_rng(3)
     scores = np.concatenate([rng.beta(1.0, 20.0, 200_000), [1.0, np.nan]])
-    thresholds = candidate_thresholds(scores, n=64)
+    thresholds = candidate_thresholds(scores, n=64, grid=0)
     assert 30 <= thresholds.size <= 64
     assert np.all(np.diff(thresholds) > 0)
     assert thresholds[0] > 0.0
@@ -187,6 +187,22 @@ def test_candidates_are_sorted_distinct_upper_tail_values_in_open_unit_interval(
     assert thresholds[-1] == pytest.approx(1.0)
     # Log-spaced tails: half the candidates sit in the top 0.5% of scores.
     assert np.sum(thresholds >= np.nanquantile(scores, 0.995)) >= thresholds.size // 2
+
+
+def test_candidates_leave_no_stretch_of_the_scale_unexamined() -> None:
+    """Fused scores are 0 most of the time, so the tail quantiles crowd at the top and can jump
+    over the middle of the scale; with the even grid no gap inside [0.05, 0.95] is wider than
+    0.05, and every tail candidate is still there."""
+    rng = np.random.default_rng(4)
+    scores = np.zeros(100_000)
+    scores[:200] = rng.uniform(0.0, 1.0, 200) ** 0.2  # a few episodes, most of them high
+    tail = candidate_thresholds(scores, grid=0)
+    assert np.diff(tail[(tail > 0.05) & (tail < 0.95)]).max() > 0.1  # the tail alone jumps
+    thresholds = candidate_thresholds(scores)
+    assert set(tail.tolist()) <= set(thresholds.tolist())
+    inside = thresholds[(thresholds >= 0.05 - 1e-12) & (thresholds <= 0.95 + 1e-12)]
+    assert np.diff(inside).max() <= 0.05 + 1e-12
+    assert inside[0] == pytest.approx(0.05) and inside[-1] == pytest.approx(0.95)
 
 
 def test_candidates_need_finite_scores() -> None:
