@@ -202,7 +202,8 @@ def test_candidates_leave_no_stretch_of_the_scale_unexamined() -> None:
     assert set(tail.tolist()) <= set(thresholds.tolist())
     inside = thresholds[(thresholds >= 0.05 - 1e-12) & (thresholds <= 0.95 + 1e-12)]
     assert np.diff(inside).max() <= 0.05 + 1e-12
-    assert inside[0] == pytest.approx(0.05) and inside[-1] == pytest.approx(0.95)
+    assert inside[0] == pytest.approx(0.05)
+    assert inside[-1] == pytest.approx(0.95)
 
 
 def test_candidates_need_finite_scores() -> None:
