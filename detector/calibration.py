@@ -136,8 +136,8 @@ def candidate_thresholds(scores: FloatArray, n: int = 64, grid: int = 19) -> Flo
     linear quantiles would waste most candidates where every threshold alerts constantly. But
     fused scores are 0 most of the time, so the tail quantiles crowd at the top and can jump
     over the middle of the scale (0.26, then 0.6, in a 4-day replay of 32 nodes), where the
-    best threshold may lie: the even grid keeps every stretch of the scale examined. NaN is
-    ignored.
+    best threshold may lie: the even grid keeps every stretch of the scale up to the maximum
+    score examined. NaN is ignored.
     """
     finite = scores[np.isfinite(scores)]
     if finite.size == 0:
@@ -149,6 +149,7 @@ def candidate_thresholds(scores: FloatArray, n: int = 64, grid: int = 19) -> Flo
     probabilities[-1] = 1.0  # the last candidate is the maximum score itself
     levels = np.quantile(finite, probabilities)
     even = np.linspace(0.0, 1.0, grid + 2)[1:-1]
+    even = even[even <= levels[-1]]  # above the maximum score nothing would ever alert
     eps = 1e-9  # keep strictly inside (0, 1): 0 would alert always, 1 never
     return np.unique(np.clip(np.concatenate([levels, even]), eps, 1.0 - eps)).astype(np.float64)
 
