@@ -138,9 +138,9 @@ def test_a_column_that_always_stands_out_stops_scoring_once_its_habit_is_learnt(
 def test_a_member_back_from_a_gap_is_not_compared_across_unlike_windows() -> None:
     """A node that missed a scrape reports a rate averaged over two ticks; when every node's
     rate moves that very tick, that average sits between the old and new level and looks like
-    a lone deviant. Such a member is left out for that tick (its next tick is judged), also
+    a lone deviant. Such a member is not compared that tick (its next tick is judged), also
     when it lost another scrape just before; a real deviant is still caught right after a
-    tick that every member missed."""
+    tick that every member missed, and holds its score when its own scrape is lost."""
     layout = grid_layout(10, 0, (), ("nfs_backlog",))
     rng = np.random.default_rng(5)
     scorer = PeerDeviation()
@@ -160,11 +160,14 @@ def test_a_member_back_from_a_gap_is_not_compared_across_unlike_windows() -> Non
             row[:] = np.nan  # a tick no node reported
         if i >= 72:
             row[7] *= 3.0  # a real lone deviant, the tick after everyone's gap
+        if i == 76:
+            row[7] = np.nan  # whose scrape is lost in turn
         scores.append(scorer.update(i * TICK_S, row, layout))
     s = np.array(scores)
     assert s[60:70].max() < 4.0  # nodes 2 and 4's two-tick averages are not deviations
     assert s[61:70, [2, 4]].max() < 4.0  # and they are judged again from the next tick
     assert s[72, 7] > 10.0
+    assert s[77, 7] > 10.0  # back from its gap it holds its deviation: the alert goes on
     assert np.delete(s[72:], 7, axis=1).max() < 4.0
 
 
