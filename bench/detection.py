@@ -118,7 +118,11 @@ def main() -> int:
     config = load_config(None, env={})
     al = config.alerts
     base = EpisodeParams(
-        al.resolve_threshold(None), al.clear_ratio, al.min_duration_s, al.cooldown_s
+        al.resolve_threshold(None),
+        al.clear_ratio,
+        al.min_duration_s,
+        al.cooldown_s,
+        clear_duration_s=al.clear_duration_s,
     )
     rows: list[dict[str, object]] = []
     held_out: float | None = None

@@ -107,7 +107,11 @@ def main() -> int:
     args = parser.parse_args()
     alerts = load_config(None, env={}).alerts
     base = EpisodeParams(
-        alerts.resolve_threshold(None), alerts.clear_ratio, alerts.min_duration_s, alerts.cooldown_s
+        alerts.resolve_threshold(None),
+        alerts.clear_ratio,
+        alerts.min_duration_s,
+        alerts.cooldown_s,
+        clear_duration_s=alerts.clear_duration_s,
     )
     chosen = {k: v for k, v in CONDITIONS.items() if not args.only or k in args.only}
     held: EpisodeParams | None = None

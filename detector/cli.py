@@ -299,6 +299,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         al.clear_ratio,
         al.min_duration_s,
         al.cooldown_s,
+        clear_duration_s=al.clear_duration_s,
         restart_after_s=config.evaluation.horizon_s,
     )
     fitted = fit_calibration(

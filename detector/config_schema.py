@@ -207,6 +207,7 @@ class AlertsConfig(_Section):
     clear_ratio: float = Field(default=0.8, gt=0, le=1)
     min_duration_s: float = Field(default=60.0, ge=0)
     cooldown_s: float = Field(default=900.0, ge=0)
+    clear_duration_s: float = Field(default=60.0, ge=0)  # below the clear level this long to end
     alert_on_xid: bool = True
     xid_hold_s: float = Field(default=300.0, gt=0)  # how long a failure XID forces its alert
     shadow: bool = False  # evaluate and export, but send nothing to Alertmanager

@@ -3,7 +3,9 @@
 - ok -> pending when the score reaches ``threshold``;
 - pending -> firing once it has stayed at or above ``threshold`` for ``min_duration_s``
   (the alert starts at that moment: when an operator would be told);
-- firing -> resolved when the score falls below ``threshold * clear_ratio`` (hysteresis);
+- firing -> resolved once the score has stayed below ``threshold * clear_ratio`` (hysteresis)
+  for ``clear_duration_s``: one low tick (a lost scrape leaves the node scored on the rest of
+  its telemetry, a GPU's evidence missing for that tick) does not end an alert that goes on;
 - after resolving, the entity cools down for ``cooldown_s``: crossings are ignored, so a
   flapping entity raises one alert per episode, not one per flap.
 A NaN score (no data this tick) leaves the entity's state as it is; so does a score vector
@@ -27,6 +29,7 @@ class EpisodeParams:
     clear_ratio: float = 0.8
     min_duration_s: float = 60.0
     cooldown_s: float = 900.0
+    clear_duration_s: float = 60.0
     # A new failure XID on an entity whose alert has fired for this long starts a new episode
     # (the old one could no longer match it: the evaluation horizon is an hour by default).
     restart_after_s: float = 3600.0
@@ -53,6 +56,7 @@ class Episodes:
         self.peak = np.zeros(n)
         self.peak_time = np.zeros(n)
         self.forced_prev = np.zeros(n, dtype=bool)
+        self.clear_since = np.full(n, np.nan)  # firing and below clear since (NaN: not)
 
     def _grow(self, n: int) -> None:
         extra = n - self.state.shape[0]
@@ -64,6 +68,7 @@ class Episodes:
         self.peak = np.concatenate((self.peak, np.zeros(extra)))
         self.peak_time = np.concatenate((self.peak_time, np.zeros(extra)))
         self.forced_prev = np.concatenate((self.forced_prev, np.zeros(extra, dtype=bool)))
+        self.clear_since = np.concatenate((self.clear_since, np.full(extra, np.nan)))
 
     def update(
         self, t: float, scores: FloatArray, force: BoolArray | None = None
@@ -108,7 +113,12 @@ class Episodes:
         st[fire] = FIRING
         self.start[fire] = t
 
-        end = (st == FIRING) & below_clear
+        firing = st == FIRING
+        # below clear since when (kept through ticks without data, reset by any tick above)
+        self.clear_since[firing & valid & ~below_clear] = np.nan
+        self.clear_since[firing & below_clear & np.isnan(self.clear_since)] = t
+        end = firing & below_clear & (t - self.clear_since >= p.clear_duration_s)
+        self.clear_since[end | ~firing] = np.nan
         st[end] = COOLING
         self.since[end] = t + p.cooldown_s
 
@@ -137,6 +147,7 @@ class Episodes:
             "peak": self.peak.copy(),
             "peak_time": self.peak_time.copy(),
             "forced_prev": self.forced_prev.copy(),
+            "clear_since": self.clear_since.copy(),
         }
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
@@ -148,4 +159,8 @@ class Episodes:
         forced = state.get("forced_prev")
         self.forced_prev = (
             np.zeros(self.state.shape[0], dtype=bool) if forced is None else forced.astype(bool)
+        )
+        clear = state.get("clear_since")  # absent in states saved before it existed
+        self.clear_since = (
+            np.full(self.state.shape[0], np.nan) if clear is None else clear.astype(np.float64)
         )

@@ -403,6 +403,7 @@ def build_pipeline(
             al.clear_ratio,
             al.min_duration_s,
             al.cooldown_s,
+            clear_duration_s=al.clear_duration_s,
             restart_after_s=config.evaluation.horizon_s,
         ),
         top_k=sc.top_k,

@@ -6,7 +6,9 @@ import numpy as np
 
 from detector.episodes import COOLING, FIRING, OK, PENDING, EpisodeParams, Episodes
 
-PARAMS = EpisodeParams(threshold=0.8, clear_ratio=0.5, min_duration_s=60.0, cooldown_s=300.0)
+PARAMS = EpisodeParams(
+    threshold=0.8, clear_ratio=0.5, min_duration_s=60.0, cooldown_s=300.0, clear_duration_s=0.0
+)
 
 
 def run(episodes: Episodes, scores: list[float], step: float = 30.0, t0: float = 0.0) -> list[str]:
@@ -55,6 +57,18 @@ def test_hysteresis_keeps_firing_between_clear_level_and_threshold() -> None:
     events = run(ep, [0.9, 0.9, 0.9, 0.7, 0.5, 0.41, 0.39])
     assert ["", "", "start", "", "", "", "end"] == events
     assert COOLING == ep.state[0]
+
+
+def test_an_alert_ends_only_after_staying_below_clear_for_clear_duration() -> None:
+    """With clear_duration_s = 60 a single low tick (a lost scrape) or a tick without data
+    does not end a firing alert; staying below the clear level for 60 s does, at that tick."""
+    ep = Episodes(EpisodeParams(threshold=0.8, clear_ratio=0.5, min_duration_s=0.0))
+    events = run(ep, [0.9, 0.1, 0.9, 0.1, np.nan, 0.9, 0.1, 0.1, 0.1])
+    assert ["start", "", "", "", "", "", "", "", "end"] == events  # 180 -> 240: 60 s below
+    assert COOLING == ep.state[0]
+    restored = Episodes(ep.params)
+    restored.load_state_dict({k: v for k, v in ep.state_dict().items() if k != "clear_since"})
+    assert np.isnan(restored.clear_since).all()  # a state saved before it existed loads
 
 
 def test_cooldown_ignores_crossings_then_allows_a_new_episode() -> None:

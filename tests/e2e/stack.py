@@ -216,6 +216,7 @@ class Stack:
                 "alert_on_xid": False,  # see the module docstring
                 "min_duration_s": 0,
                 "cooldown_s": 0,
+                "clear_duration_s": 0,  # resolve on the first tick below the clear level
                 # Firing alerts carry endsAt = now + 4 x 60 s: Alertmanager cannot expire one
                 # within the test, so a resolve it notifies came from the daemon.
                 "resend_interval_s": 60,
