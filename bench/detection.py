@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from detector.config import load_config
 from detector.episodes import EpisodeParams
 from detector.fitting import Fitted, fit_calibration, fit_threshold
-from detector.pipeline import build_pipeline
+from detector.pipeline import build_pipeline, episode_params
 from detector.replay import (
     ReplayResult,
     evaluate_at_threshold,
@@ -116,14 +116,7 @@ def main() -> int:
     parser.add_argument("--no-weights", action="store_true", help="skip the held-out+w rows")
     args = parser.parse_args()
     config = load_config(None, env={})
-    al = config.alerts
-    base = EpisodeParams(
-        al.resolve_threshold(None),
-        al.clear_ratio,
-        al.min_duration_s,
-        al.cooldown_s,
-        clear_duration_s=al.clear_duration_s,
-    )
+    base = episode_params(config, config.alerts.resolve_threshold(None))
     rows: list[dict[str, object]] = []
     held_out: float | None = None
     fitted: Fitted | None = None

@@ -45,6 +45,7 @@ from detection import replay_seed
 from detector.config import load_config
 from detector.episodes import EpisodeParams
 from detector.fitting import fit_threshold
+from detector.pipeline import episode_params
 from detector.replay import ReplayResult, evaluate_at_threshold
 
 HORIZON_S, GRACE_S = 3600.0, 300.0
@@ -105,14 +106,8 @@ def main() -> int:
         "--alerts", action="store_true", help="list each false alert at the default threshold"
     )
     args = parser.parse_args()
-    alerts = load_config(None, env={}).alerts
-    base = EpisodeParams(
-        alerts.resolve_threshold(None),
-        alerts.clear_ratio,
-        alerts.min_duration_s,
-        alerts.cooldown_s,
-        clear_duration_s=alerts.clear_duration_s,
-    )
+    config = load_config(None, env={})
+    base = episode_params(config, config.alerts.resolve_threshold(None))
     chosen = {k: v for k, v in CONDITIONS.items() if not args.only or k in args.only}
     held: EpisodeParams | None = None
     listed: list[str] = []

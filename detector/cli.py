@@ -32,13 +32,12 @@ from .calibration import (
 from .calibration_file import load_calibration, save_calibration
 from .config import Config, check_config, load_config
 from .daemon import main_run
-from .episodes import EpisodeParams
 from .errors import ConfigError, DetectorError
 from .fitting import Fitted, fit_calibration
 from .ingest.record import run_record
 from .logs import configure_logging
 from .model import XidEvent
-from .pipeline import build_pipeline
+from .pipeline import build_pipeline, episode_params
 from .progress import ProgressBar
 from .replay import (
     ReplayResult,
@@ -293,22 +292,14 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             raise DetectorError(f"{label}: no scores were produced; nothing to calibrate")
         return result
 
-    al = config.alerts
-    base = EpisodeParams(
-        0.0,
-        al.clear_ratio,
-        al.min_duration_s,
-        al.cooldown_s,
-        clear_duration_s=al.clear_duration_s,
-        restart_after_s=config.evaluation.horizon_s,
-    )
+    base = episode_params(config, 0.0)
     fitted = fit_calibration(
         replay,
         base,
         args.fp_per_day,
         config.evaluation.horizon_s,
         config.evaluation.grace_s,
-        early_first=al.alert_on_xid,
+        early_first=config.alerts.alert_on_xid,
         fit_weights=not args.no_signal_weights,
     )
     result, found = fitted.result, fitted.threshold

@@ -398,20 +398,27 @@ def build_pipeline(
     file_weights = (calibration.signal_weights if calibration is not None else None) or {}
     params = PipelineParams(
         fusion=FusionParams(common_mode_fraction=sc.common_mode_fraction),
-        episodes=EpisodeParams(
-            threshold,
-            al.clear_ratio,
-            al.min_duration_s,
-            al.cooldown_s,
-            clear_duration_s=al.clear_duration_s,
-            restart_after_s=config.evaluation.horizon_s,
-        ),
+        episodes=episode_params(config, threshold),
         top_k=sc.top_k,
         alert_on_xid=al.alert_on_xid,
         xid_hold_s=al.xid_hold_s,
         signal_weights=dict(signal_weights if signal_weights is not None else file_weights),
     )
     return Pipeline(index, signals, xids, scorers, params)
+
+
+def episode_params(config: Config, threshold: float) -> EpisodeParams:
+    """The alert episodes ``config.alerts`` asks for, at ``threshold`` (the one place the
+    daemon, replay, calibration and the benches build them from the config)."""
+    al = config.alerts
+    return EpisodeParams(
+        threshold,
+        al.clear_ratio,
+        al.min_duration_s,
+        al.cooldown_s,
+        clear_duration_s=al.clear_duration_s,
+        restart_after_s=config.evaluation.horizon_s,
+    )
 
 
 STATE_VERSION = 1
