@@ -54,13 +54,15 @@ stretching the clock and every time constant together.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from ..errors import ConfigError
 from ..model import FloatArray, IntArray
 from .base import ColumnLayout, KernelScorer
 from .counts_health_kernels import count_step
-from .zscore import check_state, grow
+from .zscore import grow, load_arrays
 
 
 class CountBurst(KernelScorer):
@@ -80,8 +82,10 @@ class CountBurst(KernelScorer):
         "run_zh",
         "last_burst",
     )
-    # the rate; then what states saved before dispersion and habituation were learnt lack
-    _REQUIRED_KEYS, _OPTIONAL_KEYS = _KEYS[:4], _KEYS[4:]
+    # what states saved before dispersion and habituation were learnt lack, loaded as these
+    _OPTIONAL: ClassVar[dict[str, float]] = {
+        k: -np.inf if k == "last_burst" else 0.0 for k in _KEYS[4:]
+    }
 
     def __init__(
         self,
@@ -184,8 +188,4 @@ class CountBurst(KernelScorer):
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """A state saved before the dispersion or habituation arrays existed loads with none
         learnt yet."""
-        present = {k: () for k in self._OPTIONAL_KEYS if k in state}  # 1-D, same length
-        n = check_state(state, self._REQUIRED_KEYS, "counts", present)
-        for k in self._KEYS:
-            value = state[k] if k in state else np.full(n, -np.inf if k == "last_burst" else 0.0)
-            setattr(self, k, np.array(value, dtype=np.float64))
+        load_arrays(self, state, self._KEYS, "counts", optional=self._OPTIONAL)

@@ -215,8 +215,6 @@ class PeerDeviation(KernelScorer):
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """A state saved before ``interval`` existed loads with every interval unknown."""
-        if "interval" not in state and "last_t" in state:
-            state = {**state, "interval": np.zeros(np.shape(state["last_t"]))}
-        load_arrays(self, state, self._KEYS, "peers")
+        load_arrays(self, state, self._KEYS, "peers", optional={"interval": 0.0})
         if self.baseline is not None:
             self.baseline.load_state_dict(state, self._BASELINE)

@@ -82,12 +82,18 @@ def load_arrays(
     keys: tuple[str, ...],
     owner: str,
     rows: Mapping[str, tuple[int, ...]] | None = None,
+    optional: Mapping[str, float] | None = None,
 ) -> int:
     """``check_state``, then each of ``keys`` and ``rows`` set on ``owner_obj`` as a float64
-    copy (the common ``load_state_dict``). Returns the number of columns."""
-    n = check_state(state, keys, owner, rows)
+    copy (the common ``load_state_dict``). Returns the number of columns. ``optional``: keys
+    (among ``keys``) that states saved before they existed lack, each loaded as that fill
+    value where absent; where present they are checked like the others."""
+    fills = optional or {}
+    present = tuple(k for k in keys if k not in fills or k in state)
+    n = check_state(state, present, owner, rows)
     for key in (*keys, *(rows or {})):
-        setattr(owner_obj, key, np.array(state[key], dtype=np.float64))
+        value = state[key] if key in state else np.full(n, fills[key])
+        setattr(owner_obj, key, np.array(value, dtype=np.float64))
     return n
 
 
