@@ -159,6 +159,22 @@ def run_routed(
     return time.process_time() - start
 
 
+def per_scorer_us(
+    scorers: dict[str, Scorer], subsets: dict[str, tuple[np.ndarray, ColumnLayout]], x: np.ndarray
+) -> dict[str, float]:
+    """Median CPU microseconds a tick of each scorer on its own columns (gathered before the
+    clock starts, as in ``run_routed``'s "alone"), the first tick (group building, state
+    growth) left out: where the realistic path's time goes."""
+    parts = {name: np.ascontiguousarray(x[:, idx]) for name, (idx, _) in subsets.items()}
+    spent: dict[str, list[int]] = {name: [] for name in scorers}
+    for i in range(x.shape[0]):
+        for name, scorer in scorers.items():
+            start = time.process_time_ns()
+            scorer.update(TICK_S * i, parts[name][i], subsets[name][1])
+            spent[name].append(time.process_time_ns() - start)
+    return {name: statistics.median(ns[1:]) / 1e3 for name, ns in spent.items()}
+
+
 def river_same_work(nodes: int, ticks: int) -> tuple[int, float]:
     """(columns, CPU seconds) of the river loop doing the realistic path's work per column
     (module docstring) on ``nodes`` nodes of the realistic layout."""
@@ -403,6 +419,17 @@ def main() -> None:
             f"{rate / river['full']:>13.1f}{per_series:>10.1f}"
         )
     print(f"changepoint vs river PageHinkley: {rows[1][1] / river['ph']:.1f}x")
+    breakdowns = [per_scorer_us(make_routed(), routed, xr) for _ in range(args.repeats)]
+    us = {name: statistics.median(b[name] for b in breakdowns) for name in subsets}
+    cells = ", ".join(
+        f"{name} {us[name]:.1f} ({subsets[name].size} columns)"
+        for name in sorted(us, key=lambda k: -us[k])
+    )
+    print(
+        f"realistic path, median CPU us a tick per scorer (alone, first tick left out; "
+        f"median of {args.repeats} runs): {cells}; sum {sum(us.values()):.1f} us, "
+        f"{m / sum(us.values()):.0f}M updates/s"
+    )
 
 
 if __name__ == "__main__":
