@@ -23,7 +23,12 @@ checkpoints and teardowns are several times as frequent); checkpoints every 10 m
 dcgm-exporter label shapes (``hostname`` instead of ``Hostname``, no Kubernetes pod labels);
 2% and 10% of scrapes lost (a node's exporter missing from a tick: its rates then span two
 ticks); 4 GPUs per node; a cluster of 8 nodes (four jobs on them: a job is 1-3 nodes, and
-every node is one cohort).
+every node is one cohort); dcgm-exporter's collection cadence, which it serves from a cache in
+between (node-exporter reads /proc at scrape time): collecting every 30 s (its default ``-c``)
+while scraped every 15 s, so every other scrape of a node repeats its DCGM values byte for
+byte (counters' rates go 0, 2x, 0, 2x), each node at its own phase; and scraped every 30 s
+out of phase, 10% of a node's DCGM scrapes landing just before that tick's collection (a stale
+repeat, then a rate over two intervals).
 Failures per condition are drawn as in the demo (a fixed count per day, kinds and precursors
 from the trace), so "before the XID" is the statistics' share; XIDs alert by themselves.
 """
@@ -68,6 +73,8 @@ CONDITIONS: dict[str, dict[str, Any]] = {
     "10% of scrapes lost": {"scrape_loss": 0.10},
     "4 GPUs per node": {"gpus": 4},
     "8 nodes": {"nodes": 8},
+    "DCGM collects every 30 s, scraped every 15 s": {"step_s": 15.0, "dcgm_collect_every": 2},
+    "DCGM scrape before collection 10%": {"dcgm_stale_share": 0.1},
 }
 
 

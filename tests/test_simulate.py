@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -266,12 +267,91 @@ def test_node_exporter_on_a_slower_cadence_reports_every_other_tick() -> None:
     np.testing.assert_array_equal(mixed[keep], clean[keep])
 
 
+def dcgm_columns(cluster: SimulatedCluster) -> dict[str, list[int]]:
+    """Per node, the columns its dcgm-exporter serves (fields and windowed XID counts)."""
+    out: dict[str, list[int]] = {}
+    for i, (_, labs) in enumerate(cluster.series()):
+        lab = dict(labs)
+        if lab["job"] == "dcgm-exporter":
+            out.setdefault(lab["Hostname"], []).append(i)
+    return out
+
+
+def served_collection(served: FloatArray, clean: FloatArray) -> list[int]:
+    """Per tick, which tick's true values ``served`` equals (k or k-1); -1 for neither."""
+    same = [np.array_equal(served[k], clean[k], equal_nan=True) for k in range(len(served))]
+    back = [k > 0 and np.array_equal(served[k], clean[k - 1], equal_nan=True)
+            for k in range(len(served))]  # fmt: skip
+    pairs = enumerate(zip(same, back, strict=True))
+    return [k if now else k - 1 if prev else -1 for k, (now, prev) in pairs]
+
+
+def test_dcgm_cache_repeats_a_nodes_values_between_its_collections() -> None:
+    """dcgm_collect_every=2: each node's DCGM values (incl. windowed XID counts) are the true
+    ones on its collection ticks and repeat them on the next, at a phase per node; node-exporter
+    and every value on a collection tick are the uncached cluster's."""
+    spec = FailureSpec("ecc", node=1, gpu=3, at_s=2 * HOUR, lead_s=1800.0, xid=95)
+    scenario = small(nodes=8, failures=(spec,))
+    plain = SimulatedCluster(scenario)
+    cached = SimulatedCluster(replace(scenario, dcgm_collect_every=2))
+    _, clean = matrix(plain)
+    _, served = matrix(cached)
+    per_node = dcgm_columns(plain)
+    phases = set()
+    for node, cols in per_node.items():
+        seen = served_collection(served[:, cols], clean[:, cols])
+        phase = seen[1]  # tick 1 shows tick 0's collection when the phase is 0, else its own
+        expect = [0] + [k - (k - phase) % 2 for k in range(1, len(seen))]
+        assert seen == expect, node
+        phases.add(phase)
+    assert phases == {0, 1}, "nodes collect at phases of their own"
+    xid_counts = columns(plain, "DCGM_EXP_XID_ERRORS_COUNT")
+    assert xid_counts, "the windowed counts exist in this scenario"
+    dcgm = np.concatenate(list(per_node.values()))
+    assert np.isin(xid_counts, dcgm).all()
+    node_cols = np.setdiff1d(np.arange(clean.shape[1]), dcgm)
+    np.testing.assert_array_equal(served[:, node_cols], clean[:, node_cols])
+
+
+def test_stale_dcgm_scrape_serves_the_previous_collection_then_catches_up() -> None:
+    """dcgm_stale_share=0.2: per node and tick, about a fifth of DCGM scrapes show the previous
+    tick's values, the others the tick's own; nothing else changes."""
+    plain = SimulatedCluster(small(days=0.5))
+    _, clean = matrix(plain)
+    _, served = matrix(SimulatedCluster(small(days=0.5, dcgm_stale_share=0.2)))
+    per_node = dcgm_columns(plain)
+    stale = []
+    for cols in per_node.values():
+        seen = served_collection(served[:, cols], clean[:, cols])
+        assert -1 not in seen
+        stale += [s == k - 1 for k, s in enumerate(seen)]
+    assert 0.15 < np.mean(stale) < 0.25
+    node_cols = np.setdiff1d(np.arange(clean.shape[1]), np.concatenate(list(per_node.values())))
+    np.testing.assert_array_equal(served[:, node_cols], clean[:, node_cols])
+
+
+def test_gpu_off_the_bus_stays_nan_through_the_dcgm_cache() -> None:
+    """A GPU that fell off the bus is NaN from its node's first collection after it vanished
+    and on every tick after: holding values never brings one back."""
+    spec = FailureSpec("pcie", node=0, gpu=5, at_s=3 * HOUR, lead_s=HOUR)
+    cluster = SimulatedCluster(small(failures=(spec,), dcgm_collect_every=3))
+    times, values = matrix(cluster)
+    mine = values[:, columns(cluster, "DCGM_FI_DEV_GPU_TEMP", Hostname="node-01", gpu="5")[0]]
+    gone = int(np.flatnonzero(times >= cluster.scenario.start + 3 * HOUR)[0])
+    assert not np.isnan(mine[:gone]).any()
+    assert np.isnan(mine[gone + 2 :]).all()
+
+
 def test_bad_scenario_field_is_named() -> None:
     """An invalid scenario raises ConfigError naming the field."""
     with pytest.raises(ConfigError, match="dcgm_fields"):
         Scenario(dcgm_fields="some")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="scrape_loss"):
         Scenario(scrape_loss=1.0)
+    with pytest.raises(ConfigError, match="dcgm_collect_every"):
+        Scenario(dcgm_collect_every=0)
+    with pytest.raises(ConfigError, match="dcgm_stale_share"):
+        Scenario(dcgm_stale_share=-0.1)
     with pytest.raises(ConfigError, match=r"failures\[0\]"):
         Scenario(nodes=2, failures=(FailureSpec("ecc", node=5, gpu=0, at_s=1.0),))
 
@@ -296,7 +376,6 @@ def test_live_exporters_serve_every_node(per_node_ports: bool) -> None:
 
 def test_a_scenario_shorter_than_the_smoothing_kernel_runs() -> None:
     """Ten ticks (shorter than the 20-tick step-time smoothing) simulate without error."""
-    from dataclasses import replace
 
     from detector.simulate import Scenario, SimulatedCluster
 

@@ -240,6 +240,11 @@ class SimulatedCluster:
         host_shapes = [(sc.nodes, sets) for _, _, sets in self._node_views]
         # its own stream: a scenario without losses draws exactly what it drew before
         losses = np.random.default_rng([sc.seed, 13])
+        # and one for dcgm-exporter's collection clock (a per-node phase, stale scrapes)
+        cached = sc.dcgm_collect_every > 1 or sc.dcgm_stale_share > 0
+        clock = np.random.default_rng([sc.seed, 14])
+        phase = clock.integers(0, sc.dcgm_collect_every, sc.nodes) if cached else None
+        cache: FloatArray | None = None
         cursor = 0
         for k in range(sc.ticks):
             t_rel = k * sc.step_s
@@ -275,11 +280,46 @@ class SimulatedCluster:
             else:
                 for (_, start, sets), v in zip(self._node_views, host_values, strict=True):
                     out[start : start + sc.nodes * sets].reshape(sc.nodes, sets)[...] = v
+            if phase is not None:
+                cache = self._serve_dcgm_cache(out, k, cache, phase, clock)
             if sc.scrape_loss > 0 or sc.node_scrape_every > 1:
                 lost = losses.random((2, sc.nodes)) < sc.scrape_loss
                 lost[1] |= k % sc.node_scrape_every != 0  # not a node-exporter tick
                 self._lose_scrapes(out, lost)
             yield t_abs, out
+
+    def _serve_dcgm_cache(
+        self,
+        out: FloatArray,
+        k: int,
+        cache: FloatArray | None,
+        phase: IntArray,
+        rng: np.random.Generator,
+    ) -> FloatArray:
+        """dcgm-exporter serves its last collection: replace, per node, this tick's DCGM values
+        (fields and windowed XID counts) in ``out`` by ``cache`` when the node collects on
+        another tick or the scrape lands before this tick's collection. Returns the new cache,
+        every node's latest collection. What a collection saw is what it holds: a GPU that fell
+        off the bus is NaN from the first collection after it vanished, and stays NaN."""
+        sc = self.scenario
+        stale = rng.random(sc.nodes) < sc.dcgm_stale_share
+        current = out[: self._gpu_cols + len(self._pairs)].copy()
+        if cache is None:  # the exporter collected once before the first scrape
+            return current
+        collects = (k - phase) % sc.dcgm_collect_every == 0
+        self._dcgm_where(current, cache, ~collects)  # -> the new cache
+        self._dcgm_where(out, cache, ~collects | stale)
+        return current
+
+    def _dcgm_where(self, dst: FloatArray, src: FloatArray, nodes: np.ndarray) -> None:
+        """Copy the DCGM values of the nodes in mask ``nodes`` from ``src`` into ``dst``
+        (both laid out as ``out``'s leading DCGM block)."""
+        sc, g = self.scenario, self._gpu_cols
+        dst_block = dst[:g].reshape(-1, sc.nodes, sc.gpus)
+        dst_block[:, nodes] = src[:g].reshape(-1, sc.nodes, sc.gpus)[:, nodes]
+        if len(self._pairs):
+            pairs = nodes[self._pairs[:, 0]]
+            dst[g : g + len(self._pairs)][pairs] = src[g : g + len(self._pairs)][pairs]
 
     def _lose_scrapes(self, out: FloatArray, lost: np.ndarray) -> None:
         """Blank the series of scrapes lost or not due: ``lost[0]`` per node its dcgm-exporter's

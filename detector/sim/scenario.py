@@ -85,12 +85,19 @@ class Scenario:
     # node-exporter) and tick; a lost scrape's series are absent from that tick's frame.
     scrape_loss: float = 0.0
     node_scrape_every: int = 1  # node-exporter scraped every k-th tick (exporters' cadences differ)
+    # dcgm-exporter reads the GPUs every ``-c`` ms and serves its cache in between: a node's DCGM
+    # values (XID gauge and windowed counts included) are refreshed every k-th tick, at a phase
+    # of its own, and repeat byte for byte in between. ``dcgm_stale_share``: per node and tick,
+    # the chance that a scrape lands just before that tick's collection (it serves the previous
+    # one; the next scrape sees the new one).
+    dcgm_collect_every: int = 1
+    dcgm_stale_share: float = 0.0
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> ConfigError:
             return ConfigError(f"scenario field {name!r}: {why}")
 
-        for name in ("nodes", "gpus", "node_scrape_every"):
+        for name in ("nodes", "gpus", "node_scrape_every", "dcgm_collect_every"):
             if getattr(self, name) < 1:
                 raise bad(name, "must be >= 1")
         for name in ("days", "step_s", "checkpoint_interval_s"):
@@ -109,6 +116,8 @@ class Scenario:
             raise bad("no_precursor_share", "must be within [0, 1]")
         if not 0.0 <= self.scrape_loss < 1.0:
             raise bad("scrape_loss", f"must be within [0, 1), got {self.scrape_loss!r}")
+        if not 0.0 <= self.dcgm_stale_share < 1.0:
+            raise bad("dcgm_stale_share", f"must be within [0, 1), got {self.dcgm_stale_share!r}")
         for name in (
             "precursor_lead_s",
             "run_hours",
