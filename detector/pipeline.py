@@ -7,7 +7,10 @@ Alerting is per node: a node's alert score is the larger of its node-level fused
 GPUs' fused scores, and an alert names the GPU that dominated its peak (or none). A failure XID
 seen in the data (the sticky DCGM gauge) holds the node's alert for ``xid_hold_s``, so operators
 are told about it even without a precursor: the alert is forced (whatever the threshold;
-calibration tunes the statistical threshold only) and names ``xid_<code>``.
+calibration tunes the statistical threshold only) and names ``xid_<code>``. A node whose tick
+misses a column that carried evidence on the previous tick (a lost or cached scrape, an exporter
+on a slower cadence) scores NaN for that tick, so its alert state neither ends nor advances
+(``PipelineParams.bridge_missed_tick``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from .model import (
     FloatArray,
     Frame,
     Incident,
+    IntArray,
     SeriesInfo,
     SignalScore,
     XidEvent,
@@ -53,6 +57,12 @@ class PipelineParams:
     top_k: int = 5
     alert_on_xid: bool = True
     xid_hold_s: float = 300.0
+    # A node tick is incomplete (alert score NaN: episodes keep their state) when a column that
+    # carried evidence on the previous tick is unobserved on this one (a lost or cached scrape,
+    # an exporter on a slower cadence): no new sample is no evidence that the node recovered,
+    # nor that its deviation goes on. One missed tick is bridged, a second is not: a pending
+    # alert must not reach its minimum duration across a gap on one tick's evidence.
+    bridge_missed_tick: bool = True
     # Calibrated multipliers of the rules' fusion weights, by signal name (absent: 1).
     signal_weights: Mapping[str, float] = field(default_factory=dict)
 
@@ -61,7 +71,7 @@ class PipelineParams:
 class TickResult:
     time: float
     node_names: tuple[str, ...]
-    node_score: FloatArray  # per node alert score in [0, 1]; NaN when the node sent nothing
+    node_score: FloatArray  # per node alert score in [0, 1]; NaN: nothing sent, or incomplete
     xid_held: BoolArray  # per node: a failure XID forces its alert this tick
     gpu_node: np.ndarray  # per GPU entity: node id
     gpu_label: tuple[str, ...]  # per GPU entity: gpu label
@@ -135,6 +145,8 @@ class Pipeline:
         self._peak_gpu: dict[int, str | None] = {}
         self._open: dict[int, Alert] = {}
         self._injected: list[XidEvent] = []
+        self._prev_z = np.zeros(0)  # the previous tick's fused column scores
+        self._prev_t = -np.inf  # the previous tick's time
 
     @property
     def scorers(self) -> list[Scorer]:
@@ -227,6 +239,9 @@ class Pipeline:
                     self._xid_gpu[node] = ev.gpu
         held = (self._xid_until[:n_nodes] >= t) if self.params.alert_on_xid else np.zeros(0, bool)
         alert_score = np.where(node_seen, alert_score, np.nan)
+        if self.params.bridge_missed_tick:
+            alert_score[self._incomplete(fused.column_z, unseen, layout)] = np.nan
+        self._prev_t = t
 
         changes = self.episodes.update(t, alert_score, held)
         ended = tuple(
@@ -264,6 +279,17 @@ class Pipeline:
             incidents=incidents,
             column_z=fused.column_z,
         )
+
+    def _incomplete(self, column_z: FloatArray, unseen: IntArray, layout: ColumnLayout) -> IntArray:
+        """Nodes whose tick is incomplete (see ``PipelineParams.bridge_missed_tick``): a
+        column unobserved now that was observed on the previous tick with evidence."""
+        prev_z, self._prev_z = self._prev_z, column_z  # fuse returns a fresh array each tick
+        unseen = unseen[unseen < prev_z.shape[0]]  # columns added this tick: no evidence yet
+        carried = unseen[prev_z[unseen] > self.params.fusion.z0]
+        if carried.size:
+            carried = carried[self.signal_map.last_observed[carried] == self._prev_t]
+        nodes: IntArray = np.unique(layout.node[carried])
+        return nodes
 
     def _record_peak(
         self,

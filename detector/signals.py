@@ -22,7 +22,9 @@ Transforms, per column, with ``prev`` the last *observed* value of its series:
   tick: with exporters on different scrape intervals that tick simply had no DCGM scrape, and a
   dead exporter is reported by ``health_up``. So presence measures a *partial* loss: a GPU that
   vanished while its neighbours still report (fell off the bus).
-DCGM's blank sentinel (values near 2**63) reads as not observed. NaN means not observed.
+DCGM's blank sentinel (values near 2**63) reads as not observed. NaN means not observed. So
+does a target's scrape that repeats its previous one byte for byte (dcgm-exporter serving its
+cached collection, see repeats.py), for up to ``repeat_hold_s`` (None: every scrape observed).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from .model import DCGM_BLANK_THRESHOLD, BoolArray, ColumnLayout, FloatArray, IntArray, SeriesInfo
+from .repeats import RepeatedScrapes
 from .rules import SignalCatalog
 from .series import SeriesIndex
 
@@ -60,8 +63,10 @@ class SignalMap:
         *,
         metric_types: Mapping[str, str] | None = None,
         cohort_of: CohortOf | None = None,
+        repeat_hold_s: float | None = 60.0,
     ) -> None:
         self.catalog = catalog
+        self.repeats = None if repeat_hold_s is None else RepeatedScrapes(repeat_hold_s)
         self.index = index
         self.metric_types = metric_types if metric_types is not None else {}
         self._cohort_of = cohort_of
@@ -166,6 +171,8 @@ class SignalMap:
         if self._synced < len(infos):  # per-series arrays (presence) grew too
             self._arrays = None
         self._synced = len(infos)
+        if self.repeats is not None:
+            self.repeats.sync(infos)
         if self._seen.shape[0] < len(infos):
             self._seen = np.concatenate(
                 [self._seen, np.zeros(len(infos) - self._seen.shape[0], dtype=bool)]
@@ -308,6 +315,8 @@ class SignalMap:
         values = padded[:n_series]
         with np.errstate(invalid="ignore"):
             values[np.abs(values) >= DCGM_BLANK_THRESHOLD] = np.nan
+        if self.repeats is not None:  # a cached scrape is no observation: as if lost
+            self.repeats.blank(t, values)
 
         cur = padded[a["series"]]
         observed = ~np.isnan(cur)
@@ -407,6 +416,14 @@ class SignalMap:
                 node_names=tuple(self.node_names),
             )
         return self._layout
+
+    @property
+    def last_observed(self) -> FloatArray:
+        """Per column, the time of its series' last observation (NaN: never; computed
+        columns: always NaN). Read-only view, current after ``compute``."""
+        view = self._prev_time.view()
+        view.setflags(write=False)
+        return view
 
     @property
     def weights(self) -> FloatArray:

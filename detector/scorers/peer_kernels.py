@@ -251,8 +251,7 @@ def _peer_column(
 ) -> tuple[float, bool]:
     """peer_step's update of column ``j`` (value ``xj``; its group's median ``m`` and sigma
     ``sg``; decays ``d`` of the scale and ``md`` of the smoothing): returns (the smoothed
-    deviation, NaN unless judged; whether judged: scored against peers, or back from a gap
-    and holding its previous deviation, and past warm-up)."""
+    deviation, NaN unless judged; whether judged: scored against peers and past warm-up)."""
     smoothed, scale_var, scale_w, count, last_t, interval = state
     sm0, sv0, sw0, c, lt = smoothed[j], scale_var[j], scale_w[j], count[j], last_t[j]
     observed = abs(xj) <= MAX_ABS_VALUE
@@ -271,10 +270,11 @@ def _peer_column(
     smoothed[j] = z if scored else sm0
     scale_var[j] = sv if scored else sv0
     scale_w[j] = w if scored else sw0
-    # Back from a gap it holds its previous deviation: one unjudged tick must not end the
-    # alert of a GPU that deviates for real and whose scrapes time out now and then.
-    judged = (scored | late) & (c >= warmup)
-    z = z if scored else sm0
+    # Back from a gap it scores 0: it was not judged. It carries no deviation of its own
+    # either: an unjudged tick is the pipeline's to bridge (PipelineParams.evidence_hold_s),
+    # and a carried score counted as a new one (a one-tick spike, a lost scrape, the carry)
+    # passed an alert's minimum duration on evidence from a single tick.
+    judged = scored & (c >= warmup)
     count[j] = c + scored
     last_t[j] = t if scored | late else lt
     # the usual interval: the shortest recent one, allowed to grow 10% a tick (a new

@@ -15,11 +15,12 @@ members score 0. A member back from a gap (observed after more than ``GAP_RATIO`
 its usual interval: its scrape was lost, so a counter's rate spans two ticks) is not compared
 with its peers that tick: when every peer's rate moves in that very tick (a checkpoint ends),
 its two-tick average sits between the old and new level and would read as a lone deviant. It
-holds its previous deviation instead (so a real deviant's alert does not end on a timeout), and
-its next tick is judged as usual. The signed deviation is smoothed per column with
-``smooth_half_life_s`` (time-aware, that column's own last update), so one noisy tick does not
-dominate; 0 disables smoothing. The score is the directional smoothed deviation; a column
-scores 0 for its first ``warmup`` peer-judged ticks while the smoothed group scale settles.
+scores 0 that tick and its next tick is judged as usual (a real deviant's alert does not end on
+a timeout: the pipeline keeps a node's alert state through ticks that miss its evidence). The
+signed deviation is smoothed per column with ``smooth_half_life_s`` (time-aware, that column's
+own last update), so one noisy tick does not dominate; 0 disables smoothing. The score is the
+directional smoothed deviation; a column scores 0 for its first ``warmup`` peer-judged ticks
+while the smoothed group scale settles.
 
 Speed: the group structure is rebuilt only when the layout changes (length or identity):
 groups are found with ``np.lexsort`` (``peer_groups``); groups of up to 8 (a node's GPUs)
