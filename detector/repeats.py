@@ -24,8 +24,9 @@ A frozen exporter (a hung DCGM serving the same collection for minutes) must not
 target is blanked only while its payload has been unchanged for at most ``hold_s`` (60 s:
 twice dcgm-exporter's default collection interval); after that its repeated values pass
 through as observations (flat gauges, zero rates), where telemetry health and the scorers see
-them, until the payload changes again. ``frozen_s`` tells, per target, for how long it has been
-unchanged.
+them, until the payload changes again. ``frozen`` marks the targets past the hold this tick
+(the signal stage reports their share per node as ``health_targets_frozen_fraction``), and
+``frozen_s`` tells, per target, for how long its payload has been unchanged.
 
 Per tick: one comparison with the previous tick's values and one reduction per target (~30 us
 for 36k series); the rest only on ticks where some target sent nothing new. A series observed
@@ -80,9 +81,15 @@ class RepeatedScrapes:
         self._prev: FloatArray = np.zeros(0)  # per series: the previous tick's value
         self._changed_t: FloatArray = np.zeros(0)  # per target: last tick its payload moved
         self.blanked_ticks = 0  # target-ticks blanked so far (self-metrics, tests)
+        self.frozen: np.ndarray = np.zeros(0, dtype=bool)  # per target: repeating past hold_s
+        self.scraped: np.ndarray = np.zeros(0, dtype=bool)  # per target: any value this tick
 
     def __len__(self) -> int:
         return len(self._keys)
+
+    def target_nodes(self) -> list[str]:
+        """Per target id, the node it belongs to ("" when unknown)."""
+        return [key[0] for key in self._keys]
 
     def sync(self, infos: list[SeriesInfo]) -> None:
         """Map the series of ``infos`` not mapped yet (the index only grows)."""
@@ -119,12 +126,18 @@ class RepeatedScrapes:
         order, starts = self._order, self._starts
         quiet = ~np.logical_or.reduceat(moved[order], starts)
         self._changed_t[~quiet] = t
+        self.frozen = np.zeros(len(self._keys), dtype=bool)
+        self.scraped = ~quiet
         if not quiet.any():
             return 0
         # A quiet target with nothing observed this tick was not scraped (lost, or not due);
         # one with a few series may repeat by chance.
         n_observed = np.add.reduceat(observed[order].astype(np.int64), starts)
-        repeated = quiet & (n_observed >= self.min_series) & (t - self._changed_t <= self.hold_s)
+        self.scraped |= n_observed > 0
+        repeating = quiet & (n_observed >= self.min_series)
+        held = t - self._changed_t <= self.hold_s
+        self.frozen = repeating & ~held
+        repeated = repeating & held
         if not repeated.any():
             return 0
         blank = np.zeros(len(self._keys) + 1, dtype=bool)

@@ -49,6 +49,7 @@ Severity = Literal["critical", "warning", "info"]
 PRESENCE_SIGNALS: dict[str, Entity] = {
     "health_series_missing_fraction": "gpu",
     "health_gpu_count": "node",
+    "health_targets_frozen_fraction": "node",
 }
 DEFAULT_SCORERS: tuple[ScorerName, ...] = ("zscore", "changepoint", "peers")
 

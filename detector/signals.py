@@ -22,6 +22,9 @@ Transforms, per column, with ``prev`` the last *observed* value of its series:
   tick: with exporters on different scrape intervals that tick simply had no DCGM scrape, and a
   dead exporter is reported by ``health_up``. So presence measures a *partial* loss: a GPU that
   vanished while its neighbours still report (fell off the bus).
+  ``health_targets_frozen_fraction`` per node = share of the node's targets (exporters) whose
+  page has repeated byte for byte for longer than ``repeat_hold_s`` (repeats.py): a hung
+  exporter, whose cached repeats are otherwise no observations at all.
 DCGM's blank sentinel (values near 2**63) reads as not observed. NaN means not observed. So
 does a target's scrape that repeats its previous one byte for byte (dcgm-exporter serving its
 cached collection, see repeats.py), for up to ``repeat_hold_s`` (None: every scrape observed).
@@ -36,11 +39,11 @@ from typing import Any
 import numpy as np
 
 from .model import DCGM_BLANK_THRESHOLD, BoolArray, ColumnLayout, FloatArray, IntArray, SeriesInfo
-from .repeats import RepeatedScrapes
+from .repeats import RepeatedScrapes, target_key
 from .rules import SignalCatalog
 from .series import SeriesIndex
 
-LEVEL, RATE, EDGE, MISSING, GPU_COUNT, RATIO = 0, 1, 2, 3, 4, 5
+LEVEL, RATE, EDGE, MISSING, GPU_COUNT, RATIO, FROZEN = 0, 1, 2, 3, 4, 5, 6
 _TRANSFORM = {"level": LEVEL, "rate": RATE, "edge": EDGE, "ratio": RATIO}
 _DIRECTION = {"up": 1, "down": -1, "both": 0}
 CohortOf = Callable[[SeriesInfo], str] | Mapping[str, str]
@@ -97,6 +100,7 @@ class SignalMap:
         self._gpu_entity_node: list[int] = []  # entity id -> node id
         self._series_gpu_entity: list[int] = []  # per index series: entity id or -1
         self._count_nodes: set[int] = set()
+        self._frozen_nodes: set[str] = set()
         # Tick state.
         self._prev_value: FloatArray = np.empty(0)
         self._prev_time: FloatArray = np.empty(0)
@@ -161,6 +165,19 @@ class SignalMap:
         self._denom.append(-1)
         if kind == RATIO:
             self._unresolved[len(self._series) - 1] = (str(rule["denominator"]), info.labels)
+        if series >= 0 and info.node and info.node not in self._frozen_nodes:
+            self._add_frozen(info)
+
+    def _add_frozen(self, info: SeriesInfo) -> None:
+        """The node's ``health_targets_frozen_fraction`` column, after its first scored
+        column that an exporter (not the scraper) sends."""
+        frozen = self._presence.get("health_targets_frozen_fraction")
+        if frozen is None or self.repeats is None or target_key(info) is None:
+            return
+        self._frozen_nodes.add(info.node)
+        node_id = self._node_ids[info.node]
+        shape = {"direction": frozen.direction, "weight": frozen.weight}
+        self._append(info, -1, FROZEN, frozen.name, None, entity_id=node_id, **shape)
 
     def sync(self) -> bool:
         """Map series added to the index since the last sync; True when columns were added."""
@@ -297,6 +314,11 @@ class SignalMap:
                 ),
                 "is_rate": kind == RATE,
                 "entity_node": np.asarray(self._gpu_entity_node, dtype=np.int64),
+                "frozen": np.flatnonzero(kind == FROZEN),
+                "target_node": np.asarray(
+                    [self._node_ids.get(node, -1) for node in self._target_nodes()],
+                    dtype=np.int64,
+                ),
                 "weight": weight,
             }
         return self._arrays
@@ -356,6 +378,8 @@ class SignalMap:
             step = a["resolution"][rd]
             out[rd] = np.round(out[rd] / step) * step
         self._presence_values(a, missing, out)
+        if a["frozen"].size:
+            self._frozen_values(a, out)
 
         np.copyto(prev, cur, where=observed)
         np.copyto(prev_t, t, where=observed)
@@ -400,6 +424,26 @@ class SignalMap:
         co = a["count"]
         node_of = a["entity"][co]
         out[co] = np.where(node_has_data[node_of], gpus_per_node[node_of], np.nan)
+
+    def _target_nodes(self) -> list[str]:
+        return [] if self.repeats is None else self.repeats.target_nodes()
+
+    def _frozen_values(self, a: dict[str, np.ndarray], out: FloatArray) -> None:
+        """Per node, the share of its targets scraped this tick that are frozen
+        (``RepeatedScrapes.frozen``); NaN for a node none of whose targets sent anything."""
+        node_of = a["target_node"]
+        repeats = self.repeats
+        if repeats is None or repeats.frozen.shape[0] != node_of.shape[0]:  # nothing compared
+            out[a["frozen"]] = np.nan
+            return
+        known = node_of >= 0
+        n_nodes = len(self.node_names)
+        targets = np.bincount(node_of[known & repeats.scraped], minlength=n_nodes)
+        stuck = np.bincount(node_of[known & repeats.frozen], minlength=n_nodes)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = np.where(targets > 0, stuck / targets, np.nan)
+        fz = a["frozen"]
+        out[fz] = share[a["entity"][fz]]
 
     # ------------------------------------------------------------------ description
     @property

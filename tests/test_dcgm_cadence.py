@@ -119,22 +119,28 @@ def test_a_small_target_that_repeats_is_still_observed() -> None:
     assert not math.isnan(again[node.column("gpu_temp", "0")])
 
 
-def test_a_frozen_exporter_is_bridged_for_the_hold_then_observed() -> None:
+def test_a_frozen_exporter_is_bridged_for_the_hold_then_reported() -> None:
     """An exporter serving one collection for minutes is blanked only while unchanged for up to
     ``hold_s`` (60 s: four 15 s ticks), then its repeated values pass through (zero rates,
-    flat gauges) where the scorers and telemetry health see them; ``frozen_s`` counts up."""
+    flat gauges) and ``health_targets_frozen_fraction`` reports it: one of the node's two
+    exporters frozen, 0.5, back to 0 once its page moves again."""
     node = Node()
     frozen = node.page(0)
     temp = node.column("gpu_temp", "0")
-    observed = []
-    for k in range(10):
-        page = frozen if k == 0 else cached(node.page(k), frozen, node)
+    share = node.column("health_targets_frozen_fraction", None)
+    observed, shares = [], []
+    for k in range(12):
+        page = cached(node.page(k), frozen, node) if 0 < k < 11 else node.page(k)
+        if k == 0:
+            page = frozen
         out = node.signals.compute(T0 + 15.0 * k, page)
         observed.append(not math.isnan(out[temp]))
-    assert observed == [True, False, False, False, False, True, True, True, True, True]
-    repeats = node.signals.repeats
-    assert repeats is not None
-    assert repeats.frozen_s(T0 + 135.0).max() == pytest.approx(135.0)
+        shares.append(out[share])
+        assert node.signals.repeats is not None
+        if k == 10:
+            assert node.signals.repeats.frozen_s(T0 + 150.0).max() == pytest.approx(150.0)
+    assert observed == [True, False, False, False, False] + [True] * 7
+    assert shares == [0.0] * 5 + [0.5] * 6 + [0.0]
 
 
 def test_bad_hold_is_a_config_error() -> None:
@@ -191,6 +197,22 @@ def test_a_deviant_gpu_keeps_its_alert_through_a_lost_scrape() -> None:
     node = Node()
     alerts = deviant_run(pipeline_for(node), node, range(100, 200), {150}, step=30.0)
     assert [(a.node, a.gpu) for a in alerts] == [("n1", "3")]
+
+
+def test_a_frozen_dcgm_exporter_alerts_as_telemetry_health() -> None:
+    """A hung DCGM serving one page for ten minutes raises an alert led by the freeze."""
+    node = Node()
+    pipeline = pipeline_for(node)
+    started = []
+    frozen = None
+    for k in range(160):
+        page = node.page(k)
+        if k >= 120:
+            frozen = page if frozen is None else frozen
+            page = cached(page, frozen, node)
+        started += pipeline.step(Frame(T0 + 15.0 * k, page)).started
+    assert [a.signals[0] for a in started] == ["health_targets_frozen_fraction"]
+    assert started[0].start <= T0 + 15.0 * 120 + 180.0
 
 
 def test_a_one_tick_spike_before_a_lost_scrape_does_not_alert() -> None:

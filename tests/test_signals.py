@@ -194,6 +194,7 @@ def test_named_default_ignored_and_truth_series() -> None:
         "node_context_switches_total",
         "health_series_missing_fraction",
         "health_gpu_count",
+        "health_targets_frozen_fraction",
     } == names
     weights = dict(
         zip(cluster.signals.layout.signal.tolist(), cluster.signals.weights.tolist(), strict=True)
