@@ -15,8 +15,9 @@ intervals (which the peers scorer already treats as "back from a gap"). A small 
 repeat by chance (a few quiet counters, constant gauges): it is never blanked.
 
 A target is the series of one exporter on one node: ``(node, job, instance)`` from the series'
-context labels; series with neither label group as the node's GPU series and its node-level
-series. The scraper's own series (``up``, ``scrape_duration_seconds``, ...) are not the
+context labels, its GPU series apart from its node-level ones (exporters behind one address,
+e.g. paths of one port, or series with neither label, still part: a node's GPU series are its
+dcgm-exporter's). The scraper's own series (``up``, ``scrape_duration_seconds``, ...) are not the
 target's payload and are never blanked. A series seen for the first time makes its target's
 payload new.
 
@@ -52,15 +53,12 @@ SCRAPER_SERIES = frozenset(
 )
 
 
-def target_key(info: SeriesInfo) -> tuple[str, str, str] | None:
+def target_key(info: SeriesInfo) -> tuple[str, str, str, bool] | None:
     """The target (exporter on a node) a series comes from; None for the scraper's series."""
     if info.metric in SCRAPER_SERIES:
         return None
     context = dict(info.context)
-    job, instance = context.get("job", ""), context.get("instance", "")
-    if job or instance:
-        return (info.node, job, instance)
-    return (info.node, "", "gpu" if info.gpu else "node")
+    return (info.node, context.get("job", ""), context.get("instance", ""), bool(info.gpu))
 
 
 class RepeatedScrapes:
@@ -73,7 +71,7 @@ class RepeatedScrapes:
             raise ConfigError(f"repeated scrapes: min_series must be >= 1, got {min_series!r}")
         self.hold_s = float(hold_s)
         self.min_series = int(min_series)
-        self._keys: dict[tuple[str, str, str], int] = {}
+        self._keys: dict[tuple[str, str, str, bool], int] = {}
         self._target_list: list[int] = []
         self._target: IntArray = np.zeros(0, dtype=np.int64)  # per series; -1: the scraper's
         self._order: IntArray = np.zeros(0, dtype=np.int64)  # target series, by target

@@ -4,13 +4,18 @@ exporter (repeats.py, signals.py, pipeline.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from detector.config import load_config
+from detector.daemon import Daemon, run_daemon
 from detector.errors import ConfigError
 from detector.model import Alert, FloatArray, Frame, Labels
 from detector.pipeline import Pipeline, build_pipeline
@@ -19,7 +24,7 @@ from detector.replay import simulated_frames
 from detector.rules import load_signal_rules
 from detector.series import SeriesIndex
 from detector.signals import SignalMap
-from detector.simulate import FailureSpec, Scenario, SimulatedCluster
+from detector.simulate import FailureSpec, Scenario, SimulatedCluster, serve
 
 T0 = 1_700_000_000.0
 HOUR = 3600.0
@@ -283,3 +288,55 @@ def test_a_failing_gpu_next_to_cached_scrapes_is_caught_before_its_xid(
     assert first is not None
     assert first.start < scenario.start + spec.at_s
     assert first.gpu == "3"
+
+
+async def test_the_live_daemon_does_not_observe_a_cached_page(tmp_path: Path) -> None:
+    """The daemon, scraping the simulator's live exporters (dcgm-exporter collecting every
+    other 30 s step, a step per 0.15 s), runs the same rule: cached pages are blanked."""
+    scenario = Scenario(
+        nodes=2, gpus=2, days=0.1, fault_trace=None, noisy_nodes=0, seed=1, failure_count=0,
+        dcgm_collect_every=2,
+    )  # fmt: skip
+    speed = 200.0
+    origin = time.monotonic()
+    running = serve(scenario, port=0, speed=speed, clock=time.monotonic)
+    static = [
+        {"url": url, "node": node, "kind": kind}
+        for node, (dcgm, node_exp) in running.urls.items()
+        for url, kind in ((dcgm, "dcgm"), (node_exp, "node"))
+    ]
+    doc = {
+        "targets": {"static": static},
+        "scrape": {"interval_s": 0.15, "timeout_s": 0.12, "jitter_fraction": 0.0},
+        "state": {"path": str(tmp_path / "state.npz"), "save_interval_s": 60},
+        "kmsg": {"enabled": False},
+        "logging": {"level": "warning"},
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    stop = asyncio.Event()
+    seen: list[Daemon] = []
+
+    def on_tick(daemon: Daemon, tick: object) -> None:
+        seen[:] = [daemon]
+        if daemon.stats.ticks >= 16:
+            stop.set()
+
+    try:
+        await asyncio.wait_for(
+            run_daemon(
+                load_config(path, env={}),
+                clock=lambda: scenario.start + (time.monotonic() - origin) * speed,
+                stop=stop,
+                on_tick=on_tick,
+                handle_signals=False,
+                port=0,
+            ),
+            20.0,
+        )
+    finally:
+        running.close()
+    repeats = seen[0].pipeline.signal_map.repeats
+    assert repeats is not None
+    assert len(repeats) == 4  # two nodes: GPU series (dcgm) and node-level ones (node-exporter)
+    assert repeats.blanked_ticks >= 4
