@@ -191,6 +191,9 @@ class ScoringConfig(_Section):
     peer_min_peers: int = Field(default=3, ge=1)
     common_mode_fraction: float = Field(default=0.05, gt=0, le=1)
     top_k: int = Field(default=5, ge=1)
+    # seconds an exporter page repeated byte for byte counts as no observation (dcgm-exporter
+    # serving its cached collection); past it the exporter is frozen (repeats.py). None: off
+    repeat_hold_s: float | None = Field(default=60.0, ge=0)
 
 
 class StormConfig(_Section):

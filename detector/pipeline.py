@@ -63,6 +63,9 @@ class PipelineParams:
     # nor that its deviation goes on. One missed tick is bridged, a second is not: a pending
     # alert must not reach its minimum duration across a gap on one tick's evidence.
     bridge_missed_tick: bool = True
+    # An exporter page repeated byte for byte is no observation for up to this long, a frozen
+    # exporter past it (signals.SignalMap, repeats.py); None: every scrape is an observation.
+    repeat_hold_s: float | None = 60.0
     # Calibrated multipliers of the rules' fusion weights, by signal name (absent: 1).
     signal_weights: Mapping[str, float] = field(default_factory=dict)
 
@@ -129,7 +132,7 @@ class Pipeline:
         self.index = index
         self.params = params or PipelineParams()
         self.xid_catalog = xids
-        self.signal_map = SignalMap(signals, index)
+        self.signal_map = SignalMap(signals, index, repeat_hold_s=self.params.repeat_hold_s)
         self.xid_extractor = XidExtractor(index, xids)
         self.scoring = ScorerStage(scorers)
         self.episodes = Episodes(self.params.episodes)
@@ -428,6 +431,7 @@ def build_pipeline(
         top_k=sc.top_k,
         alert_on_xid=al.alert_on_xid,
         xid_hold_s=al.xid_hold_s,
+        repeat_hold_s=sc.repeat_hold_s,
         signal_weights=dict(signal_weights if signal_weights is not None else file_weights),
     )
     return Pipeline(index, signals, xids, scorers, params)

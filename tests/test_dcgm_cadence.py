@@ -340,3 +340,18 @@ async def test_the_live_daemon_does_not_observe_a_cached_page(tmp_path: Path) ->
     assert repeats is not None
     assert len(repeats) == 4  # two nodes: GPU series (dcgm) and node-level ones (node-exporter)
     assert repeats.blanked_ticks >= 4
+
+
+def test_repeat_hold_comes_from_the_config(tmp_path: Path) -> None:
+    """scoring.repeat_hold_s sets how long a repeated page is no observation; null turns the
+    repeat detector off; a negative hold is rejected naming the field."""
+    path = tmp_path / "c.yaml"
+    path.write_text("scoring:\n  repeat_hold_s: 120\n")
+    longer = build_pipeline(load_config(path, env={}), SeriesIndex())
+    assert longer.signal_map.repeats is not None
+    assert longer.signal_map.repeats.hold_s == 120.0
+    path.write_text("scoring:\n  repeat_hold_s: null\n")
+    assert build_pipeline(load_config(path, env={}), SeriesIndex()).signal_map.repeats is None
+    path.write_text("scoring:\n  repeat_hold_s: -1\n")
+    with pytest.raises(ConfigError, match="repeat_hold_s"):
+        load_config(path, env={})
