@@ -15,6 +15,7 @@ on a slower cadence) scores NaN for that tick, so its alert state neither ends n
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -470,6 +471,7 @@ def pipeline_state(pipeline: Pipeline) -> tuple[dict[str, np.ndarray], dict[str,
     for prefix, part in parts.items():
         arrays.update({f"{prefix}/{key}": value for key, value in part.items()})
     arrays["pipeline/xid_until"] = p._xid_until.copy()
+    arrays["pipeline/prev_z"] = p._prev_z.copy()
     meta: dict[str, Any] = {
         "version": STATE_VERSION,
         "series": [
@@ -482,6 +484,7 @@ def pipeline_state(pipeline: Pipeline) -> tuple[dict[str, np.ndarray], dict[str,
         "peak_gpu": {str(n): v for n, v in p._peak_gpu.items()},
         "xid_signal": {str(n): v for n, v in p._xid_signal.items()},
         "xid_gpu": {str(n): v for n, v in p._xid_gpu.items()},
+        "prev_t": p._prev_t if math.isfinite(p._prev_t) else None,
     }
     return arrays, meta
 
@@ -525,6 +528,9 @@ def restore_pipeline(
     if until is not None:
         n = min(until.shape[0], p._xid_until.shape[0])
         p._xid_until[:n] = until[:n]
+    p._prev_z = arrays.get("pipeline/prev_z", np.zeros(0)).copy()
+    prev_t = meta.get("prev_t")
+    p._prev_t = -math.inf if prev_t is None else float(prev_t)
     p._peak_signals = {int(n): tuple(v) for n, v in meta.get("peak_signals", {}).items()}
     p._peak_gpu = {int(n): v for n, v in meta.get("peak_gpu", {}).items()}
     p._xid_signal = {int(n): v for n, v in meta.get("xid_signal", {}).items()}

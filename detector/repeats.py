@@ -148,3 +148,16 @@ class RepeatedScrapes:
     def frozen_s(self, t: float) -> FloatArray:
         """Per target, seconds since its payload last moved (inf before its first scrape)."""
         return t - self._changed_t
+
+    def state_dict(self) -> dict[str, FloatArray]:
+        """The previous tick's values (per series) and when each target's payload last moved
+        (per target), so a restart tells a cached page from a fresh one on its first tick."""
+        return {"prev": self._prev.copy(), "changed_t": self._changed_t.copy()}
+
+    def load_state_dict(self, state: dict[str, FloatArray]) -> None:
+        """Restore ``state_dict`` output after ``sync`` mapped the same series in the same
+        order (targets are numbered by first appearance); extra entries are ignored."""
+        for name, mine in (("prev", self._prev), ("changed_t", self._changed_t)):
+            saved = np.asarray(state[name], dtype=np.float64)
+            n = min(saved.shape[0], mine.shape[0])
+            mine[:n] = saved[:n]

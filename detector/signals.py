@@ -498,6 +498,11 @@ class SignalMap:
             "prev_time": self._prev_time.copy(),
             "prev_den": self._prev_den.copy(),
             "seen": self._seen.copy(),
+            **(
+                {}
+                if self.repeats is None
+                else {f"repeats_{k}": v for k, v in self.repeats.state_dict().items()}
+            ),
         }
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
@@ -526,3 +531,6 @@ class SignalMap:
             self._seen = grown
         self._seen[: seen.shape[0]] |= seen
         self._known = None
+        repeats = {k[len("repeats_") :]: v for k, v in state.items() if k.startswith("repeats_")}
+        if self.repeats is not None and repeats:  # states saved before repeats.py have none
+            self.repeats.load_state_dict(repeats)

@@ -16,16 +16,25 @@ from detector.series import SeriesIndex
 from detector.simulate import Scenario, SimulatedCluster
 
 
-def small_cluster() -> SimulatedCluster:
-    scenario = dataclasses.replace(Scenario.demo(), nodes=6, days=0.15, failure_count=2, seed=3)
+def small_cluster(**changes: float) -> SimulatedCluster:
+    scenario = dataclasses.replace(
+        Scenario.demo(), nodes=6, days=0.15, failure_count=2, seed=3, **changes
+    )
     return SimulatedCluster(scenario)
 
 
-def test_restored_pipeline_continues_exactly_like_the_original() -> None:
-    """Save mid-run (arrays + JSON metadata), restore into a fresh pipeline: identical scores."""
+@pytest.mark.parametrize(
+    "changes",
+    [{}, {"step_s": 15.0, "dcgm_collect_every": 2, "scrape_loss": 0.05}],
+    ids=["fresh pages", "cached and lost pages"],
+)
+def test_restored_pipeline_continues_exactly_like_the_original(changes: dict[str, float]) -> None:
+    """Save mid-run (arrays + JSON metadata), restore into a fresh pipeline: identical scores,
+    also where dcgm-exporter serves cached pages and scrapes are lost (the repeat detector and
+    the pipeline's missed-tick bridge carry state from one tick to the next)."""
     config = load_config(None, env={})
     index = SeriesIndex()
-    frames = list(simulated_frames(small_cluster(), index))
+    frames = list(simulated_frames(small_cluster(**changes), index))
     original = build_pipeline(config, index)
     half = len(frames) // 2
     for frame in frames[:half]:
