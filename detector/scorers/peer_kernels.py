@@ -271,7 +271,7 @@ def _peer_column(
     scale_var[j] = sv if scored else sv0
     scale_w[j] = w if scored else sw0
     # Back from a gap it scores 0: it was not judged. It carries no deviation of its own
-    # either: an unjudged tick is the pipeline's to bridge (PipelineParams.evidence_hold_s),
+    # either: an unjudged tick is the pipeline's to bridge (PipelineParams.bridge_missed_tick),
     # and a carried score counted as a new one (a one-tick spike, a lost scrape, the carry)
     # passed an alert's minimum duration on evidence from a single tick.
     judged = scored & (c >= warmup)
