@@ -50,6 +50,7 @@ of this single-threaded process.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import statistics
@@ -101,6 +102,8 @@ def rules_layout(columns: int) -> tuple[ColumnLayout, dict[str, np.ndarray]]:
     nodes = max(1, round(columns / (8 * len(gpu) + len(node))))
     dirs = {r.name: {"up": 1, "down": -1}.get(r.direction, 0) for r in rules}
     layout = grid_layout(nodes, 8, gpu, node, cohorts=max(1, nodes // 16), directions=dirs)
+    steps = np.array([{r.name: r.resolution for r in rules}[n] for n in layout.signal_names])
+    layout = dataclasses.replace(layout, resolution=steps[layout.signal])  # as the rules round
     by_name = {r.name: r.scorers for r in rules}
     names = np.array([by_name[s] for s in layout.signal_names], dtype=object)[layout.signal]
     subsets = {s: np.flatnonzero([s in names_j for names_j in names]) for s in SCORERS}

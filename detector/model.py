@@ -136,6 +136,8 @@ class ColumnLayout:
     - ``gpu``: GPU id within the node as an int, or -1 for node-level columns.
     - ``cohort``: cohort id of the column's node (nodes compared with each other).
     - ``direction``: +1 only increases are anomalous, -1 only decreases, 0 both.
+    - ``resolution``: the step the column's values are rounded to (0: none; None: no column
+      has one), so a scorer can tell a one-step move from a real one.
     """
 
     signal: IntArray
@@ -145,6 +147,7 @@ class ColumnLayout:
     direction: IntArray
     signal_names: tuple[str, ...]
     node_names: tuple[str, ...]
+    resolution: FloatArray | None = None
 
     def __len__(self) -> int:
         return int(self.signal.shape[0])
@@ -159,4 +162,5 @@ class ColumnLayout:
             direction=self.direction[columns],
             signal_names=self.signal_names,
             node_names=self.node_names,
+            resolution=None if self.resolution is None else self.resolution[columns],
         )

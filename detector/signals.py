@@ -448,7 +448,7 @@ class SignalMap:
     # ------------------------------------------------------------------ description
     @property
     def layout(self) -> ColumnLayout:
-        """Per-column signal, node, gpu, cohort and direction (see model.ColumnLayout)."""
+        """Per-column signal, node, gpu, cohort, direction and resolution (model.ColumnLayout)."""
         if self._layout is None:
             self._layout = ColumnLayout(
                 signal=np.asarray(self._signal, dtype=np.int64),
@@ -458,6 +458,7 @@ class SignalMap:
                 direction=np.asarray(self._direction, dtype=np.int64),
                 signal_names=tuple(self.signal_names),
                 node_names=tuple(self.node_names),
+                resolution=np.asarray(self._resolution, dtype=np.float64),
             )
         return self._layout
 

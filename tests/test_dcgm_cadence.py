@@ -229,12 +229,10 @@ def test_a_one_tick_spike_before_a_lost_scrape_does_not_alert() -> None:
 
 
 # -- the simulated cluster: cached DCGM scrapes change no alert ------------------------------
-def alerts_of(scenario: Scenario, *, repeats: bool = True) -> list[tuple[str, tuple[str, ...]]]:
+def alerts_of(scenario: Scenario) -> list[tuple[str, tuple[str, ...]]]:
     cluster = SimulatedCluster(scenario)
     index = SeriesIndex()
     pipeline = build_pipeline(load_config(None, env={}), index)
-    if not repeats:
-        pipeline.signal_map.repeats = None
     return [
         (a.node, a.signals)
         for frame in simulated_frames(cluster, index)
@@ -255,14 +253,6 @@ def test_a_cached_dcgm_exporter_raises_the_alerts_of_a_fresh_one(cadence: dict[s
     whether dcgm-exporter is read at scrape time or served from its cache."""
     fresh = replace(CLUSTER, step_s=cadence["step_s"])
     assert alerts_of(replace(fresh, **cadence)) == alerts_of(fresh)  # type: ignore[arg-type]
-
-
-def test_without_the_repeat_rule_a_cached_exporter_raises_false_alerts() -> None:
-    """The check above has teeth: read as observations, the cached pages' rates (0, 2x, 0, 2x)
-    make power-throttling GPUs look like lone deviants."""
-    cached_cluster = replace(CLUSTER, step_s=15.0, dcgm_collect_every=2)
-    extra = set(alerts_of(cached_cluster, repeats=False)) - set(alerts_of(cached_cluster))
-    assert {signals[0] for _, signals in extra} == {"power_violation"}
 
 
 @pytest.mark.parametrize(

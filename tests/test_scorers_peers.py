@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -189,3 +191,25 @@ def test_a_state_saved_before_intervals_were_kept_loads_and_scores_the_same() ->
     expected = scorer.update(40 * TICK_S, x[40], layout)
     assert expected[5] > 3.0
     np.testing.assert_array_equal(expected, restored.update(40 * TICK_S, x[40], layout))
+
+
+@pytest.mark.parametrize("resolution", [0.0, 0.1])
+def test_a_one_step_move_of_a_rounded_signal_is_quantization_not_a_deviant(
+    resolution: float,
+) -> None:
+    """Readings rounded to 0.1 (a throttle share): a GPU reading one step above peers that
+    agree exactly at 0 scores about step / (step / sqrt(12)) = 3.5, not the tens of sigmas an
+    unrounded signal's exact agreement would give it; five steps still stand out."""
+    base = grid_layout(1, 8, ("power_violation",))
+    layout = dataclasses.replace(base, resolution=np.full(len(base), resolution))
+    peers = PeerDeviation(smooth_half_life_s=0.0)
+    ticks = 200
+    x = np.zeros((ticks, 8))
+    x[120, 3] = 0.1  # one step, one tick
+    x[180:, 5] = 0.5  # five steps, for good
+    scores = np.array([peers.update(i * TICK_S, row, layout) for i, row in enumerate(x)])
+    if resolution:
+        assert scores[120, 3] < 4.0
+        assert scores[185:, 5].max() > 10.0
+    else:
+        assert scores[120, 3] > 20.0  # the same move without a resolution: a floor-size MAD

@@ -296,6 +296,7 @@ def peer_step(
     q: FloatArray,
     base: tuple[FloatArray, ...],
     p: FloatArray,
+    floor: FloatArray,
     score_out: FloatArray,
 ) -> None:
     """One PeerDeviation tick: the group statistics, then per column the update and the habit
@@ -305,7 +306,8 @@ def peer_step(
     ``g`` = (min_peers, mad_floor_rel, mad_floor_abs); ``state`` = (smoothed, scale_var,
     scale_w, count, last_t, interval); ``q`` = (-1 / scale half-life, -1 / smooth half-life
     or 0 for no smoothing, warmup); ``base`` = the habit baseline's arrays with parameters
-    ``p``, or empty arrays for none."""
+    ``p``, or empty arrays for none; ``floor`` = per column the least sigma its group can have
+    (its readings' quantization noise), or empty for none."""
     neg_inv_scale, neg_inv_smooth, warmup = q[0], q[1], q[2]
     x = gathered(x_row, cols)
     scores = scratch(score_out, cols)
@@ -313,6 +315,7 @@ def peer_step(
     row_of = groups[3]
     n = x.shape[0]
     has_base = base[0].shape[0] > 0
+    has_floor = floor.shape[0] > 0
     # The per-column passes run block by block, their temporaries reused: the state (11
     # arrays) streams through once while the temporaries (~10 arrays) stay in L1/L2 instead
     # of making their own round trips to L3 for every column (15k columns: ~6% of peers).
@@ -337,6 +340,10 @@ def peer_step(
         for j in range(m):
             med[j] = med_g[row_of[b0 + j]]
             sigma[j] = sigma_g[row_of[b0 + j]]
+        if has_floor:  # NaN (too few peers) stays NaN: the comparison is False
+            for j in range(m):
+                fl = floor[b0 + j]
+                sigma[j] = fl if fl > sigma[j] else sigma[j]
         xb = x[b0:b1]
         for j in range(m):  # every load unconditional, choices by selection: vectorizes
             z_all[j], judged_all[j] = _peer_column(

@@ -33,6 +33,8 @@ groups or columns.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import ConfigError
@@ -112,6 +114,7 @@ class PeerDeviation(KernelScorer):
         self.last_t = np.zeros(0)
         self.interval = np.zeros(0)  # usual elapsed time between judged ticks, 0 unknown
         self._layout: ColumnLayout | None = None
+        self._floor = np.zeros(0)  # per column: quantization sigma of its readings (none)
         # peer_step's parameter vectors, built once
         smooth = -1.0 / self.smooth_half_life_s if self.smooth_half_life_s > 0 else 0.0
         self._q = np.array([-1.0 / self.scale_half_life_s, smooth, self.warmup])
@@ -160,6 +163,11 @@ class PeerDeviation(KernelScorer):
         row_of[padded[slot_row, slot]] = slot_row
         row_of[members] = n_small + np.repeat(np.arange(n_large), sizes)
         self._groups = (padded, members, starts, row_of)
+        # A rounded signal's readings carry quantization noise of step / sqrt(12) (uniform
+        # rounding error): a group that agrees exactly has no smaller spread than that, so a
+        # one-step move (a throttle share read 0.1 against peers at 0) is ~3.5 sigma, not 40.
+        res = layout.resolution
+        self._floor = np.zeros(0) if res is None or not res.any() else res / math.sqrt(12.0)
         self._layout = layout
 
     def group_stats(self, x: FloatArray, layout: ColumnLayout) -> tuple[FloatArray, FloatArray]:
@@ -205,7 +213,8 @@ class PeerDeviation(KernelScorer):
             self.baseline.grow(n)
             base, p = self.baseline.arrays(), self.baseline.params()
         peer_step(
-            float(t), x, cols, self._groups, g, layout.direction, state, q, base, p, out
+            float(t), x, cols, self._groups, g, layout.direction, state, q, base, p,
+            self._floor, out,
         )  # fmt: skip
 
     def state_dict(self) -> dict[str, np.ndarray]:
