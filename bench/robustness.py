@@ -28,7 +28,7 @@ between (node-exporter reads /proc at scrape time): collecting every 30 s (its d
 while scraped every 15 s, so every other scrape of a node repeats its DCGM values byte for
 byte (counters' rates go 0, 2x, 0, 2x), each node at its own phase; and scraped every 30 s
 out of phase, 10% of a node's DCGM scrapes landing just before that tick's collection (a stale
-repeat, then a rate over two intervals); the same at 60 s samples (open: bench/RESULTS.md).
+repeat, then a rate over two intervals); the same at 60 s samples.
 Failures per condition are drawn as in the demo (a fixed count per day, kinds and precursors
 from the trace), so "before the XID" is the statistics' share; XIDs alert by themselves.
 """
@@ -75,7 +75,7 @@ CONDITIONS: dict[str, dict[str, Any]] = {
     "8 nodes": {"nodes": 8},
     "DCGM collects every 30 s, scraped every 15 s": {"step_s": 15.0, "dcgm_collect_every": 2},
     "DCGM scrape before collection 10%": {"dcgm_stale_share": 0.1},
-    # open (bench/RESULTS.md "Robustness", Left): harsher than a real 60 s scrape of a 30 s
+    # bench/RESULTS.md "Robustness" item 9; harsher than a real 60 s scrape of a 30 s
     # collection, which can serve a page at most 30 s old, not a whole tick
     "60 s samples, DCGM scrape before collection 10%": {"step_s": 60.0, "dcgm_stale_share": 0.1},
 }
