@@ -306,8 +306,8 @@ def peer_step(
     ``g`` = (min_peers, mad_floor_rel, mad_floor_abs); ``state`` = (smoothed, scale_var,
     scale_w, count, last_t, interval); ``q`` = (-1 / scale half-life, -1 / smooth half-life
     or 0 for no smoothing, warmup); ``base`` = the habit baseline's arrays with parameters
-    ``p``, or empty arrays for none; ``floor`` = per column the least sigma its group can have
-    (its readings' quantization noise), or empty for none."""
+    ``p``, or empty arrays for none; ``floor`` = per group row the least sigma the group can
+    have (its readings' quantization noise: a group is one signal), or empty for none."""
     neg_inv_scale, neg_inv_smooth, warmup = q[0], q[1], q[2]
     x = gathered(x_row, cols)
     scores = scratch(score_out, cols)
@@ -315,7 +315,9 @@ def peer_step(
     row_of = groups[3]
     n = x.shape[0]
     has_base = base[0].shape[0] > 0
-    has_floor = floor.shape[0] > 0
+    for r in range(floor.shape[0]):  # NaN (too few peers) stays NaN: the comparison is False
+        fl = floor[r]
+        sigma_g[r] = fl if fl > sigma_g[r] else sigma_g[r]
     # The per-column passes run block by block, their temporaries reused: the state (11
     # arrays) streams through once while the temporaries (~10 arrays) stay in L1/L2 instead
     # of making their own round trips to L3 for every column (15k columns: ~6% of peers).
@@ -340,10 +342,6 @@ def peer_step(
         for j in range(m):
             med[j] = med_g[row_of[b0 + j]]
             sigma[j] = sigma_g[row_of[b0 + j]]
-        if has_floor:  # NaN (too few peers) stays NaN: the comparison is False
-            for j in range(m):
-                fl = floor[b0 + j]
-                sigma[j] = fl if fl > sigma[j] else sigma[j]
         xb = x[b0:b1]
         for j in range(m):  # every load unconditional, choices by selection: vectorizes
             z_all[j], judged_all[j] = _peer_column(

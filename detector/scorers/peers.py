@@ -114,7 +114,7 @@ class PeerDeviation(KernelScorer):
         self.last_t = np.zeros(0)
         self.interval = np.zeros(0)  # usual elapsed time between judged ticks, 0 unknown
         self._layout: ColumnLayout | None = None
-        self._floor = np.zeros(0)  # per column: quantization sigma of its readings (none)
+        self._floor = np.zeros(0)  # per group row: quantization sigma of its readings (none)
         # peer_step's parameter vectors, built once
         smooth = -1.0 / self.smooth_half_life_s if self.smooth_half_life_s > 0 else 0.0
         self._q = np.array([-1.0 / self.scale_half_life_s, smooth, self.warmup])
@@ -166,8 +166,12 @@ class PeerDeviation(KernelScorer):
         # A rounded signal's readings carry quantization noise of step / sqrt(12) (uniform
         # rounding error): a group that agrees exactly has no smaller spread than that, so a
         # one-step move (a throttle share read 0.1 against peers at 0) is ~3.5 sigma, not 40.
+        # Per group row (small, large, the ungrouped row last), as peer_step reads it.
         res = layout.resolution
-        self._floor = np.zeros(0) if res is None or not res.any() else res / math.sqrt(12.0)
+        self._floor = np.zeros(0)
+        if res is not None and res.any():
+            first = np.concatenate([padded[:, 0], members[starts[:-1]], [-1]]).astype(np.int64)
+            self._floor = np.where(first >= 0, res[first] / math.sqrt(12.0), 0.0)
         self._layout = layout
 
     def group_stats(self, x: FloatArray, layout: ColumnLayout) -> tuple[FloatArray, FloatArray]:
