@@ -165,13 +165,13 @@ class SignalMap:
         self._denom.append(-1)
         if kind == RATIO:
             self._unresolved[len(self._series) - 1] = (str(rule["denominator"]), info.labels)
-        if series >= 0 and info.node and info.node not in self._frozen_nodes:
-            self._add_frozen(info)
 
     def _add_frozen(self, info: SeriesInfo) -> None:
         """The node's ``health_targets_frozen_fraction`` column, after its first scored
         column that an exporter (not the scraper) sends."""
         frozen = self._presence.get("health_targets_frozen_fraction")
+        if not info.node or info.node in self._frozen_nodes:
+            return
         if frozen is None or self.repeats is None or target_key(info) is None:
             return
         self._frozen_nodes.add(info.node)
@@ -250,6 +250,7 @@ class SignalMap:
                 direction=rule.direction,
                 weight=rule.weight,
             )
+            self._add_frozen(info)
             return
         assert not isinstance(verdict, str)
         if verdict.truth is not None:  # ground truth (XID): read by xids.py, never scored
@@ -263,6 +264,7 @@ class SignalMap:
             "denominator": verdict.denominator,
         }
         self._append(info, info.column, _TRANSFORM[verdict.transform], verdict.name, gpu, **fields)
+        self._add_frozen(info)
 
     def _add_presence(self, info: SeriesInfo, entity: int, node_id: int) -> None:
         missing = self._presence.get("health_series_missing_fraction")
@@ -276,7 +278,7 @@ class SignalMap:
             self._append(info, -1, GPU_COUNT, count.name, None, entity_id=node_id, **fields)
 
     # ------------------------------------------------------------------ per tick
-    def _frozen(self) -> dict[str, np.ndarray]:
+    def _tick_arrays(self) -> dict[str, np.ndarray]:
         """Index arrays derived from the column lists, rebuilt only when columns are added
         (building them per tick cost more than the arithmetic)."""
         if self._arrays is None:
@@ -327,7 +329,7 @@ class SignalMap:
         """Signal values for the tick at ``t`` (syncs first if the index grew)."""
         if self._synced < len(self.index):
             self.sync()
-        a = self._frozen()
+        a = self._tick_arrays()
         n_series = self._synced
         # One slot past the series holds NaN, so computed columns (series -1) gather NaN.
         padded = np.empty(n_series + 1)
@@ -475,7 +477,7 @@ class SignalMap:
         """Per-column fusion weight (read-only; cached until columns are added)."""
         if self._synced < len(self.index):
             self.sync()
-        return self._frozen()["weight"]
+        return self._tick_arrays()["weight"]
 
     def column_names(self, i: int) -> tuple[str, str, str | None, int]:
         """(signal name, node, gpu label or None, series column or -1 when computed)."""
