@@ -314,22 +314,24 @@ class SimulatedCluster:
     def _dcgm_where(self, dst: FloatArray, src: FloatArray, nodes: np.ndarray) -> None:
         """Copy the DCGM values of the nodes in mask ``nodes`` from ``src`` into ``dst``
         (both laid out as ``out``'s leading DCGM block)."""
-        sc, g = self.scenario, self._gpu_cols
-        dst_block = dst[:g].reshape(-1, sc.nodes, sc.gpus)
-        dst_block[:, nodes] = src[:g].reshape(-1, sc.nodes, sc.gpus)[:, nodes]
-        if len(self._pairs):
-            pairs = nodes[self._pairs[:, 0]]
-            dst[g : g + len(self._pairs)][pairs] = src[g : g + len(self._pairs)][pairs]
+        mask = self._dcgm_mask(nodes)
+        np.copyto(dst[: mask.shape[0]], src[: mask.shape[0]], where=mask)
+
+    def _dcgm_mask(self, nodes: np.ndarray) -> np.ndarray:
+        """Over ``out``'s leading DCGM block (fields x nodes x GPUs, then the windowed XID
+        counts): the values of the nodes in mask ``nodes``."""
+        sc = self.scenario
+        fields = self._gpu_cols // (sc.nodes * sc.gpus)
+        block = np.broadcast_to(nodes[None, :, None], (fields, sc.nodes, sc.gpus)).ravel()
+        pairs = nodes[self._pairs[:, 0]] if len(self._pairs) else np.zeros(0, dtype=bool)
+        return np.concatenate([block, pairs])
 
     def _lose_scrapes(self, out: FloatArray, lost: np.ndarray) -> None:
         """Blank the series of scrapes lost or not due: ``lost[0]`` per node its dcgm-exporter's
         (the windowed XID counts too), ``lost[1]`` its node-exporter's."""
         sc = self.scenario
-        gpu_block = out[: self._gpu_cols].reshape(-1, sc.nodes, sc.gpus)
-        gpu_block[:, lost[0]] = np.nan
-        if len(self._pairs):
-            pairs = out[self._gpu_cols : self._gpu_cols + len(self._pairs)]
-            pairs[lost[0][self._pairs[:, 0]]] = np.nan
+        mask = self._dcgm_mask(lost[0])
+        out[: mask.shape[0]][mask] = np.nan
         for _, start, sets in self._node_views:
             out[start : start + sc.nodes * sets].reshape(sc.nodes, sets)[lost[1]] = np.nan
 
