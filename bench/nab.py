@@ -59,6 +59,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from statistics import NormalDist
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
@@ -69,6 +70,9 @@ from bench import nab_score
 from detector.errors import ConfigError
 from detector.model import ColumnLayout
 from detector.scorers.base import Scorer
+
+if TYPE_CHECKING:
+    from detector.scorers.context import ContextNovelty
 
 FloatArray = NDArray[np.float64]
 
@@ -437,17 +441,22 @@ class ContextConfig:
     score_scale: float = 10.0
 
 
-def context_z(f: NabFile, cfg: ContextConfig = ContextConfig()) -> FloatArray:
-    """Stream one file through ContextNovelty; its z-unit output per row."""
+def context_scorer(cfg: ContextConfig = ContextConfig()) -> ContextNovelty:
+    """A fresh ContextNovelty configured by ``cfg``."""
     from detector.scorers.context import ContextNovelty
 
-    scorer = ContextNovelty(
+    return ContextNovelty(
         levels=cfg.levels,
         orders=cfg.orders,
         table_bits=cfg.table_bits,
         rate_half_life=cfg.rate_half_life,
         warmup=cfg.warmup,
     )
+
+
+def context_z(f: NabFile, cfg: ContextConfig = ContextConfig()) -> FloatArray:
+    """Stream one file through ContextNovelty; its z-unit output per row."""
+    scorer = context_scorer(cfg)
     return stream(scorer, f, row_clock(f), cfg.cadence_rows)  # no clock inside the scorer
 
 

@@ -46,16 +46,9 @@ CONTEXT = "L4O6"  # the committed context (4 levels x 6 orders)
 def file_range_context_z(f: NabFile) -> FloatArray:
     """The committed ContextNovelty streamed over ``f`` with its range fixed in advance to the
     file's [min, max] (NAB's inputMin / inputMax) instead of the range seen so far."""
-    from detector.scorers.context import ContextNovelty
-
     c = nab_cv.CONTEXTS[CONTEXT]
-    scorer = ContextNovelty(
-        levels=c.levels,
-        orders=c.orders,
-        table_bits=nab_cv.table_bits(c.levels, c.orders),
-        rate_half_life=c.rate_half_life,
-        warmup=c.warmup,
-    )
+    c = replace(c, table_bits=nab_cv.table_bits(c.levels, c.orders))  # as nab_cv streams it
+    scorer = nab.context_scorer(c)
     finite = f.values[np.isfinite(f.values)]
     state = scorer.state_dict()  # empty arrays with the right dtypes and row shapes
     state.update(
