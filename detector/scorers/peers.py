@@ -176,7 +176,8 @@ class PeerDeviation(KernelScorer):
 
     def group_stats(self, x: FloatArray, layout: ColumnLayout) -> tuple[FloatArray, FloatArray]:
         """Per column, its group's median and floored MAD sigma over the members observed this
-        tick (both NaN where the group has fewer than ``min_peers`` observed members)."""
+        tick (both NaN where the group has fewer than ``min_peers`` observed members). The
+        raw statistics: scoring also floors sigma at a rounded signal's quantization noise."""
         if layout is not self._layout:
             self._refresh_groups(layout)
         med, sigma = np.empty(len(layout)), np.empty(len(layout))
