@@ -209,6 +209,7 @@ class AlertsConfig(_Section):
     threshold: float | None = Field(default=None, gt=0, le=1)
     clear_ratio: float = Field(default=0.8, gt=0, le=1)
     min_duration_s: float = Field(default=60.0, ge=0)
+    min_observations: int = Field(default=3, ge=1)  # ticks with data before it fires, too
     cooldown_s: float = Field(default=900.0, ge=0)
     clear_duration_s: float = Field(default=60.0, ge=0)  # below the clear level this long to end
     alert_on_xid: bool = True

@@ -1,8 +1,11 @@
 """Alert episodes: per entity ok -> pending -> firing -> resolved, vectorized over entities.
 
 - ok -> pending when the score reaches ``threshold``;
-- pending -> firing once it has stayed at or above ``threshold`` for ``min_duration_s``
-  (the alert starts at that moment: when an operator would be told);
+- pending -> firing once it has stayed at or above ``threshold`` for ``min_duration_s`` and
+  over at least ``min_observations`` ticks with data (the alert starts at that moment: when an
+  operator would be told). A duration alone asks for less evidence the slower the data comes:
+  60 s is five ticks at 15 s samples but two at 60 s, where two ticks of one burst (a flapping
+  link's clump split across two scrapes) would pass it;
 - firing -> resolved once the score has stayed below ``threshold * clear_ratio`` (hysteresis)
   for ``clear_duration_s``: one low tick (a lost scrape leaves the node scored on the rest of
   its telemetry, a GPU's evidence missing for that tick) does not end an alert that goes on;
@@ -33,6 +36,7 @@ class EpisodeParams:
     # A new failure XID on an entity whose alert has fired for this long starts a new episode
     # (the old one could no longer match it: the evaluation horizon is an hour by default).
     restart_after_s: float = 3600.0
+    min_observations: int = 3  # ticks with data a pending alert must see (see above)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +61,7 @@ class Episodes:
         self.peak_time = np.zeros(n)
         self.forced_prev = np.zeros(n, dtype=bool)
         self.clear_since = np.full(n, np.nan)  # firing and below clear since (NaN: not)
+        self.seen_above = np.zeros(n)  # pending: ticks with data at or above the threshold
 
     def _grow(self, n: int) -> None:
         extra = n - self.state.shape[0]
@@ -69,6 +74,7 @@ class Episodes:
         self.peak_time = np.concatenate((self.peak_time, np.zeros(extra)))
         self.forced_prev = np.concatenate((self.forced_prev, np.zeros(extra, dtype=bool)))
         self.clear_since = np.concatenate((self.clear_since, np.full(extra, np.nan)))
+        self.seen_above = np.concatenate((self.seen_above, np.zeros(extra)))
 
     def update(
         self, t: float, scores: FloatArray, force: BoolArray | None = None
@@ -105,11 +111,15 @@ class Episodes:
         st[to_pending] = PENDING
         self.since[to_pending] = t
         self.peak[to_pending] = 0.0
+        self.seen_above[to_pending] = 0.0
 
         drop = (st == PENDING) & valid & ~above
         st[drop] = OK
 
-        fire = (st == PENDING) & above & ((t - self.since >= p.min_duration_s) | forced)
+        pending = st == PENDING
+        self.seen_above[pending & above] += 1.0
+        enough = (t - self.since >= p.min_duration_s) & (self.seen_above >= p.min_observations)
+        fire = pending & above & (enough | forced)
         st[fire] = FIRING
         self.start[fire] = t
 
@@ -148,6 +158,7 @@ class Episodes:
             "peak_time": self.peak_time.copy(),
             "forced_prev": self.forced_prev.copy(),
             "clear_since": self.clear_since.copy(),
+            "seen_above": self.seen_above.copy(),
         }
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
@@ -164,3 +175,5 @@ class Episodes:
         self.clear_since = (
             np.full(self.state.shape[0], np.nan) if clear is None else clear.astype(np.float64)
         )
+        seen = state.get("seen_above")  # likewise: a pending entity counts afresh
+        self.seen_above = np.zeros(self.state.shape[0]) if seen is None else seen.astype(np.float64)

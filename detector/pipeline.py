@@ -449,6 +449,7 @@ def episode_params(config: Config, threshold: float) -> EpisodeParams:
         al.cooldown_s,
         clear_duration_s=al.clear_duration_s,
         restart_after_s=config.evaluation.horizon_s,
+        min_observations=al.min_observations,
     )
 
 

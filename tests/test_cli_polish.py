@@ -419,7 +419,7 @@ def test_calibration_over_budget_exits_3_and_still_writes_the_file(
     dump, events = small_dump
     assert "" == events.read_text()  # the premise: this history holds no failure
     config = tmp_path / "config.yaml"
-    config.write_text("alerts:\n  min_duration_s: 0\n")
+    config.write_text("alerts:\n  min_duration_s: 0\n  min_observations: 1\n")
     out = tmp_path / "calibration.json"
     args = ["calibrate", str(dump), "--config", str(config), "--fp-per-day", "0", "--quiet"]
     assert 3 == main([*args, "--out", str(out)])

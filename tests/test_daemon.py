@@ -119,6 +119,7 @@ def daemon_config(
         "alerts": {
             "threshold": 0.99,
             "min_duration_s": 0,
+            "min_observations": 1,
             "cooldown_s": 0,
             "alertmanager_urls": [am_url],
             "resend_interval_s": 60,

@@ -45,9 +45,9 @@ def test_pending_restarts_its_clock_after_dropping() -> None:
     assert ["", "", "", "", "", "start"] == events
 
 
-def test_zero_min_duration_fires_on_the_crossing_tick() -> None:
-    """With min_duration_s = 0 the first tick at threshold starts the alert."""
-    ep = Episodes(EpisodeParams(threshold=0.5, min_duration_s=0.0))
+def test_no_minimum_fires_on_the_crossing_tick() -> None:
+    """With no minimum (0 s, one observation) the first tick at threshold starts the alert."""
+    ep = Episodes(EpisodeParams(threshold=0.5, min_duration_s=0.0, min_observations=1))
     assert ["", "start"] == run(ep, [0.2, 0.5])
 
 
@@ -62,7 +62,9 @@ def test_hysteresis_keeps_firing_between_clear_level_and_threshold() -> None:
 def test_an_alert_ends_only_after_staying_below_clear_for_clear_duration() -> None:
     """With clear_duration_s = 60 a single low tick (a lost scrape) or a tick without data
     does not end a firing alert; staying below the clear level for 60 s does, at that tick."""
-    ep = Episodes(EpisodeParams(threshold=0.8, clear_ratio=0.5, min_duration_s=0.0))
+    ep = Episodes(
+        EpisodeParams(threshold=0.8, clear_ratio=0.5, min_duration_s=0.0, min_observations=1)
+    )
     events = run(ep, [0.9, 0.1, 0.9, 0.1, np.nan, 0.9, 0.1, 0.1, 0.1])
     assert ["start", "", "", "", "", "", "", "", "end"] == events  # 180 -> 240: 60 s below
     assert COOLING == ep.state[0]
@@ -85,16 +87,42 @@ def test_cooldown_ignores_crossings_then_allows_a_new_episode() -> None:
 
 
 def test_nan_score_holds_every_state() -> None:
-    """A tick with no data changes neither pending nor firing (nor resolves)."""
+    """A tick with no data changes neither pending nor firing (nor resolves), and is no
+    observation towards firing."""
     ep = Episodes(PARAMS)
     run(ep, [0.9], t0=0.0)
     run(ep, [np.nan, np.nan], t0=30.0)
     assert PENDING == ep.state[0]
-    run(ep, [0.9], t0=90.0)  # pending since 0, now 90 >= 60
+    run(ep, [0.9], t0=90.0)  # pending since 0, now 90 >= 60, but only 2 ticks with data
+    assert PENDING == ep.state[0]
+    run(ep, [0.9], t0=120.0)
     assert FIRING == ep.state[0]
-    events = run(ep, [np.nan] * 3, t0=120.0)
+    events = run(ep, [np.nan] * 3, t0=150.0)
     assert ["", "", ""] == events
     assert FIRING == ep.state[0]
+
+
+def test_slow_samples_need_min_observations_as_well_as_min_duration() -> None:
+    """At 60 s samples, two ticks above (60 s apart: min_duration_s met) do not fire: a clump
+    split across two scrapes is two observations; the third tick does, at that tick."""
+    ep = Episodes(PARAMS)
+    assert ["", "", "start"] == run(ep, [0.9, 0.9, 0.9], step=60.0)
+    assert 120.0 == ep.start[0]
+    ep = Episodes(PARAMS)
+    assert ["", "", ""] == run(ep, [0.9, 0.9, 0.1], step=60.0)
+    assert OK == ep.state[0]
+    one = Episodes(EpisodeParams(threshold=0.8, min_duration_s=60.0, min_observations=2))
+    assert ["", "start"] == run(one, [0.9, 0.9], step=60.0)
+
+
+def test_a_state_saved_before_the_observation_count_loads_and_counts_afresh() -> None:
+    """A pending entity restored from a state without ``seen_above`` counts its ticks anew."""
+    ep = Episodes(PARAMS)
+    run(ep, [0.9, 0.9])
+    restored = Episodes(PARAMS)
+    restored.load_state_dict({k: v for k, v in ep.state_dict().items() if k != "seen_above"})
+    assert PENDING == restored.state[0]
+    assert ["", "", "start"] == run(restored, [0.9, 0.9, 0.9], t0=60.0)
 
 
 def test_peak_tracks_the_highest_score_of_the_episode() -> None:
@@ -141,6 +169,7 @@ def test_shorter_score_vector_treats_absent_entities_as_no_data() -> None:
     """Scores for fewer entities than known: the missing tail holds its state (like NaN)."""
     ep = Episodes(PARAMS, 2)
     ep.update(0.0, np.array([0.9, 0.9]))
+    ep.update(30.0, np.array([0.9]))
     ch = ep.update(60.0, np.array([0.9]))
     assert [0] == ch.started.tolist()
     assert [FIRING, PENDING] == ep.state.tolist()
@@ -174,7 +203,9 @@ def test_state_dict_is_a_copy() -> None:
 def test_new_forced_run_on_a_long_firing_entity_starts_a_new_episode() -> None:
     """A failure XID on a node whose alert has fired for over restart_after_s ends that
     episode and opens a new one at once; a recent alert is kept (it may be the precursor)."""
-    params = EpisodeParams(threshold=0.5, min_duration_s=0.0, restart_after_s=600.0)
+    params = EpisodeParams(
+        threshold=0.5, min_duration_s=0.0, restart_after_s=600.0, min_observations=1
+    )
     ep = Episodes(params, 2)
     ep.update(0.0, np.array([0.9, 0.9]))  # both fire at t=0
     quiet = np.array([False, False])

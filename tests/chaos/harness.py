@@ -149,7 +149,12 @@ def write_config(path: Path, targets: list[dict[str, Any]], **sections: Any) -> 
             "body_limit_bytes": 1024 * 1024,
         },
         "scoring": {"warmup_s": 5 * STEP_S},
-        "alerts": {"min_duration_s": 0, "cooldown_s": 0, "resend_interval_s": 60},
+        "alerts": {
+            "min_duration_s": 0,
+            "min_observations": 1,
+            "cooldown_s": 0,
+            "resend_interval_s": 60,
+        },
         "kmsg": {"enabled": False},
         "server": {"listen": f"127.0.0.1:{free_port()}"},
         "logging": {"level": "warning"},

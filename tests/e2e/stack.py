@@ -215,6 +215,7 @@ class Stack:
             "alerts": {
                 "alert_on_xid": False,  # see the module docstring
                 "min_duration_s": 0,
+                "min_observations": 1,
                 "cooldown_s": 0,
                 "clear_duration_s": 0,  # resolve on the first tick below the clear level
                 # Firing alerts carry endsAt = now + 4 x 60 s: Alertmanager cannot expire one
