@@ -28,7 +28,9 @@ between (node-exporter reads /proc at scrape time): collecting every 30 s (its d
 while scraped every 15 s, so every other scrape of a node repeats its DCGM values byte for
 byte (counters' rates go 0, 2x, 0, 2x), each node at its own phase; and scraped every 30 s
 out of phase, 10% of a node's DCGM scrapes landing just before that tick's collection (a stale
-repeat, then a rate over two intervals); the same at 60 s samples.
+repeat, then a rate over two intervals); the same at 60 s samples; 120 s samples; several of
+these at once (60 s, default fields, 2% lost, 10% stale, newer labels, 4 noisy nodes); and a
+cluster of 4 nodes (jobs of 2, 1 and 1 nodes, so two nodes have no peer doing the same work).
 Failures per condition are drawn as in the demo (a fixed count per day, kinds and precursors
 from the trace), so "before the XID" is the statistics' share; XIDs alert by themselves.
 """
@@ -78,6 +80,19 @@ CONDITIONS: dict[str, dict[str, Any]] = {
     # bench/RESULTS.md "Robustness" item 9; harsher than a real 60 s scrape of a 30 s
     # collection, which can serve a page at most 30 s old, not a whole tick
     "60 s samples, DCGM scrape before collection 10%": {"step_s": 60.0, "dcgm_stale_share": 0.1},
+    "120 s samples": {"step_s": 120.0},
+    # several departures at once, as a real cluster has them
+    "60 s, default fields, 2% lost, 10% stale, hostname label, 4 noisy nodes": {
+        "step_s": 60.0,
+        "dcgm_fields": "default",
+        "scrape_loss": 0.02,
+        "dcgm_stale_share": 0.1,
+        "hostname_label": "hostname",
+        "kubernetes_labels": False,
+        "noisy_nodes": 4,
+    },
+    # jobs of 2, 1 and 1 nodes: two nodes have no peer doing the same work (RESULTS "Robustness")
+    "4 nodes": {"nodes": 4},
 }
 
 
