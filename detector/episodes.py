@@ -4,8 +4,8 @@
 - pending -> firing once it has stayed at or above ``threshold`` for ``min_duration_s`` and
   over at least ``min_observations`` ticks with data (the alert starts at that moment: when an
   operator would be told). A duration alone asks for less evidence the slower the data comes:
-  60 s is five ticks at 15 s samples but two at 60 s, where two ticks of one burst (a flapping
-  link's clump split across two scrapes) would pass it;
+  60 s is five ticks at 15 s samples but two at 60 s, where two consecutive noisy ticks (a
+  flapping link's clumps, one latency spike) would pass it;
 - firing -> resolved once the score has stayed below ``threshold * clear_ratio`` (hysteresis)
   for ``clear_duration_s``: one low tick (a lost scrape leaves the node scored on the rest of
   its telemetry, a GPU's evidence missing for that tick) does not end an alert that goes on;
