@@ -129,10 +129,9 @@ def test_plain_http_gets_no_answer_from_a_tls_daemon(daemon: Running) -> None:
         httpx.get(daemon.base.replace("https", "http") + "/healthz", timeout=2)
 
 
-def _raw(daemon: Running, data: bytes, timeout_s: float = 5.0) -> tuple[bytes, float]:
-    """Send ``data`` over TLS, read until the server closes; (reply, seconds it took)."""
+def _raw(daemon: Running, data: bytes, timeout_s: float = 5.0) -> bytes:
+    """Send ``data`` over TLS, read until the server closes; the reply."""
     host, port = daemon.base.removeprefix("https://").split(":")
-    began = time.monotonic()
     with (
         socket.create_connection((host, int(port)), timeout=timeout_s) as plain,
         daemon.trust.wrap_socket(plain, server_hostname=host) as tls,
@@ -141,20 +140,20 @@ def _raw(daemon: Running, data: bytes, timeout_s: float = 5.0) -> tuple[bytes, f
         chunks = []
         while chunk := tls.recv(65536):
             chunks.append(chunk)
-    return b"".join(chunks), time.monotonic() - began
+    return b"".join(chunks)
 
 
 def test_request_size_limits_hold_on_the_running_daemon(daemon: Running) -> None:
     """A request head over max_request_bytes gets 431, a declared body over it 413."""
     head = b"GET /metrics HTTP/1.1\r\nX-Pad: " + b"a" * (2 * MAX_REQUEST) + b"\r\n\r\n"
-    assert _raw(daemon, head)[0].startswith(b"HTTP/1.1 431 ")
+    assert _raw(daemon, head).startswith(b"HTTP/1.1 431 ")
     body = b"GET /metrics HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % (10 * MAX_REQUEST)
-    assert _raw(daemon, body)[0].startswith(b"HTTP/1.1 413 ")
+    assert _raw(daemon, body).startswith(b"HTTP/1.1 413 ")
 
 
 def test_slow_loris_client_is_dropped_and_others_are_served(daemon: Running) -> None:
-    """A client that sends half a request and stalls is disconnected without an answer
-    (after request_timeout_s); meanwhile other clients get their responses."""
+    """A client that sends half a request and stalls is disconnected by the server without an
+    answer (its request_timeout_s); meanwhile other clients get their responses."""
     host, port = daemon.base.removeprefix("https://").split(":")
     with (
         socket.create_connection((host, int(port)), timeout=10) as plain,
@@ -162,10 +161,9 @@ def test_slow_loris_client_is_dropped_and_others_are_served(daemon: Running) -> 
     ):
         loris.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
         assert 200 == daemon.get("/healthz").status_code  # served while the loris waits
-        began = time.monotonic()
-        assert b"" == loris.recv(65536)  # closed by the server, nothing sent
-        waited = time.monotonic() - began
-    assert waited < 5  # dropped by the server's timeout, not by this socket's 10 s
+        # b"" is the server closing with nothing sent; had it kept the connection open, this
+        # socket's own 10 s timeout would raise TimeoutError here instead
+        assert b"" == loris.recv(65536)
 
 
 def test_secrets_never_reach_logs_or_metrics(daemon: Running) -> None:
