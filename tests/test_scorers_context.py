@@ -75,7 +75,7 @@ def test_hashed_memory_catches_a_break_with_long_contexts() -> None:
 )
 def test_bad_configuration_raises_config_error(kwargs: dict[str, float]) -> None:
     """Impossible parameters are refused at construction, naming the parameter."""
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match=next(iter(kwargs))):
         ContextNovelty(**kwargs)  # type: ignore[arg-type]
 
 

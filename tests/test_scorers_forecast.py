@@ -71,7 +71,7 @@ def test_heavy_tailed_errors_widen_the_scale_instead_of_alarming_forever() -> No
 )
 def test_bad_parameters_raise_config_error(kwargs: dict[str, object]) -> None:
     """Nonsensical parameters are refused with ConfigError naming the parameter."""
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match=list(kwargs)[-1]):  # the last key is the bad one
         ForecastError(**kwargs)  # type: ignore[arg-type]
 
 
