@@ -67,6 +67,9 @@ class PipelineParams:
     # An exporter page repeated byte for byte is no observation for up to this long, a frozen
     # exporter past it (signals.SignalMap, repeats.py); None: every scrape is an observation.
     repeat_hold_s: float | None = 60.0
+    # Labels naming a node's cohort (the nodes its node-level signals are compared with), in
+    # order of preference (config ``labels.cohort_labels``); empty: all nodes are one cohort.
+    cohort_labels: tuple[str, ...] = ()
     # Calibrated multipliers of the rules' fusion weights, by signal name (absent: 1).
     signal_weights: Mapping[str, float] = field(default_factory=dict)
 
@@ -133,7 +136,12 @@ class Pipeline:
         self.index = index
         self.params = params or PipelineParams()
         self.xid_catalog = xids
-        self.signal_map = SignalMap(signals, index, repeat_hold_s=self.params.repeat_hold_s)
+        self.signal_map = SignalMap(
+            signals,
+            index,
+            cohort_labels=self.params.cohort_labels,
+            repeat_hold_s=self.params.repeat_hold_s,
+        )
         self.xid_extractor = XidExtractor(index, xids)
         self.scoring = ScorerStage(scorers)
         self.episodes = Episodes(self.params.episodes)
@@ -433,6 +441,7 @@ def build_pipeline(
         alert_on_xid=al.alert_on_xid,
         xid_hold_s=al.xid_hold_s,
         repeat_hold_s=sc.repeat_hold_s,
+        cohort_labels=tuple(config.labels.cohort_labels),
         signal_weights=dict(signal_weights if signal_weights is not None else file_weights),
     )
     return Pipeline(index, signals, xids, scorers, params)

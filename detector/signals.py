@@ -33,7 +33,7 @@ cached collection, see repeats.py), for up to ``repeat_hold_s`` (None: every scr
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -66,13 +66,18 @@ class SignalMap:
         *,
         metric_types: Mapping[str, str] | None = None,
         cohort_of: CohortOf | None = None,
+        cohort_labels: Sequence[str] = (),
         repeat_hold_s: float | None = 60.0,
     ) -> None:
+        if cohort_of is not None and cohort_labels:
+            raise ValueError("give the cohorts as cohort_of or as cohort_labels, not both")
         self.catalog = catalog
         self.repeats = None if repeat_hold_s is None else RepeatedScrapes(repeat_hold_s)
         self.index = index
         self.metric_types = metric_types if metric_types is not None else {}
         self._cohort_of = cohort_of
+        self._cohort_labels = tuple(cohort_labels)
+        self._node_cohort: dict[str, tuple[int, str]] = {}  # node -> (label rank, cohort)
         self._synced = 0
         self._presence = {rule.name: rule for rule in catalog.presence_rules()}
         # Per signal column (grown in sync, frozen to arrays lazily).
@@ -125,12 +130,18 @@ class SignalMap:
 
     def _cohort_id(self, info: SeriesInfo) -> int:
         cohort_of = self._cohort_of
+        if self._cohort_labels:
+            return self._cohort_id_of(info.node)
         if cohort_of is None:
             label = ""
         elif isinstance(cohort_of, Mapping):
             label = cohort_of.get(info.node, "")
         else:
             label = cohort_of(info)
+        return self._id(self._cohort_ids, self.cohort_names, label)
+
+    def _cohort_id_of(self, node: str) -> int:
+        label = self._node_cohort.get(node, (0, ""))[1]
         return self._id(self._cohort_ids, self.cohort_names, label)
 
     def _declared_type(self, metric: str) -> str | None:
@@ -180,9 +191,11 @@ class SignalMap:
         self._append(info, -1, FROZEN, frozen.name, None, entity_id=node_id, **shape)
 
     def sync(self) -> bool:
-        """Map series added to the index since the last sync; True when columns were added."""
+        """Map series added to the index since the last sync; True when columns were added or
+        moved to another cohort (the layout changed)."""
         before = len(self._series)
         infos = self.index.infos
+        moved = bool(self._cohort_labels) and self._learn_cohorts(infos[self._synced :])
         for info in infos[self._synced :]:
             self._map_series(info)
         if self._synced < len(infos):  # per-series arrays (presence) grew too
@@ -207,7 +220,33 @@ class SignalMap:
                     self._prev_value[col], self._prev_time[col], self._prev_den[col] = restored
             self._arrays = None
             self._layout = None
-        return added > 0
+        return added > 0 or bool(moved)
+
+    def _learn_cohorts(self, infos: Sequence[SeriesInfo]) -> bool:
+        """A node's cohort: the value of the first of ``cohort_labels`` (in that order) that
+        any of its series carries, identity or context label; "" while none does (the nodes
+        without one form one cohort). A series that brings a better-ranked label (a target
+        that answered later) moves all of the node's columns to that cohort (returns whether
+        any mapped column moved)."""
+        rank = {name: r for r, name in enumerate(self._cohort_labels)}
+        moved: set[str] = set()
+        for info in infos:
+            if not info.node:
+                continue
+            best = self._node_cohort.get(info.node, (len(rank), ""))
+            for key, value in (*info.labels, *info.context):
+                r = rank.get(key)
+                if r is not None and r < best[0] and value:
+                    best = (r, value)
+                    moved.add(info.node)
+            self._node_cohort[info.node] = best
+        relabel = moved & set(self._node_ids)  # nodes with columns mapped before
+        for node in relabel:
+            node_id, cohort = self._node_ids[node], self._cohort_id_of(node)
+            pairs = zip(self._node, self._cohort, strict=True)
+            self._cohort = [cohort if n == node_id else c for n, c in pairs]
+            self._layout = None
+        return bool(relabel)
 
     def _resolve_denominators(self) -> None:
         """Pair ratio columns with their denominator series once those are in the index."""

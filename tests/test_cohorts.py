@@ -1,0 +1,102 @@
+"""Cohorts from labels (``labels.cohort_labels``): which nodes a node's node-level signals are
+compared with. A node's cohort is the first configured label any of its series carries."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from detector.config import load_config
+from detector.model import Frame, Labels
+from detector.pipeline import Pipeline, build_pipeline
+from detector.rules import load_signal_rules
+from detector.series import SeriesIndex
+from detector.signals import SignalMap
+
+T0 = 1_700_000_000.0
+STEP = 30.0
+MEM = "node_memory_MemAvailable_bytes"
+
+
+def node_series(node: str, **labels: str) -> Labels:
+    return (("instance", f"{node}:9100"), *labels.items())
+
+
+def gpu_series(node: str) -> Labels:
+    return (("Hostname", node), ("gpu", "0"), ("UUID", f"GPU-{node}"))
+
+
+def cohort_of(signals: SignalMap, node: str) -> set[str]:
+    """The cohort names of every column of ``node``."""
+    layout = signals.layout
+    node_id = layout.node_names.index(node)
+    return {signals.cohort_names[c] for c in layout.cohort[layout.node == node_id]}
+
+
+def test_a_nodes_cohort_is_its_first_configured_label_on_any_of_its_series() -> None:
+    """rack before zone; a node's GPU columns (no such label) share its cohort; a node with
+    none of the labels is in the "" cohort."""
+    index = SeriesIndex()
+    signals = SignalMap(load_signal_rules(), index, cohort_labels=("rack", "zone"))
+    index.add(MEM, node_series("n1", rack="r1"))
+    index.add("DCGM_FI_DEV_GPU_TEMP", gpu_series("n1"))
+    index.add(MEM, node_series("n2", zone="z9"))
+    index.add("node_load1", node_series("n2", rack="r2"))
+    index.add(MEM, node_series("n3"))
+    signals.sync()
+    assert {"r1"} == cohort_of(signals, "n1")
+    assert {"r2"} == cohort_of(signals, "n2")
+    assert {""} == cohort_of(signals, "n3")
+
+
+def test_a_label_that_arrives_later_moves_all_of_the_nodes_columns() -> None:
+    """A node first seen through an exporter without the label joins its cohort, all columns
+    at once, when a later series carries it; sync reports the changed layout."""
+    index = SeriesIndex()
+    signals = SignalMap(load_signal_rules(), index, cohort_labels=("rack",))
+    index.add("DCGM_FI_DEV_GPU_TEMP", gpu_series("n1"))
+    index.add(MEM, node_series("n2", rack="r1"))
+    signals.sync()
+    assert {""} == cohort_of(signals, "n1")
+    index.add("go_goroutines", node_series("n1", rack="r1"))  # no column of its own
+    assert signals.sync()
+    assert {"r1"} == cohort_of(signals, "n1")
+    assert not signals.sync()
+
+
+def cluster(cohort_labels: list[str]) -> tuple[Pipeline, dict[str, int]]:
+    """Four nodes: a 3-node training job "a" and a 1-node job "b" (label training_job)."""
+    config = load_config(None, env={})
+    labels = config.labels.model_copy(update={"cohort_labels": cohort_labels})
+    index = SeriesIndex()
+    pipeline = build_pipeline(config.model_copy(update={"labels": labels}), index)
+    jobs = {"n1": "a", "n2": "a", "n3": "a", "n4": "b"}
+    cols = {n: index.add(MEM, node_series(n, training_job=j)) for n, j in jobs.items()}
+    return pipeline, cols
+
+
+def alerted(pipeline: Pipeline, cols: dict[str, int], dips: dict[str, range]) -> set[str]:
+    """Nodes alerted over 2 h of host memory at 1 TB with noise; each node in ``dips`` at 60%
+    over its tick range (a checkpoint of its own job, or a fault)."""
+    rng = np.random.default_rng(3)
+    nodes: set[str] = set()
+    for k in range(240):
+        values = np.full(len(pipeline.index), np.nan)
+        for node, col in cols.items():
+            level = 0.6 if k in dips.get(node, range(0)) else 1.0
+            values[col] = level * 1e12 + rng.normal(0.0, 2e9)
+        tick = pipeline.step(Frame(T0 + STEP * k, values))
+        nodes |= {a.node for a in tick.started}
+    return nodes
+
+
+def test_a_single_node_jobs_own_moves_are_not_judged_against_another_jobs_nodes() -> None:
+    """Without cohort labels the 1-node job's checkpoint dip makes it a lone deviant among the
+    4 nodes; with the job as cohort it has no peers (1 < 3), so it raises no alert."""
+    dip = {"n4": range(120, 128)}
+    assert {"n4"} == alerted(*cluster([]), dip)
+    assert set() == alerted(*cluster(["training_job"]), dip)
+
+
+def test_a_lone_deviant_within_its_cohort_still_alerts() -> None:
+    """With the job as cohort, a node of the 3-node job whose memory falls alone is caught."""
+    assert {"n3"} == alerted(*cluster(["training_job"]), {"n3": range(120, 128)})
