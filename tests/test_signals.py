@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -282,7 +285,19 @@ def test_layout_is_consistent() -> None:
     assert layout.cohort[sm] != layout.cohort[temp]
     assert layout.cohort[temp] == layout.cohort[load]
     assert "sm_clock" == layout.signal_names[layout.signal[sm]]
-    assert gpu_number("nvidia7") == gpu_number("nvidia7") >= 1_000_000
+    assert layout.gpu[temp] >= 1_000_000  # a hashed label sits beyond every numeric GPU index
+
+
+def test_hashed_gpu_numbers_are_the_same_in_every_process() -> None:
+    """A non-numeric GPU label maps to the same int in a process with another str-hash seed
+    (a stable hash, not Python's salted hash()), so a restarted daemon numbers GPUs alike."""
+    code = "from detector.signals import gpu_number; print(gpu_number('nvidia7'))"
+    seed = "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1"  # not this process's seed
+    env = {**os.environ, "PYTHONHASHSEED": seed}
+    other = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert gpu_number("nvidia7") == int(other.stdout)
 
 
 def test_state_round_trip_keeps_rates_across_restart() -> None:
