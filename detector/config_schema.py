@@ -165,11 +165,8 @@ class LabelsConfig(_Section):
     )
     gpu_labels: list[str] = Field(default_factory=lambda: ["gpu"], min_length=1)
     cohort_labels: list[str] = Field(default_factory=list)  # empty: all nodes are one cohort
-    context_labels: list[str] = Field(default_factory=list)  # extra labels carried on alerts
 
-    _names = field_validator("node_labels", "gpu_labels", "cohort_labels", "context_labels")(
-        _check_label_names
-    )
+    _names = field_validator("node_labels", "gpu_labels", "cohort_labels")(_check_label_names)
 
 
 class RulesConfig(_Section):
