@@ -55,12 +55,14 @@ def replay_seed(
     days: float,
     nodes: int,
     weights: Mapping[str, float] | None = None,
+    env: Mapping[str, str] | None = None,
     **overrides: Any,
 ) -> ReplayResult:
-    """One recorded replay (scores kept for re-thresholding) of ``scenario_for``'s cluster."""
+    """One recorded replay (scores kept for re-thresholding) of ``scenario_for``'s cluster;
+    ``env``: DETECTOR_* settings over the default config."""
     cluster = SimulatedCluster(scenario_for(seed, days, nodes, **overrides))
     index = SeriesIndex()
-    pipeline = build_pipeline(load_config(None, env={}), index, signal_weights=weights)
+    pipeline = build_pipeline(load_config(None, env=dict(env or {})), index, signal_weights=weights)
     return run_replay(
         pipeline, simulated_frames(cluster, index), events=cluster.events(), record_scores=True
     )

@@ -30,7 +30,8 @@ byte (counters' rates go 0, 2x, 0, 2x), each node at its own phase; and scraped 
 out of phase, 10% of a node's DCGM scrapes landing just before that tick's collection (a stale
 repeat, then a rate over two intervals); the same at 60 s samples; 120 s samples; several of
 these at once (60 s, default fields, 2% lost, 10% stale, newer labels, 4 noisy nodes); and a
-cluster of 4 nodes (jobs of 2, 1 and 1 nodes, so two nodes have no peer doing the same work).
+cluster of 4 nodes (jobs of 2, 1 and 1 nodes, so two nodes have no peer doing the same work),
+also with each node's job as a label on its node-exporter series, configured as its cohort.
 Failures per condition are drawn as in the demo (a fixed count per day, kinds and precursors
 from the trace), so "before the XID" is the statistics' share; XIDs alert by themselves.
 """
@@ -93,6 +94,12 @@ CONDITIONS: dict[str, dict[str, Any]] = {
     },
     # jobs of 2, 1 and 1 nodes: two nodes have no peer doing the same work (RESULTS "Robustness")
     "4 nodes": {"nodes": 4},
+    # the same, each node's job on its node-exporter series and configured as its cohort
+    "4 nodes, jobs as cohorts": {
+        "nodes": 4,
+        "job_label": "training_job",
+        "env": {"DETECTOR_LABELS__COHORT_LABELS": "[training_job]"},
+    },
 }
 
 

@@ -78,6 +78,24 @@ def test_newer_builds_use_lowercase_hostname() -> None:
     assert "Hostname=" not in dcgm
 
 
+def test_job_label_names_each_nodes_job_on_its_node_exporter_series() -> None:
+    """job_label adds the node's job to its node-exporter series (a target label: not on the
+    exporter's page, not on DCGM's series); a spare node and the default get none."""
+    jobs = (JobSpec("a", (0, 1)), JobSpec("b", (2,)))  # node-04 is a spare
+    cluster = SimulatedCluster(small(jobs=jobs, job_label="training_job"))
+    node_series = [dict(labs) for name, labs in cluster.series() if name.startswith("node_")]
+    by_node = {labs["instance"].split(":")[0]: labs.get("training_job") for labs in node_series}
+    assert {"node-01": "a", "node-02": "a", "node-03": "b", "node-04": None} == by_node
+    assert not [1 for name, labs in cluster.series() if name.startswith("DCGM") and
+                "training_job" in dict(labs)]  # fmt: skip
+    t, values = next(iter(cluster.frames()))
+    assert "training_job" not in cluster.exposition("node-01", t, values)[1]
+    default = SimulatedCluster(small(jobs=jobs))
+    assert not [1 for _, labs in default.series() if "training_job" in dict(labs)]
+    with pytest.raises(ConfigError, match="job_label"):
+        small(job_label="job")
+
+
 def test_node_page_is_a_realistic_node_exporter_subset() -> None:
     """The node page parses, has NFS, mountstats, InfiniBand per port and ~100-200 series."""
     cluster = SimulatedCluster(small())

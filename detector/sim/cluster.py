@@ -30,7 +30,7 @@ from .host import HostModel
 from .pages import PageFamily, node_layout, render
 from .scenario import Scenario
 from .trace import DEFAULT_RATES, TraceRates, derive_rates
-from .workload import Workload, build_workload
+from .workload import Workload, build_workload, default_jobs
 
 XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
 XID_WINDOW_S = 300.0  # dcgm-exporter's default xid-count window (window_size_in_ms)
@@ -178,12 +178,17 @@ class SimulatedCluster:
                 lab = gpu_ident[n * n_gpus + g] + (("window_size_in_ms", "300000"), ("xid", str(x)))
                 series.append((XID_COUNT_FIELD, tuple(sorted(lab))))
         self._node_views: list[tuple[str, int, int]] = []
+        job_of: dict[int, tuple[tuple[str, str], ...]] = {}
+        if sc.job_label is not None:  # a target label, as relabelling adds it: not on the wire
+            for spec in sc.jobs if sc.jobs is not None else default_jobs(n_nodes):
+                job_of.update(dict.fromkeys(spec.nodes, ((sc.job_label, spec.name),)))
         for fam in NODE_FAMILIES:
             sets = len(fam.label_sets)
             start = len(series)
             wires, nodes = [], []
             for n in range(n_nodes):
-                inst = (("instance", f"{sc.node_name(n)}:9100"), ("job", "node-exporter"))
+                inst: Labels = (("instance", f"{sc.node_name(n)}:9100"), ("job", "node-exporter"))
+                inst += job_of.get(n, ())
                 for lab in fam.label_sets:
                     series.append((fam.name, tuple(sorted(lab + inst))))
                     wires.append(",".join(f'{k}="{v}"' for k, v in lab))

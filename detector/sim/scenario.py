@@ -58,6 +58,9 @@ class Scenario:
     dcgm_fields: DcgmFields = "default"  # "all" also emits the fields shipped commented out
     hostname_label: HostnameLabel = "Hostname"  # newer dcgm-exporter builds: "hostname"
     kubernetes_labels: bool = True  # container/namespace/pod on GPUs that run a job pod
+    # A label naming each node's training job on its node-exporter series, as Prometheus
+    # relabelling from the scheduler would add it (spare nodes get none); None: no such label.
+    job_label: str | None = None
     # Failures. Rates and type mix come from the InfiniteHBD trace (see trace.py).
     fault_trace: str | None = "auto"  # path, "auto" (shared data if present) or None (constants)
     failure_rate_multiplier: float = 1.0
@@ -108,6 +111,10 @@ class Scenario:
             raise bad("dcgm_fields", f"must be 'default' or 'all', got {self.dcgm_fields!r}")
         if self.hostname_label not in ("Hostname", "hostname"):
             raise bad("hostname_label", "must be 'Hostname' or 'hostname'")
+        if self.job_label is not None and (
+            not self.job_label.isidentifier() or self.job_label in ("instance", "job")
+        ):
+            raise bad("job_label", "must be a label name other than instance and job")
         if self.failure_rate_multiplier < 0:
             raise bad("failure_rate_multiplier", "must be >= 0")
         if self.failure_count is not None and self.failure_count < 0:
