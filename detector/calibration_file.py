@@ -37,7 +37,8 @@ def load_calibration(path: Path) -> Calibration:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read calibration file: {exc}") from None
+        reason = getattr(exc, "strerror", None) or exc
+        raise ConfigError(f"{path}: cannot read calibration file: {reason}") from None
     document: Any
     try:
         if path.suffix in (".yaml", ".yml"):

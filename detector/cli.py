@@ -14,10 +14,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -73,6 +75,40 @@ EXAMPLES = {
 }
 
 
+def _count(text: str) -> int:
+    """argparse type: a whole number >= 1 (nodes, GPUs)."""
+    value = _whole(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1 (got {text})")
+    return value
+
+
+def _seed(text: str) -> int:
+    """argparse type: a seed, a whole number >= 0 (numpy refuses negative seeds)."""
+    value = _whole(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 (got {text})")
+    return value
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+
+
+def _positive(text: str) -> float:
+    """argparse type: a finite number > 0 (days, seconds)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number > 0 (got {text})")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="detector",
@@ -91,29 +127,55 @@ def _parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
 
+    demo = Scenario.demo()
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
-        "--config", type=Path, help="daemon config YAML (DETECTOR_* env vars override)"
+        "dump",
+        nargs="*",
+        type=Path,
+        metavar="DUMP",
+        help="dump files or directories (OpenMetrics, Prometheus JSON, promtool tsdb dump; "
+        ".gz ok); none: the built-in simulated cluster",
     )
     common.add_argument(
-        "--calibration", type=Path, help="calibration file written by 'detector calibrate'"
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="daemon config YAML (DETECTOR_* env vars override)",
     )
     common.add_argument(
-        "--events", type=Path, action="append", default=[], help="failure events JSONL (repeatable)"
+        "--events",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="failure events JSONL (repeatable)",
     )
     common.add_argument(
-        "--step", type=float, help="tick length in seconds (default: the data's scrape interval)"
+        "--step",
+        type=_positive,
+        metavar="SECONDS",
+        help="tick length of a DUMP replay (default: the dump's scrape interval)",
     )
     common.add_argument(
-        "--seed", type=int, default=None, help="simulator seed when no DUMP is given"
+        "--seed",
+        type=_seed,
+        default=None,
+        help=f"built-in cluster only: simulator seed ({demo.seed})",
     )
     common.add_argument(
-        "--days", type=float, default=None, help="simulated days when no DUMP is given"
+        "--days",
+        type=_positive,
+        default=None,
+        help=f"built-in cluster only: simulated days ({demo.days:g})",
     )
     common.add_argument(
-        "--nodes", type=int, default=None, help="simulated nodes when no DUMP is given"
+        "--nodes",
+        type=_count,
+        default=None,
+        help=f"built-in cluster only: simulated nodes ({demo.nodes})",
     )
-    common.add_argument("--quiet", action="store_true", help="no progress output")
+    common.add_argument("--quiet", action="store_true", help="no progress bar")
 
     rp = sub.add_parser(
         "replay",
@@ -124,17 +186,24 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     rp.add_argument(
-        "dump",
-        nargs="*",
+        "--calibration",
         type=Path,
-        help="dump files (OpenMetrics, Prometheus JSON, promtool tsdb dump; .gz ok)",
+        metavar="FILE",
+        help="calibration file written by 'detector calibrate' (default: the config's "
+        "calibration.path)",
     )
-    rp.add_argument("--report-json", type=Path, help="write the report JSON here")
+    rp.add_argument("--report-json", type=Path, metavar="FILE", help="write the report JSON here")
     rp.add_argument(
-        "--scores-out", type=Path, help="write fused scores (time,node,gpu,score CSV) here"
+        "--scores-out",
+        type=Path,
+        metavar="FILE",
+        help="write fused scores (time,node,gpu,score CSV) here",
     )
     rp.add_argument(
-        "--html", type=Path, help="write a self-contained HTML report (charts, tables) here"
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="write a self-contained HTML report (charts, tables) here",
     )
 
     cp = sub.add_parser(
@@ -145,14 +214,16 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES["calibrate"],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    cp.add_argument("dump", nargs="*", type=Path)
     cp.add_argument(
         "--fp-per-day",
         type=float,
         required=True,
+        metavar="X",
         help="false positives per day allowed (whole dump)",
     )
-    cp.add_argument("--out", type=Path, required=True, help="calibration file to write")
+    cp.add_argument(
+        "--out", type=Path, required=True, metavar="FILE", help="calibration file to write"
+    )
     cp.add_argument(
         "--no-signal-weights",
         action="store_true",
@@ -161,27 +232,44 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     sp = add("simulate", "simulate a GPU cluster: write a dump + events, or serve live exporters")
-    sp.add_argument("--nodes", type=int, default=63)
-    sp.add_argument("--gpus", type=int, default=8)
-    sp.add_argument("--days", type=float, default=3.0)
-    sp.add_argument("--seed", type=int, default=7)
-    sp.add_argument("--step", type=float, default=30.0, help="seconds between samples")
+    sp.add_argument("--nodes", type=_count, default=63, help="nodes (default: %(default)s)")
+    sp.add_argument("--gpus", type=_count, default=8, help="GPUs per node (default: %(default)s)")
+    sp.add_argument("--days", type=_positive, default=3.0, help="days (default: %(default)s)")
+    sp.add_argument("--seed", type=_seed, default=7, help="random seed (default: %(default)s)")
     sp.add_argument(
-        "--out", type=Path, help="dump file to write (OpenMetrics with timestamps; .gz ok)"
+        "--step",
+        type=_positive,
+        default=30.0,
+        metavar="SECONDS",
+        help="seconds between samples (default: %(default)s)",
     )
-    sp.add_argument("--events", type=Path, help="events JSONL to write (ground truth)")
+    sp.add_argument(
+        "--out",
+        type=Path,
+        metavar="FILE",
+        help="dump file to write (OpenMetrics with timestamps; .gz ok)",
+    )
+    sp.add_argument(
+        "--events", type=Path, metavar="FILE", help="events JSONL to write (ground truth)"
+    )
     sp.add_argument("--serve", action="store_true", help="serve live exporters over HTTP instead")
-    sp.add_argument("--port", type=int, default=9400, help="first port when serving")
+    sp.add_argument(
+        "--port", type=int, default=9400, help="first port when serving (default: %(default)s)"
+    )
 
     cc = add("check-config", "validate a config file and print what it resolves to")
-    cc.add_argument("file", type=Path)
+    cc.add_argument("file", type=Path, metavar="FILE", help="config YAML to validate")
 
     rn = add("run", "run the live daemon: scrape, score, alert, export /metrics")
-    rn.add_argument("--config", type=Path, help="config YAML (DETECTOR_* env vars override)")
+    rn.add_argument(
+        "--config", type=Path, metavar="FILE", help="config YAML (DETECTOR_* env vars override)"
+    )
 
     rc = add("record", "scrape the configured targets into dump files replay can read")
-    rc.add_argument("--config", type=Path, help="config YAML naming the targets")
-    rc.add_argument("--out", type=Path, required=True, help="directory for the dump files")
+    rc.add_argument("--config", type=Path, metavar="FILE", help="config YAML naming the targets")
+    rc.add_argument(
+        "--out", type=Path, required=True, metavar="DIR", help="directory for the dump files"
+    )
     rc.add_argument("--duration", type=float, help="seconds to record (default: until stopped)")
     rc.add_argument(
         "--rotate-mb", type=float, default=256.0, help="start a new file past this size"
@@ -225,6 +313,7 @@ def _replay(
     signal_weights: Mapping[str, float] | None = None,
 ) -> tuple[ReplayResult, str]:
     """One replay of the dump (or the built-in cluster) with what the caller loaded once."""
+    _check_source_flags(args)
     index = _index(config)
     pipeline = build_pipeline(config, index, calibration, signal_weights=signal_weights)
     span: tuple[float, float] | None = None
@@ -254,17 +343,80 @@ def _replay(
         record_scores=record,
         progress=bar,
         expected_span=span,
+        source=label,
     )
     return result, label
 
 
+def _check_source_flags(args: argparse.Namespace) -> None:
+    """Refuse flags that the chosen source would silently ignore: the built-in cluster's knobs
+    with a DUMP, or a DUMP's tick length without one."""
+    if args.dump:
+        knobs = [f"--{k}" for k in ("seed", "days", "nodes") if getattr(args, k) is not None]
+        if knobs:
+            verb, them = ("applies", "it") if len(knobs) == 1 else ("apply", "them")
+            raise ConfigError(
+                f"{' and '.join(knobs)} {verb} to the built-in simulated cluster only, not to "
+                f"a DUMP; drop {them} (or the DUMP)"
+            )
+    elif args.step is not None:
+        raise ConfigError(
+            "--step sets the tick length of a DUMP replay; the built-in simulated cluster "
+            "ticks at its sample interval (detector simulate --step writes a dump with another)"
+        )
+
+
+def _check_output(*paths: Path | None) -> None:
+    """Fail before minutes of work, not after, when an output file cannot be created."""
+    for path in paths:
+        if path is None:
+            continue
+        if path.is_dir():
+            raise DetectorError(f"{path}: is a directory; give a file name to write")
+        if not path.parent.is_dir():
+            raise DetectorError(
+                f"{path}: No such file or directory (the directory {path.parent} does not exist)"
+            )
+
+
+def _warn_unmatchable(result: ReplayResult) -> None:
+    """Say on stderr when failures cannot be matched by any alert: they name a node the data
+    does not have (a naming mismatch between events and dump) or fall outside the replayed span
+    (a wrong file or time zone). Either way they count as missed."""
+    known = set(result.node_names)
+    strangers = sorted({f.node for f in result.failures} - known)
+    if strangers:
+        shown = ", ".join(strangers[:5]) + (", ..." if len(strangers) > 5 else "")
+        example = f" (its nodes are named like {min(known)})" if known else ""
+        print(
+            f"detector: warning: {len(strangers)} node(s) with failures are not in the data: "
+            f"{shown}{example}; their failures count as missed",
+            file=sys.stderr,
+        )
+    outside = [f for f in result.failures if not result.start <= f.time <= result.end]
+    if outside:
+        print(
+            f"detector: warning: {len(outside)} failure(s) fall outside the replayed span "
+            f"({_utc(result.start)} to {_utc(result.end)} UTC); they count as missed",
+            file=sys.stderr,
+        )
+
+
+def _utc(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M")
+
+
 def _cmd_replay(args: argparse.Namespace) -> int:
+    _check_output(args.report_json, args.scores_out, args.html)
     config, calibration = _load(args)
     events = load_event_files(args.events)
     result, label = _replay(args, config, calibration, events, record=args.html is not None)
     print(f"detector replay: {label}")
     for line in summary_lines(result):
         print(line)
+    _warn_unmatchable(result)
+    if args.scores_out is not None:
+        print(f"scores written to {args.scores_out}")
     if args.report_json is not None:
         args.report_json.write_text(json.dumps(result.evaluation.to_json(), indent=2) + "\n")
         print(f"report written to {args.report_json}")
@@ -280,6 +432,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     if not args.fp_per_day >= 0:
         raise ConfigError(f"--fp-per-day must be >= 0 (got {args.fp_per_day})")
+    _check_output(args.out)
     config = load_config(args.config)
     events = load_event_files(args.events)
     label = ""
@@ -313,7 +466,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     )
     save_calibration(args.out, cal)
     print(f"detector calibrate: {label}")
+    _warn_unmatchable(result)
     print(_point_line("threshold", found, len(result.failures), days, args.fp_per_day))
+    if found.mode in _MODE_NOTES:
+        print(f"  ({found.mode}: {_MODE_NOTES[found.mode]})")
     weight_lines = (
         ["signal weights: not fitted (--no-signal-weights)"]
         if args.no_signal_weights
@@ -323,6 +479,15 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         print(line)
     print(f"calibration written to {args.out}")
     return 0 if found.within_budget else 3
+
+
+# What calibrate's "(budget)" and "(over-budget)" mean ("best" needs no note).
+_MODE_NOTES = {
+    "budget": "no failure could be caught within the budget, so the budget alone set the "
+    "threshold: the lowest that stays within it",
+    "over-budget": "no candidate threshold met the budget; this is the highest, written anyway "
+    "(exit 3); raise --fp-per-day or check the history",
+}
 
 
 def _point_line(
@@ -369,6 +534,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         return 0
     if args.out is None or args.events is None:
         raise ConfigError("simulate: give --out DUMP and --events EVENTS (or --serve)")
+    _check_output(args.out, args.events)
     write_dump(scenario, args.out, args.events)
     print(f"wrote {args.out} and {args.events}")
     return 0
@@ -387,6 +553,12 @@ def _cmd_record(args: argparse.Namespace) -> int:
     if not (args.rotate_mb > 0 and args.rotate_minutes > 0):
         raise ConfigError("record: --rotate-mb and --rotate-minutes must be > 0")
     config = load_config(args.config)
+    if config.mode != "agent" and not (config.targets.static or config.targets.file_sd):
+        source = f"{args.config} names" if args.config else "without --config there are"
+        raise ConfigError(
+            f"record: nothing to record: {source} no targets (set targets.static or "
+            "targets.file_sd, or mode: agent for this node's exporters)"
+        )
     configure_logging(config.logging.level, config.logging.format)
     files = run_record(
         config,

@@ -9,7 +9,9 @@ Contract:
   case-insensitive), e.g. ``DETECTOR_SCRAPE__TIMEOUT_S=5``, ``DETECTOR_ALERTS__SHADOW=true``,
   ``DETECTOR_MODE=agent``. Values are parsed as YAML (``true``, ``5``, ``[a, b]``). The
   environment wins over the file. Kubernetes service-link variables (``DETECTOR_SERVICE_HOST``,
-  ``DETECTOR_PORT_9108_TCP``...) that a Service named ``detector`` injects are ignored.
+  ``DETECTOR_PORT_9108_TCP``...) that a Service named ``detector`` injects are ignored, and
+  so are the project's own switches ``DETECTOR_DEBUG`` (cli.py) and ``DETECTOR_FAULT_TRACE``
+  (the simulator).
 - Relative paths written in the file are relative to the file's directory (as Prometheus does);
   paths from the environment are used as given.
 - Any problem raises ``ConfigError`` with one line per problem naming the source (file, or
@@ -55,6 +57,9 @@ ENV_PREFIX = "DETECTOR_"
 _SERVICE_LINK = re.compile(
     r"DETECTOR_(SERVICE_HOST|SERVICE_PORT(_\w+)?|PORT(_\d+_(TCP|UDP|SCTP)(_\w+)?)?)", re.I
 )
+# The project's own switches, read elsewhere, never config fields: DETECTOR_DEBUG=1 (cli.py: print
+# tracebacks) must not make every command fail with "debug: unknown key".
+_NOT_CONFIG = frozenset({"DETECTOR_DEBUG", "DETECTOR_FAULT_TRACE"})
 # Paths written in the file are relative to the file (as Prometheus resolves rule_files).
 _FILE_PATH_FIELDS = (
     ("targets", "file_sd"),
@@ -173,7 +178,12 @@ def _rebase_paths(data: dict[Any, Any], base: Path) -> None:
 
 
 def _is_config_var(name: str) -> bool:
-    return name.upper().startswith(ENV_PREFIX) and not _SERVICE_LINK.fullmatch(name)
+    upper = name.upper()
+    return (
+        upper.startswith(ENV_PREFIX)
+        and upper not in _NOT_CONFIG
+        and not _SERVICE_LINK.fullmatch(name)
+    )
 
 
 def _apply_env(data: dict[Any, Any], env: Mapping[str, str]) -> dict[Loc, str]:

@@ -19,6 +19,7 @@ import numpy as np
 
 from .calibration import describe_weights
 from .episodes import EpisodeParams, Episodes
+from .errors import DumpError
 from .evaluation import Evaluation, evaluate
 from .frame import frames_from_batches
 from .ingest.dumps import DumpStats, read_dump
@@ -174,10 +175,12 @@ def run_replay(
     record_scores: bool = False,
     progress: ProgressSink | None = None,
     expected_span: tuple[float, float] | None = None,
+    source: str = "replay",
 ) -> ReplayResult:
     """Drive ``frames`` through ``pipeline``; evaluate alerts against ``events`` + data XIDs.
     ``progress`` hears every tick's time (and ``expected_span`` when given) and is closed
-    whether the replay ends or is interrupted."""
+    whether the replay ends or is interrupted. Fewer than two ticks span no time to evaluate:
+    DumpError naming ``source`` (the dump files, or the simulated cluster)."""
     began = wallclock.perf_counter()
     alerts: list[Alert] = []
     data_xids: list[XidEvent] = []
@@ -221,8 +224,10 @@ def run_replay(
     catalog = pipeline.xid_catalog
     all_xids = dedupe_episodes([*events, *data_xids], catalog)
     failures = [ev for ev in all_xids if is_failure(ev, catalog)]
-    if ticks == 0:
-        start = end = 0.0
+    if ticks < 2:
+        when = wallclock.strftime("%Y-%m-%d %H:%M:%S UTC", wallclock.gmtime(start if ticks else 0))
+        found = "no samples" if ticks == 0 else f"one tick of data (at {when})"
+        raise DumpError(f"{source}: {found}; a replay needs samples at two times at least")
     evaluation = evaluate(
         alerts, failures, start=start, end=end, horizon_s=horizon_s, grace_s=grace_s
     )

@@ -117,6 +117,8 @@ def detect_format(path: Path) -> DumpFormat:
             head = fh.read(_SNIFF_BYTES)
     except (OSError, EOFError, zlib.error) as exc:
         raise DumpError(f"{path}: unreadable (corrupt or truncated gzip?): {exc}") from exc
+    if not head:
+        raise DumpError(f"{path}: the file is empty (no samples)")
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if _TSDB_START.match(text):
         return "tsdb-dump"

@@ -58,7 +58,9 @@ def _json_document(
     if not isinstance(doc, dict):
         raise DumpError(f"{where}: expected a Prometheus API response object")
     if doc.get("status") == "error":
-        raise DumpError(f"{where}: the query failed: {doc.get('errorType')}: {doc.get('error')}")
+        error_type = doc.get("errorType")  # absent in some proxies' answers: not "None: ..."
+        prefix = f"{error_type}: " if error_type else ""
+        raise DumpError(f"{where}: the query failed: {prefix}{doc.get('error')}")
     data = doc.get("data", doc)
     kind = data.get("resultType") if isinstance(data, dict) else None
     result = data.get("result") if isinstance(data, dict) else None

@@ -46,14 +46,16 @@ class _FieldError(ValueError):
 
     def __init__(self, field: str, reason: str) -> None:
         self.field = field
-        super().__init__(f"field {field!r}: {reason}")
+        super().__init__(f"field {field!r}: {reason}" if field else reason)
 
 
 def _open_text(path: Path, *, write: bool) -> IO[str]:
-    """Open for text reading or writing; gzip when the name ends in .gz. Caller closes."""
+    """Open for text reading or writing; gzip when the name ends in .gz. Caller closes.
+    Reading skips a UTF-8 byte-order mark (Windows editors write one)."""
+    encoding = "utf-8" if write else "utf-8-sig"
     if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.GzipFile(path, "wb" if write else "rb"), encoding="utf-8")
-    return open(path, "w" if write else "r", encoding="utf-8")
+        return io.TextIOWrapper(gzip.GzipFile(path, "wb" if write else "rb"), encoding=encoding)
+    return open(path, "w" if write else "r", encoding=encoding)
 
 
 def _parse_time(field: str, value: Any) -> float:
@@ -115,7 +117,8 @@ def _parse_xid(value: Any) -> int:
 
 def _parse_record(record: Any) -> XidEvent:
     if not isinstance(record, dict):
-        raise _FieldError("<line>", f"expected a JSON object, got {type(record).__name__}")
+        kind = type(record).__name__
+        raise _FieldError("", f"expected one JSON object per line, got a JSON {kind}")
     for required in ("time", "node", "xid"):
         if required not in record:
             raise _FieldError(required, "missing")
@@ -165,7 +168,8 @@ def load_events(path: Path) -> list[XidEvent]:
         with _open_text(path, write=False) as handle:
             return parse_events(handle, str(path))
     except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:  # zlib: corrupt .gz
-        raise EventsError(f"{path}: cannot read events file: {exc}") from None
+        reason = getattr(exc, "strerror", None) or exc
+        raise EventsError(f"{path}: cannot read events file: {reason}") from None
 
 
 def _event_record(event: XidEvent) -> dict[str, Any]:

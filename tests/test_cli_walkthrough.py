@@ -1,0 +1,314 @@
+"""A new operator's first hour with ``detector``: the rough edges found by following the README
+and feeding the CLI broken inputs, each pinned so it stays fixed (bad input exits 2 with a
+message naming what is wrong; flags that would be ignored are refused; help says the defaults)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from detector.cli import main
+from detector.ingest.dumps import write_openmetrics
+from detector.model import Sample
+
+T0 = 1_735_689_600.0  # the built-in cluster's start, 2025-01-01T00:00:00Z
+SHORT = ["--days", "0.01", "--nodes", "2", "--quiet"]  # the built-in cluster, 14 minutes
+
+
+def tiny_dump(path: Path, ticks: int) -> Path:
+    """An OpenMetrics dump of one node's `up` series sampled every 30 s."""
+    samples = [Sample("up", (("instance", "n1"),), 1.0, T0 + 30 * k) for k in range(ticks)]
+    write_openmetrics(path, samples, {"up": "gauge"})
+    return path
+
+
+def error_of(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "internal error" not in err
+    return err
+
+
+# -- environment ------------------------------------------------------------------------------
+
+
+def test_detector_debug_is_not_taken_for_a_config_override(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """DETECTOR_DEBUG=1 (the README's way to get a traceback) no longer fails every command
+    with 'debug: unknown key'; a misspelt DETECTOR_* variable still does."""
+    config = tmp_path / "config.yaml"
+    config.write_text("")
+    monkeypatch.setenv("DETECTOR_DEBUG", "1")
+    monkeypatch.setenv("DETECTOR_FAULT_TRACE", str(tmp_path / "trace.csv"))
+    assert 0 == main(["check-config", str(config)])
+    assert "environment overrides" not in capsys.readouterr().out
+    monkeypatch.setenv("DETECTOR_DEBUGG", "1")
+    assert 2 == main(["check-config", str(config)])
+    assert "DETECTOR_DEBUGG: debugg: unknown key" in error_of(capsys)
+
+
+# -- dumps with nothing to replay -------------------------------------------------------------
+
+
+def test_an_empty_dump_file_says_it_is_empty(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A zero-byte dump names the file and says it is empty (not "it starts with ''")."""
+    dump = tmp_path / "empty.om"
+    dump.write_bytes(b"")
+    assert 2 == main(["replay", str(dump), "--quiet"])
+    assert f"{dump}: the file is empty" in error_of(capsys)
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("eof.om", "# EOF\n"),
+        ("vector.json", '{"status":"success","data":{"resultType":"matrix","result":[]}}'),
+    ],
+)
+def test_a_dump_without_samples_exits_2_not_as_a_bug(
+    name: str, content: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A well-formed dump holding no sample (an empty query answer) exits 2 naming the file;
+    it used to exit 1 asking for a bug report ('covered span must be positive')."""
+    dump = tmp_path / name
+    dump.write_text(content)
+    assert 2 == main(["replay", str(dump), "--quiet"])
+    assert f"{dump}: no samples" in error_of(capsys)
+
+
+def test_a_single_tick_dump_exits_2_naming_file_and_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One tick spans no time to evaluate: exit 2, naming the file and the tick's UTC time."""
+    dump = tiny_dump(tmp_path / "one.om", ticks=1)
+    assert 2 == main(["replay", str(dump), "--quiet"])
+    assert f"{dump}: one tick of data (at 2025-01-01 00:00:00 UTC)" in error_of(capsys)
+
+
+def test_a_built_in_cluster_too_short_for_two_ticks_exits_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--days shorter than one sample interval is bad input, not a bug."""
+    assert 2 == main(["replay", "--days", "0.0003", "--nodes", "2", "--quiet"])
+    assert "built-in simulated cluster" in error_of(capsys)
+
+
+def test_a_query_error_without_an_error_type_does_not_print_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Prometheus API error document lacking errorType shows its error, not 'None: ...'."""
+    dump = tmp_path / "failed.json"
+    dump.write_text('{"status": "error", "error": "query timed out"}')
+    assert 2 == main(["replay", str(dump), "--quiet"])
+    err = error_of(capsys)
+    assert "the query failed: query timed out" in err
+    assert "None" not in err
+
+
+# -- flags the chosen source would ignore -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag", "message"),
+    [
+        (["replay", "--seed", "-1"], "--seed", "must be >= 0"),
+        (["simulate", "--seed", "-4"], "--seed", "must be >= 0"),
+        (["replay", "--step", "0"], "--step", "must be a number > 0"),
+        (["replay", "--days", "nan"], "--days", "must be a number > 0"),
+        (["simulate", "--gpus", "0"], "--gpus", "must be >= 1"),
+        (["calibrate", "--calibration", "c.json", "--fp-per-day", "1", "--out", "o.json"], "", ""),
+    ],
+)
+def test_bad_numeric_flags_are_refused_by_the_parser(
+    argv: list[str], flag: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A negative seed (numpy raised, exit 1), a zero step (a divide-by-zero warning) and the
+    like are argument errors (exit 2) naming the flag; calibrate has no --calibration (it
+    fits afresh, so the flag was silently ignored)."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert 2 == exited.value.code
+    err = capsys.readouterr().err
+    expected = f"argument {flag}: {message}" if flag else "unrecognized arguments: --calibration"
+    assert expected in err
+
+
+def test_built_in_cluster_flags_with_a_dump_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--days/--nodes/--seed with a DUMP were silently ignored; now they are refused, named."""
+    dump = tiny_dump(tmp_path / "d.om", ticks=3)
+    assert 2 == main(["replay", str(dump), "--days", "0.1", "--nodes", "3", "--quiet"])
+    assert "--days and --nodes apply to the built-in simulated cluster only" in error_of(capsys)
+
+
+def test_step_without_a_dump_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """--step only sets a dump replay's tick; with the built-in cluster it was ignored."""
+    assert 2 == main(["replay", "--step", "60", *SHORT])
+    assert "--step sets the tick length of a DUMP replay" in error_of(capsys)
+
+
+# -- outputs ----------------------------------------------------------------------------------
+
+
+def test_an_output_in_a_missing_directory_fails_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """simulate --out into a missing directory names the path given (not a hidden temporary
+    file) and the missing directory, and writes nothing (not even the events file)."""
+    out, events = tmp_path / "nodir" / "sim.om", tmp_path / "sim.jsonl"
+    args = ["simulate", "--nodes", "2", "--days", "0.01", "--out", str(out)]
+    assert 2 == main([*args, "--events", str(events)])
+    err = error_of(capsys)
+    assert f"{out}: No such file or directory" in err
+    assert f"the directory {out.parent} does not exist" in err
+    assert ".tmp-" not in err
+    assert not events.exists()
+
+
+@pytest.mark.parametrize("option", ["--report-json", "--scores-out", "--html"])
+def test_an_output_that_is_a_directory_exits_2(
+    option: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A replay output naming a directory is refused before the replay, naming it."""
+    assert 2 == main(["replay", *SHORT, option, str(tmp_path)])
+    assert f"{tmp_path}: is a directory" in error_of(capsys)
+
+
+def test_unmatchable_failures_are_warned_and_scores_out_is_announced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Failures on a node the data lacks, or outside the replayed span, count as missed: the
+    replay says so on stderr (a naming or time-zone mismatch is otherwise invisible), and it
+    says where --scores-out went, as it does for --report-json."""
+    events = tmp_path / "xids.jsonl"
+    rows = [
+        {"time": T0 + 360, "node": "gpu-node-01", "xid": 79},  # in span, unknown node
+        {"time": T0 + 360, "node": "node-02", "xid": 79},  # in span, known node: no warning
+        {"time": T0 + 86400, "node": "node-02", "xid": 79},  # a day after the replay
+    ]
+    events.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    scores = tmp_path / "scores.csv"
+    assert 0 == main(["replay", *SHORT, "--events", str(events), "--scores-out", str(scores)])
+    captured = capsys.readouterr()
+    assert f"scores written to {scores}" in captured.out
+    assert (
+        "detector: warning: 1 node(s) with failures are not in the data: gpu-node-01 "
+        "(its nodes are named like node-01); their failures count as missed"
+    ) in captured.err
+    assert "1 failure(s) fall outside the replayed span (2025-01-01 00:00 to" in captured.err
+
+
+def test_a_replay_whose_failures_all_match_the_data_warns_nothing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The built-in cluster's own failures are on its nodes and in its span: no warning."""
+    assert 0 == main(["replay", *SHORT])
+    assert "" == capsys.readouterr().err
+
+
+# -- events and calibration files -------------------------------------------------------------
+
+
+def test_an_events_file_with_a_byte_order_mark_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A UTF-8 BOM (Windows editors) no longer fails line 1 with 'Unexpected UTF-8 BOM'."""
+    events = tmp_path / "xids.jsonl"
+    events.write_bytes(b'\xef\xbb\xbf{"time": 1735690000, "node": "node-01", "xid": 79}\n')
+    assert 0 == main(["replay", *SHORT, "--events", str(events)])
+    assert "2025-01-01 00:06     node-01" in capsys.readouterr().out
+
+
+def test_an_events_line_that_is_not_an_object_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A JSON list on line 2 names file and line without a made-up field '<line>'."""
+    events = tmp_path / "xids.jsonl"
+    events.write_text('{"time": 1735690000, "node": "node-01", "xid": 79}\n[1, 2]\n')
+    assert 2 == main(["replay", *SHORT, "--events", str(events)])
+    err = error_of(capsys)
+    assert f"{events}:2: expected one JSON object per line, got a JSON list" in err
+    assert "<line>" not in err
+
+
+@pytest.mark.parametrize(
+    ("option", "what"), [("--events", "events file"), ("--calibration", "calibration file")]
+)
+def test_a_missing_input_file_is_named_once(
+    option: str, what: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """'x: cannot read events file: No such file or directory', without the '[Errno 2] ...
+    'x'' repetition."""
+    missing = tmp_path / "missing.jsonl"
+    assert 2 == main(["replay", *SHORT, option, str(missing)])
+    err = error_of(capsys)
+    assert f"{missing}: cannot read {what}: No such file or directory\n" in err
+    assert "Errno" not in err
+
+
+def test_a_gzipped_events_file_with_a_bom_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The BOM is skipped in .gz events files too."""
+    events = tmp_path / "xids.jsonl.gz"
+    with gzip.open(events, "wb") as fh:
+        fh.write(b'\xef\xbb\xbf{"time": 1735690000, "node": "node-01", "xid": 79}\n')
+    assert 0 == main(["replay", *SHORT, "--events", str(events)])
+    assert "2025-01-01 00:06     node-01" in capsys.readouterr().out
+
+
+# -- record and help --------------------------------------------------------------------------
+
+
+def test_record_without_targets_exits_2_saying_what_to_set(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """record with a config naming no target used to run and write nothing, exit 0."""
+    config = tmp_path / "config.yaml"
+    config.write_text("scrape:\n  interval_s: 15\n")
+    out = tmp_path / "dumps"
+    assert 2 == main(["record", "--config", str(config), "--out", str(out), "--duration", "1"])
+    err = error_of(capsys)
+    assert f"record: nothing to record: {config} names no targets" in err
+    assert "targets.static" in err
+    assert not out.exists()
+
+
+def test_simulate_help_shows_every_default(capsys: pytest.CaptureFixture[str]) -> None:
+    """simulate's --nodes/--gpus/--days/--seed had no help at all; now each shows its default,
+    and replay's built-in-cluster flags say they are for the built-in cluster only."""
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    for text in ["nodes (default: 63)", "GPUs per node (default: 8)", "days (default: 3.0)"]:
+        assert text in shown
+    assert "random seed (default: 7)" in shown
+    with pytest.raises(SystemExit):
+        main(["replay", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "--days DAYS built-in cluster only: simulated days (3)" in shown
+    assert "--step SECONDS tick length of a DUMP replay" in shown
+
+
+def test_calibrate_explains_a_threshold_set_by_the_budget_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On a healthy history the chosen threshold is marked '(budget)'; a note says what that
+    means, so the operator does not have to read the source."""
+    dump, events = tmp_path / "sim.om", tmp_path / "sim.jsonl"
+    simulate = ["simulate", "--nodes", "2", "--gpus", "2", "--days", "0.02", "--seed", "7"]
+    assert 0 == main([*simulate, "--out", str(dump), "--events", str(events)])
+    assert "" == events.read_text()  # the premise: nothing to catch
+    out = tmp_path / "calibration.json"
+    argv = ["calibrate", str(dump), "--fp-per-day", "1", "--out", str(out), "--quiet"]
+    assert 0 == main(argv)
+    shown = capsys.readouterr().out
+    assert "(budget): detected 0/0" in shown
+    assert "(budget: no failure could be caught within the budget, so the budget alone" in shown
