@@ -17,6 +17,7 @@ import json
 import math
 import os
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -63,7 +64,8 @@ EXAMPLES = {
   detector calibrate history.om --events xids.jsonl --fp-per-day 1 --out calibration.json
   detector calibrate healthy-week.om --fp-per-day 0.5 --out calibration.json""",
     "simulate": """examples:
-  detector simulate --nodes 63 --gpus 8 --days 3 --seed 7 --out sim.om.gz --events sim.jsonl""",
+  detector simulate --nodes 63 --gpus 8 --days 3 --seed 7 --out sim.om.gz --events sim.jsonl
+  detector simulate --serve --nodes 4 --port 9400  # live exporters; prints a config for them""",
     "check-config": """examples:
   detector check-config /etc/detector/config.yaml""",
     "run": """examples:
@@ -254,7 +256,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--serve", action="store_true", help="serve live exporters over HTTP instead")
     sp.add_argument(
-        "--port", type=int, default=9400, help="first port when serving (default: %(default)s)"
+        "--port",
+        type=int,
+        default=9400,
+        help="port to serve on, paths /<node>/dcgm and /<node>/node (default: %(default)s; "
+        "0 picks a free one)",
     )
 
     cc = add("check-config", "validate a config file and print what it resolves to")
@@ -530,13 +536,38 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         step_s=args.step,
     )
     if args.serve:
-        serve(scenario, port=args.port)
-        return 0
+        return _serve(scenario, args.port)
     if args.out is None or args.events is None:
         raise ConfigError("simulate: give --out DUMP and --events EVENTS (or --serve)")
     _check_output(args.out, args.events)
     write_dump(scenario, args.out, args.events)
     print(f"wrote {args.out} and {args.events}")
+    return 0
+
+
+def _serve(scenario: Scenario, port: int) -> int:
+    """Serve the simulated exporters until Ctrl-C; print a config that scrapes them. (serve()
+    runs them in daemon threads: returning at once, as this did, ended them with the process.)"""
+    try:
+        exporters = serve(scenario, port=port)
+    except OSError as exc:
+        raise DetectorError(f"--port {port}: cannot listen: {exc.strerror or exc}") from None
+    try:
+        print(
+            f"serving {scenario.nodes} simulated nodes x {scenario.gpus} GPUs (dcgm-exporter "
+            "and node-exporter pages); Ctrl-C stops. On stdout, a config that scrapes them:",
+            file=sys.stderr,
+        )
+        print("targets:\n  static:")
+        for node, (dcgm, node_exporter) in exporters.urls.items():
+            print(f"    - {{url: '{dcgm}', node: {node}, kind: dcgm}}")
+            print(f"    - {{url: '{node_exporter}', node: {node}, kind: node}}")
+        sys.stdout.flush()
+        threading.Event().wait()  # until Ctrl-C
+    except KeyboardInterrupt:  # the way to stop a server: not an error
+        print("stopped", file=sys.stderr)
+    finally:
+        exporters.close()
     return 0
 
 

@@ -6,11 +6,17 @@ from __future__ import annotations
 
 import gzip
 import json
+import signal
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from detector.cli import main
+from detector.config import load_config
 from detector.ingest.dumps import write_openmetrics
 from detector.model import Sample
 
@@ -312,3 +318,54 @@ def test_calibrate_explains_a_threshold_set_by_the_budget_alone(
     shown = capsys.readouterr().out
     assert "(budget): detected 0/0" in shown
     assert "(budget: no failure could be caught within the budget, so the budget alone" in shown
+
+
+# -- simulate --serve -------------------------------------------------------------------------
+
+
+def test_simulate_serve_keeps_serving_until_interrupted(tmp_path: Path) -> None:
+    """`simulate --serve` used to start its exporter threads and exit 0 at once, serving
+    nothing. Now it prints a config whose targets answer with exporter pages, serves until
+    Ctrl-C, and exits 0 on it."""
+    argv = ["simulate", "--serve", "--nodes", "1", "--gpus", "1", "--port", "0"]
+    with subprocess.Popen(
+        [sys.executable, "-m", "detector.cli", *argv],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # A test runner may have inherited SIGINT as ignored; the CLI must see the default.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            printed = [proc.stdout.readline() for _ in range(4)]  # targets:, static:, 2 targets
+            config = tmp_path / "served.yaml"
+            config.write_text("".join(printed))
+            targets = load_config(config).targets.static
+            assert [("node-01", "dcgm"), ("node-01", "node")] == [(t.node, t.kind) for t in targets]
+            pages = [httpx.get(t.url, timeout=30.0).text for t in targets]
+            assert "DCGM_FI_DEV_GPU_TEMP" in pages[0]
+            assert "node_load1" in pages[1]
+            assert proc.poll() is None  # still serving after the scrapes
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+    assert 0 == proc.returncode
+    assert "Ctrl-C stops" in err
+    assert "Traceback" not in err
+
+
+def test_simulate_serve_on_a_busy_port_exits_2_naming_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A port already in use is bad input naming the port, not an internal error."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        argv = ["simulate", "--serve", "--nodes", "1", "--gpus", "1", "--port", str(port)]
+        assert 2 == main(argv)
+    assert f"--port {port}: cannot listen: Address already in use" in error_of(capsys)
