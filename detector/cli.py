@@ -354,6 +354,27 @@ def _replay(
     return result, label
 
 
+_THRESHOLD_VAR = "DETECTOR_ALERTS__THRESHOLD"
+
+
+def _threshold_source(
+    args: argparse.Namespace, config: Config, calibration: Calibration | None
+) -> str:
+    """Where the alert threshold came from, in build_pipeline's order: the config's
+    alerts.threshold wins over a calibration file, which wins over the default. A calibration
+    overridden by the config is said to be, since the operator asked for both."""
+    cal_path = args.calibration or config.calibration.path
+    if config.alerts.threshold is not None:
+        from_env = _THRESHOLD_VAR in (name.upper() for name in os.environ)  # env wins
+        where = _THRESHOLD_VAR if from_env else f"alerts.threshold in {args.config}"
+        if calibration is not None:
+            where += f", which overrides {cal_path}'s {calibration.threshold:.4f}"
+        return where
+    if calibration is not None:
+        return f"calibrated: {cal_path}"
+    return "uncalibrated default; see detector calibrate"
+
+
 def _check_source_flags(args: argparse.Namespace) -> None:
     """Refuse flags that the chosen source would silently ignore: the built-in cluster's knobs
     with a DUMP, or a DUMP's tick length without one."""
@@ -418,6 +439,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     events = load_event_files(args.events)
     result, label = _replay(args, config, calibration, events, record=args.html is not None)
     print(f"detector replay: {label}")
+    print(f"threshold {result.threshold:.4f} ({_threshold_source(args, config, calibration)})")
     for line in summary_lines(result):
         print(line)
     _warn_unmatchable(result)
@@ -484,6 +506,12 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     for line in weight_lines:
         print(line)
     print(f"calibration written to {args.out}")
+    if config.alerts.threshold is not None:
+        print(
+            f"detector: warning: the config's alerts.threshold ({config.alerts.threshold:g}) "
+            "overrides any calibration file's threshold; unset it to use this one",
+            file=sys.stderr,
+        )
     return 0 if found.within_budget else 3
 
 

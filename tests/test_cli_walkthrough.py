@@ -307,17 +307,23 @@ def test_calibrate_explains_a_threshold_set_by_the_budget_alone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """On a healthy history the chosen threshold is marked '(budget)'; a note says what that
-    means, so the operator does not have to read the source."""
+    means, so the operator does not have to read the source. A config alerts.threshold, which
+    would override the file written, is warned about."""
     dump, events = tmp_path / "sim.om", tmp_path / "sim.jsonl"
     simulate = ["simulate", "--nodes", "2", "--gpus", "2", "--days", "0.02", "--seed", "7"]
     assert 0 == main([*simulate, "--out", str(dump), "--events", str(events)])
     assert "" == events.read_text()  # the premise: nothing to catch
     out = tmp_path / "calibration.json"
+    config = tmp_path / "config.yaml"
+    config.write_text("alerts:\n  threshold: 0.7\n")
     argv = ["calibrate", str(dump), "--fp-per-day", "1", "--out", str(out), "--quiet"]
-    assert 0 == main(argv)
-    shown = capsys.readouterr().out
-    assert "(budget): detected 0/0" in shown
-    assert "(budget: no failure could be caught within the budget, so the budget alone" in shown
+    assert 0 == main([*argv, "--config", str(config)])
+    captured = capsys.readouterr()
+    assert "(budget): detected 0/0" in captured.out
+    assert "(budget: no failure could be caught within the budget, so the budget alone" in (
+        captured.out
+    )
+    assert "the config's alerts.threshold (0.7) overrides any calibration file's" in (captured.err)
 
 
 # -- simulate --serve -------------------------------------------------------------------------
@@ -369,3 +375,47 @@ def test_simulate_serve_on_a_busy_port_exits_2_naming_it(
         argv = ["simulate", "--serve", "--nodes", "1", "--gpus", "1", "--port", str(port)]
         assert 2 == main(argv)
     assert f"--port {port}: cannot listen: Address already in use" in error_of(capsys)
+
+
+# -- which threshold a replay used ------------------------------------------------------------
+
+
+def calibration_file(path: Path, threshold: float) -> Path:
+    """A calibration file as `detector calibrate` writes it."""
+    document = {
+        "version": 1,
+        "threshold": threshold,
+        "fp_budget_per_day": 1.0,
+        "fitted_on": {"dump": "history.om", "days": 3.0, "failures": 0},
+        "achieved": {"detected": 0, "detected_before": 0, "fp_per_day": 0.0},
+        "created": "2025-01-01T00:00:00Z",
+    }
+    path.write_text(json.dumps(document))
+    return path
+
+
+def test_replay_says_which_threshold_it_used_and_from_where(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The summary names the threshold and its source: the default, a calibration file, or the
+    config's alerts.threshold, which silently overrode a calibration file passed with it."""
+    monkeypatch.delenv("DETECTOR_ALERTS__THRESHOLD", raising=False)
+    calibration = calibration_file(tmp_path / "calibration.json", 0.45)
+    config = tmp_path / "config.yaml"
+    config.write_text("alerts:\n  threshold: 0.7\n")
+    runs = [
+        ([], "threshold 0.6000 (uncalibrated default; see detector calibrate)"),
+        (["--calibration", str(calibration)], f"threshold 0.4500 (calibrated: {calibration})"),
+        (
+            ["--calibration", str(calibration), "--config", str(config)],
+            f"threshold 0.7000 (alerts.threshold in {config}, which overrides {calibration}'s "
+            "0.4500)",
+        ),
+    ]
+    for extra, expected in runs:
+        assert 0 == main(["replay", *SHORT, *extra])
+        assert expected == capsys.readouterr().out.splitlines()[1]
+    monkeypatch.setenv("DETECTOR_ALERTS__THRESHOLD", "0.5")
+    assert 0 == main(["replay", *SHORT, "--config", str(config)])
+    shown = capsys.readouterr().out.splitlines()[1]
+    assert "threshold 0.5000 (DETECTOR_ALERTS__THRESHOLD)" == shown
