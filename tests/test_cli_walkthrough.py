@@ -419,3 +419,15 @@ def test_replay_says_which_threshold_it_used_and_from_where(
     assert 0 == main(["replay", *SHORT, "--config", str(config)])
     shown = capsys.readouterr().out.splitlines()[1]
     assert "threshold 0.5000 (DETECTOR_ALERTS__THRESHOLD)" == shown
+
+
+def test_simulate_failures_plants_that_many(tmp_path: Path) -> None:
+    """--failures N plants N failures (seed 7, 4 nodes: both land): at the trace's rate even
+    63 nodes x 3 days most likely hold none, so there was no way to simulate a history worth
+    calibrating on."""
+    dump, events = tmp_path / "sim.om", tmp_path / "sim.jsonl"
+    simulate = ["simulate", "--nodes", "4", "--gpus", "2", "--days", "0.05", "--failures", "2"]
+    assert 0 == main([*simulate, "--out", str(dump), "--events", str(events)])
+    rows = [json.loads(line) for line in events.read_text().splitlines()]
+    failures = [(e["node"], e["xid"]) for e in rows if e["xid"] != 45]  # 45: job teardown
+    assert [("node-01", 79), ("node-02", 149)] == failures
