@@ -429,7 +429,11 @@ def _warn_unmatchable(result: ReplayResult) -> None:
             f"{shown}{example}; their failures count as missed",
             file=sys.stderr,
         )
-    outside = [f for f in result.failures if not result.start <= f.time <= result.end]
+    outside = [
+        row.event
+        for row in result.evaluation.failures
+        if not row.detected and not result.start <= row.event.time <= result.end
+    ]
     if outside:
         print(
             f"detector: warning: {len(outside)} failure(s) fall outside the replayed span "
