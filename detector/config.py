@@ -269,7 +269,14 @@ def _message(err: Any, loc: Loc) -> str:
     if kind in ("value_error", "assertion_error"):
         return str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
     if kind in ("model_type", "model_attributes_type", "dict_type"):
-        return f"must be a mapping of keys (a section), not a single value (got {shown})"
+        got = "a list" if isinstance(value, list) else "a single value"
+        model = _model_at(loc)
+        hint = ""
+        if isinstance(value, str) and model is not None and "url" in model.model_fields:
+            hint = f"; write the item as 'url: {value}'"  # Prometheus habit: bare target strings
+        return f"must be a mapping of keys (a section), not {got} (got {shown}){hint}"
+    if kind == "list_type" and isinstance(value, str):
+        return f"must be a list (got {shown}); write [{value}], or one '- ' line per item"
     msg = str(err["msg"]).replace("Input should be", "must be")
     return f"{msg[:1].lower()}{msg[1:]} (got {shown})"
 

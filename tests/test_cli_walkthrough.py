@@ -57,6 +57,37 @@ def test_detector_debug_is_not_taken_for_a_config_override(
     assert "DETECTOR_DEBUGG: debugg: unknown key" in error_of(capsys)
 
 
+@pytest.mark.parametrize(
+    ("yaml_text", "expected"),
+    [
+        (
+            "targets:\n  static:\n    - http://gpu-1:9400/metrics\n",
+            "targets.static[0]: must be a mapping of keys (a section), not a single value "
+            "(got 'http://gpu-1:9400/metrics'); write the item as 'url: http://gpu-1:9400/metrics'",
+        ),
+        (
+            "alerts:\n  alertmanager_urls: http://am:9093\n",
+            "alerts.alertmanager_urls: must be a list (got 'http://am:9093'); write "
+            "[http://am:9093], or one '- ' line per item",
+        ),
+        (
+            "scrape: [1, 2]\n",
+            "scrape: must be a mapping of keys (a section), not a list (got [1, 2])",
+        ),
+    ],
+    ids=["bare-target-string", "string-for-a-list", "list-for-a-section"],
+)
+def test_a_config_shape_mistake_says_how_to_write_it(
+    yaml_text: str, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The usual shape slips (a Prometheus-style bare target, one URL where a list goes, a
+    list where a section goes) name the field, the kind found, and the fix."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml_text)
+    assert 2 == main(["check-config", str(config)])
+    assert f"detector: error: {config}: {expected}\n" == error_of(capsys)
+
+
 # -- dumps with nothing to replay -------------------------------------------------------------
 
 
