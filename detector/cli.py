@@ -471,8 +471,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    if not args.fp_per_day >= 0:
-        raise ConfigError(f"--fp-per-day must be >= 0 (got {args.fp_per_day})")
+    if not (math.isfinite(args.fp_per_day) and args.fp_per_day >= 0):
+        raise ConfigError(f"--fp-per-day must be a finite number >= 0 (got {args.fp_per_day})")
     _check_output(args.out)
     config = load_config(args.config)
     events = load_event_files(args.events)

@@ -176,6 +176,16 @@ def test_bad_numeric_flags_are_refused_by_the_parser(
     assert expected in err
 
 
+def test_an_infinite_fp_budget_exits_2_not_as_a_bug(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--fp-per-day inf passed the CLI's '>= 0' check and failed deep in calibrate (exit 1)."""
+    out = tmp_path / "calibration.json"
+    assert 2 == main(["calibrate", *SHORT, "--fp-per-day", "inf", "--out", str(out)])
+    assert "--fp-per-day must be a finite number >= 0 (got inf)" in error_of(capsys)
+    assert not out.exists()
+
+
 def test_built_in_cluster_flags_with_a_dump_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
