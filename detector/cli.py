@@ -285,7 +285,7 @@ def _parser() -> argparse.ArgumentParser:
     rc.add_argument(
         "--out", type=Path, required=True, metavar="DIR", help="directory for the dump files"
     )
-    rc.add_argument("--duration", type=float, help="seconds to record (default: until stopped)")
+    rc.add_argument("--duration", type=_positive, help="seconds to record (default: until stopped)")
     rc.add_argument(
         "--rotate-mb", type=float, default=256.0, help="start a new file past this size"
     )
@@ -625,6 +625,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_record(args: argparse.Namespace) -> int:
     if not (args.rotate_mb > 0 and args.rotate_minutes > 0):
         raise ConfigError("record: --rotate-mb and --rotate-minutes must be > 0")
+    if args.out.exists() and not args.out.is_dir():
+        raise DetectorError(f"{args.out}: not a directory; record --out takes a directory")
     config = load_config(args.config)
     if config.mode != "agent" and not (config.targets.static or config.targets.file_sd):
         source = f"{args.config} names" if args.config else "without --config there are"

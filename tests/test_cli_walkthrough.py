@@ -328,6 +328,22 @@ def test_record_without_targets_exits_2_saying_what_to_set(
     assert not out.exists()
 
 
+def test_record_into_a_file_or_for_a_negative_duration_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--out naming a file said only 'File exists'; --duration -5 recorded one scrape."""
+    config = tmp_path / "config.yaml"
+    config.write_text("targets:\n  static:\n    - url: http://127.0.0.1:1/metrics\n")
+    a_file = tmp_path / "dumps.om"
+    a_file.write_text("")
+    assert 2 == main(["record", "--config", str(config), "--out", str(a_file)])
+    assert f"{a_file}: not a directory; record --out takes a directory" in error_of(capsys)
+    with pytest.raises(SystemExit) as exited:
+        main(["record", "--config", str(config), "--out", str(tmp_path), "--duration", "-5"])
+    assert 2 == exited.value.code
+    assert "argument --duration: must be a number > 0 (got -5)" in capsys.readouterr().err
+
+
 def test_simulate_help_shows_every_default(capsys: pytest.CaptureFixture[str]) -> None:
     """simulate's --nodes/--gpus/--days/--seed had no help at all; now each shows its default,
     and replay's built-in-cluster flags say they are for the built-in cluster only."""
