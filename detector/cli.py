@@ -51,6 +51,7 @@ from .replay import (
     summary_lines,
 )
 from .report import render_html
+from .rules import load_signal_rules, load_xid_catalog
 from .series import LabelRules, SeriesIndex
 from .simulate import Scenario, SimulatedCluster, serve, write_dump
 
@@ -614,7 +615,18 @@ def _serve(scenario: Scenario, port: int) -> int:
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
-    print(check_config(args.file))
+    summary = check_config(args.file)  # raises on an invalid config
+    # 'valid' must mean `detector run` starts: the rules and calibration files the config
+    # names are validated too (absent ones stay warnings in the summary: they may come later).
+    config = load_config(args.file)
+    for path, load in (
+        (config.rules.signals, load_signal_rules),
+        (config.rules.xid, load_xid_catalog),
+        (config.calibration.path, load_calibration),
+    ):
+        if path is not None and path.exists():
+            load(path)
+    print(summary)
     return 0
 
 

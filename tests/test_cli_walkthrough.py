@@ -88,6 +88,36 @@ def test_a_config_shape_mistake_says_how_to_write_it(
     assert f"detector: error: {config}: {expected}\n" == error_of(capsys)
 
 
+@pytest.mark.parametrize(
+    ("key", "name", "content", "expected"),
+    [
+        ("calibration:\n  path", "calibration.json", '{"version": 1}', "invalid calibration"),
+        ("rules:\n  signals", "signals.yaml", "signals:\n  - name: x\n", "signals[0]"),
+    ],
+    ids=["calibration", "signal-rules"],
+)
+def test_check_config_validates_the_files_the_config_names(
+    key: str,
+    name: str,
+    content: str,
+    expected: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A config naming an invalid calibration or rules file was reported 'valid', and then
+    `detector run` refused to start; now check-config exits 2 naming that file."""
+    (tmp_path / name).write_text(content)
+    config = tmp_path / "config.yaml"
+    config.write_text(f"{key}: {name}\n")
+    assert 2 == main(["check-config", str(config)])
+    err = error_of(capsys)
+    assert f"{tmp_path / name}" in err
+    assert expected in err
+    (tmp_path / name).unlink()  # absent: a warning, as before (it may appear later)
+    assert 0 == main(["check-config", str(config)])
+    assert f"warning: {tmp_path / name} does not exist" in capsys.readouterr().out
+
+
 # -- dumps with nothing to replay -------------------------------------------------------------
 
 
