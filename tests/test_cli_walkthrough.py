@@ -166,6 +166,19 @@ def test_a_built_in_cluster_too_short_for_two_ticks_exits_2(
     assert "built-in simulated cluster" in error_of(capsys)
 
 
+def test_a_saved_metrics_page_says_what_writes_a_replayable_dump(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A page saved with curl has no timestamps: the error names the line and points to
+    `detector record`, not only 'sample without timestamp'."""
+    dump = tmp_path / "page.prom"
+    dump.write_text('# TYPE up gauge\nup{instance="a"} 1\nup{instance="b"} 1\n')
+    assert 2 == main(["replay", str(dump), "--quiet"])
+    err = error_of(capsys)
+    assert f"{dump}:2: sample without timestamp (a dump needs one on every sample;" in err
+    assert "`detector record`" in err
+
+
 def test_a_query_error_without_an_error_type_does_not_print_none(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -65,6 +65,13 @@ class FileReport:
             self.errors.append(f"{where}: {reason}" + (f": {shown!r}" if content else ""))
 
 
+# A page saved from an exporter's /metrics has no timestamps: say what writes a replayable dump.
+_NO_TIMESTAMP = (
+    "sample without timestamp (a dump needs one on every sample; `detector record` or "
+    "promtool/Prometheus API exports write them)"
+)
+
+
 class SeriesTable:
     """Raw series of one dump: ``(name, labels)`` -> dense id, plus raw-text lookups."""
 
@@ -237,7 +244,7 @@ def read_openmetrics(fh: IO[bytes], report: FileReport, table: SeriesTable) -> I
                 report.bad += len(missing) - n
                 break
             line = locate(exp.keys[i], bare=True)
-            report.bad_line(f"{report.path}:{line}", "sample without timestamp", exp.keys[i])
+            report.bad_line(f"{report.path}:{line}", _NO_TIMESTAMP, exp.keys[i])
         times = np.where(times > MS_THRESHOLD, times / 1000.0, times)
         values = np.array(exp.values, dtype=np.float64)
         chunk = RawChunk(ids[keep].astype(np.int32), times[keep], values[keep])
