@@ -286,12 +286,25 @@ def _parser() -> argparse.ArgumentParser:
     rc.add_argument(
         "--out", type=Path, required=True, metavar="DIR", help="directory for the dump files"
     )
-    rc.add_argument("--duration", type=_positive, help="seconds to record (default: until stopped)")
     rc.add_argument(
-        "--rotate-mb", type=float, default=256.0, help="start a new file past this size"
+        "--duration",
+        type=_positive,
+        metavar="SECONDS",
+        help="seconds to record (default: until Ctrl-C or SIGTERM)",
     )
     rc.add_argument(
-        "--rotate-minutes", type=float, default=60.0, help="start a new file this often"
+        "--rotate-mb",
+        type=_positive,
+        default=256.0,
+        metavar="MB",
+        help="start a new file past this size (default: %(default)g)",
+    )
+    rc.add_argument(
+        "--rotate-minutes",
+        type=_positive,
+        default=60.0,
+        metavar="MINUTES",
+        help="start a new file this often (default: %(default)g)",
     )
     return parser
 
@@ -635,8 +648,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_record(args: argparse.Namespace) -> int:
-    if not (args.rotate_mb > 0 and args.rotate_minutes > 0):
-        raise ConfigError("record: --rotate-mb and --rotate-minutes must be > 0")
     if args.out.exists() and not args.out.is_dir():
         raise DetectorError(f"{args.out}: not a directory; record --out takes a directory")
     config = load_config(args.config)

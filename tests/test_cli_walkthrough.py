@@ -385,6 +385,10 @@ def test_record_into_a_file_or_for_a_negative_duration_is_refused(
         main(["record", "--config", str(config), "--out", str(tmp_path), "--duration", "-5"])
     assert 2 == exited.value.code
     assert "argument --duration: must be a number > 0 (got -5)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main(["record", "--config", str(config), "--out", str(tmp_path), "--rotate-mb", "0"])
+    assert 2 == exited.value.code
+    assert "argument --rotate-mb: must be a number > 0 (got 0)" in capsys.readouterr().err
 
 
 def test_simulate_help_shows_every_default(capsys: pytest.CaptureFixture[str]) -> None:
