@@ -36,9 +36,13 @@ def load_calibration(path: Path) -> Calibration:
     """Read and validate a calibration file; ConfigError names the file and each bad field."""
     try:
         text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or exc
+    except OSError as exc:
+        reason = exc.strerror or exc
         raise ConfigError(f"{path}: cannot read calibration file: {reason}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(
+            f"{path}: not a calibration file (not UTF-8 text; 'detector calibrate' writes JSON)"
+        ) from None
     document: Any
     try:
         if path.suffix in (".yaml", ".yml"):

@@ -343,6 +343,19 @@ def test_a_missing_input_file_is_named_once(
     assert "Errno" not in err
 
 
+def test_a_binary_file_given_as_calibration_says_it_is_not_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dump passed as --calibration by mistake: not a codec error with byte offsets."""
+    wrong = tmp_path / "sim.om.gz"
+    with gzip.open(wrong, "wt") as fh:
+        fh.write("up 1 1735689600\n")
+    assert 2 == main(["replay", *SHORT, "--calibration", str(wrong)])
+    err = error_of(capsys)
+    assert f"{wrong}: not a calibration file (not UTF-8 text;" in err
+    assert "codec" not in err
+
+
 def test_a_gzipped_events_file_with_a_bom_is_read(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
