@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -177,6 +178,17 @@ def test_a_saved_metrics_page_says_what_writes_a_replayable_dump(
     err = error_of(capsys)
     assert f"{dump}:2: sample without timestamp (a dump needs one on every sample;" in err
     assert "`detector record`" in err
+
+
+def test_a_pipe_given_as_a_dump_is_not_called_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A named pipe (as `<(zcat dump.gz)` gives) exists: the error says it is not a regular
+    file, instead of 'no such dump file or directory'."""
+    fifo = tmp_path / "dump.fifo"
+    os.mkfifo(fifo)
+    assert 2 == main(["replay", str(fifo), "--quiet"])
+    assert f"{fifo}: not a regular file; save the dump to a file first" in error_of(capsys)
 
 
 def test_a_query_error_without_an_error_type_does_not_print_none(

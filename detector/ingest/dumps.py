@@ -143,6 +143,8 @@ def dump_files(paths: Path | Sequence[Path]) -> list[Path]:
             out.extend(sorted(p for p in path.iterdir() if p.is_file() and p.name[0] != "."))
         elif path.is_file():
             out.append(path)
+        elif path.exists():  # a pipe (<(zcat ...)) or a device: read more than once, so no
+            raise DumpError(f"{path}: not a regular file; save the dump to a file first")
         else:
             raise DumpError(f"{path}: no such dump file or directory")
     if not out:
