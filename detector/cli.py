@@ -533,6 +533,13 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     for line in weight_lines:
         print(line)
     print(f"calibration written to {args.out}")
+    if days < _MIN_CALIBRATION_DAYS:
+        print(
+            f"detector: warning: the history covers {days:.2f} days; a threshold fitted on less "
+            f"than {_MIN_CALIBRATION_DAYS:g} day of data says little about false positives per "
+            "day: calibrate on days to weeks of your cluster's history before trusting it",
+            file=sys.stderr,
+        )
     if config.alerts.threshold is not None:
         print(
             f"detector: warning: the config's alerts.threshold ({config.alerts.threshold:g}) "
@@ -541,6 +548,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         )
     return 0 if found.within_budget else 3
 
+
+# Below this much history one false alert more or less swings FP/day by more than the budget.
+_MIN_CALIBRATION_DAYS = 1.0
 
 # What calibrate's "(budget)" and "(over-budget)" mean ("best" needs no note).
 _MODE_NOTES = {

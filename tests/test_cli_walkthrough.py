@@ -437,7 +437,7 @@ def test_calibrate_explains_a_threshold_set_by_the_budget_alone(
 ) -> None:
     """On a healthy history the chosen threshold is marked '(budget)'; a note says what that
     means, so the operator does not have to read the source. A config alerts.threshold, which
-    would override the file written, is warned about."""
+    would override the file written, and a history shorter than a day are warned about."""
     dump, events = tmp_path / "sim.om", tmp_path / "sim.jsonl"
     simulate = ["simulate", "--nodes", "2", "--gpus", "2", "--days", "0.02", "--seed", "7"]
     assert 0 == main([*simulate, "--out", str(dump), "--events", str(events)])
@@ -452,7 +452,8 @@ def test_calibrate_explains_a_threshold_set_by_the_budget_alone(
     assert "(budget: no failure could be caught within the budget, so the budget alone" in (
         captured.out
     )
-    assert "the config's alerts.threshold (0.7) overrides any calibration file's" in (captured.err)
+    assert "the config's alerts.threshold (0.7) overrides any calibration file's" in captured.err
+    assert "the history covers 0.02 days; a threshold fitted on less than 1 day" in captured.err
 
 
 # -- simulate --serve -------------------------------------------------------------------------
