@@ -45,8 +45,7 @@ def error_of(capsys: pytest.CaptureFixture[str]) -> str:
 def test_detector_debug_is_not_taken_for_a_config_override(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """DETECTOR_DEBUG=1 (the README's way to get a traceback) no longer fails every command
-    with 'debug: unknown key'; a misspelt DETECTOR_* variable still does."""
+    """DETECTOR_DEBUG=1 is not a config key; a misspelt DETECTOR_* variable still fails."""
     config = tmp_path / "config.yaml"
     config.write_text("")
     monkeypatch.setenv("DETECTOR_DEBUG", "1")
@@ -81,8 +80,7 @@ def test_detector_debug_is_not_taken_for_a_config_override(
 def test_a_config_shape_mistake_says_how_to_write_it(
     yaml_text: str, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The usual shape slips (a Prometheus-style bare target, one URL where a list goes, a
-    list where a section goes) name the field, the kind found, and the fix."""
+    """Common YAML shape slips name the field, the kind found and how to write it."""
     config = tmp_path / "config.yaml"
     config.write_text(yaml_text)
     assert 2 == main(["check-config", str(config)])
@@ -105,8 +103,7 @@ def test_check_config_validates_the_files_the_config_names(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """A config naming an invalid calibration or rules file was reported 'valid', and then
-    `detector run` refused to start; now check-config exits 2 naming that file."""
+    """check-config exits 2 on an invalid calibration or rules file the config names."""
     (tmp_path / name).write_text(content)
     config = tmp_path / "config.yaml"
     config.write_text(f"{key}: {name}\n")
@@ -142,8 +139,7 @@ def test_an_empty_dump_file_says_it_is_empty(
 def test_a_dump_without_samples_exits_2_not_as_a_bug(
     name: str, content: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A well-formed dump holding no sample (an empty query answer) exits 2 naming the file;
-    it used to exit 1 asking for a bug report ('covered span must be positive')."""
+    """A well-formed dump with no sample exits 2 naming the file (it was exit 1, a 'bug')."""
     dump = tmp_path / name
     dump.write_text(content)
     assert 2 == main(["replay", str(dump), "--quiet"])
@@ -170,8 +166,7 @@ def test_a_built_in_cluster_too_short_for_two_ticks_exits_2(
 def test_a_saved_metrics_page_says_what_writes_a_replayable_dump(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A page saved with curl has no timestamps: the error names the line and points to
-    `detector record`, not only 'sample without timestamp'."""
+    """A saved /metrics page (no timestamps) names the line and points to detector record."""
     dump = tmp_path / "page.prom"
     dump.write_text('# TYPE up gauge\nup{instance="a"} 1\nup{instance="b"} 1\n')
     assert 2 == main(["replay", str(dump), "--quiet"])
@@ -183,8 +178,7 @@ def test_a_saved_metrics_page_says_what_writes_a_replayable_dump(
 def test_a_pipe_given_as_a_dump_is_not_called_missing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A named pipe (as `<(zcat dump.gz)` gives) exists: the error says it is not a regular
-    file, instead of 'no such dump file or directory'."""
+    """A named pipe given as a dump is 'not a regular file', not 'no such dump file'."""
     fifo = tmp_path / "dump.fifo"
     os.mkfifo(fifo)
     assert 2 == main(["replay", str(fifo), "--quiet"])
@@ -220,9 +214,7 @@ def test_a_query_error_without_an_error_type_does_not_print_none(
 def test_bad_numeric_flags_are_refused_by_the_parser(
     argv: list[str], flag: str, message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A negative seed (numpy raised, exit 1), a zero step (a divide-by-zero warning) and the
-    like are argument errors (exit 2) naming the flag; calibrate has no --calibration (it
-    fits afresh, so the flag was silently ignored)."""
+    """Out-of-range numeric flags, and calibrate --calibration, are argument errors (exit 2)."""
     with pytest.raises(SystemExit) as exited:
         main(argv)
     assert 2 == exited.value.code
@@ -262,8 +254,7 @@ def test_step_without_a_dump_exits_2(capsys: pytest.CaptureFixture[str]) -> None
 def test_an_output_in_a_missing_directory_fails_before_any_work(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """simulate --out into a missing directory names the path given (not a hidden temporary
-    file) and the missing directory, and writes nothing (not even the events file)."""
+    """An output in a missing directory fails first, naming the path given; nothing is written."""
     out, events = tmp_path / "nodir" / "sim.om", tmp_path / "sim.jsonl"
     args = ["simulate", "--nodes", "2", "--days", "0.01", "--out", str(out)]
     assert 2 == main([*args, "--events", str(events)])
@@ -286,9 +277,7 @@ def test_an_output_that_is_a_directory_exits_2(
 def test_unmatchable_failures_are_warned_and_scores_out_is_announced(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Failures on a node the data lacks, or outside the replayed span, count as missed: the
-    replay says so on stderr (a naming or time-zone mismatch is otherwise invisible), and it
-    says where --scores-out went, as it does for --report-json."""
+    """Failures on unknown nodes or outside the span are warned; --scores-out is announced."""
     events = tmp_path / "xids.jsonl"
     rows = [
         {"time": T0 + 360, "node": "gpu-node-01", "xid": 79},  # in span, unknown node
@@ -346,8 +335,7 @@ def test_an_events_line_that_is_not_an_object_says_so(
 def test_a_missing_input_file_is_named_once(
     option: str, what: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """'x: cannot read events file: No such file or directory', without the '[Errno 2] ...
-    'x'' repetition."""
+    """A missing events or calibration file is named once, without '[Errno 2] ...' noise."""
     missing = tmp_path / "missing.jsonl"
     assert 2 == main(["replay", *SHORT, option, str(missing)])
     err = error_of(capsys)
@@ -417,8 +405,7 @@ def test_record_into_a_file_or_for_a_negative_duration_is_refused(
 
 
 def test_simulate_help_shows_every_default(capsys: pytest.CaptureFixture[str]) -> None:
-    """simulate's --nodes/--gpus/--days/--seed had no help at all; now each shows its default,
-    and replay's built-in-cluster flags say they are for the built-in cluster only."""
+    """simulate --help shows each default; replay's cluster flags say 'built-in cluster only'."""
     with pytest.raises(SystemExit):
         main(["simulate", "--help"])
     shown = " ".join(capsys.readouterr().out.split())
@@ -435,9 +422,7 @@ def test_simulate_help_shows_every_default(capsys: pytest.CaptureFixture[str]) -
 def test_calibrate_explains_a_threshold_set_by_the_budget_alone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """On a healthy history the chosen threshold is marked '(budget)'; a note says what that
-    means, so the operator does not have to read the source. A config alerts.threshold, which
-    would override the file written, and a history shorter than a day are warned about."""
+    """calibrate explains '(budget)' and warns of a config threshold and a short history."""
     dump, events = tmp_path / "sim.om", tmp_path / "sim.jsonl"
     simulate = ["simulate", "--nodes", "2", "--gpus", "2", "--days", "0.02", "--seed", "7"]
     assert 0 == main([*simulate, "--out", str(dump), "--events", str(events)])
@@ -460,9 +445,7 @@ def test_calibrate_explains_a_threshold_set_by_the_budget_alone(
 
 
 def test_simulate_serve_keeps_serving_until_interrupted(tmp_path: Path) -> None:
-    """`simulate --serve` used to start its exporter threads and exit 0 at once, serving
-    nothing. Now it prints a config whose targets answer with exporter pages, serves until
-    Ctrl-C, and exits 0 on it."""
+    """simulate --serve prints a working targets config and serves until Ctrl-C (exit 0)."""
     argv = ["simulate", "--serve", "--nodes", "1", "--gpus", "1", "--port", "0"]
     with subprocess.Popen(
         [sys.executable, "-m", "detector.cli", *argv],
@@ -527,8 +510,7 @@ def calibration_file(path: Path, threshold: float) -> Path:
 def test_replay_says_which_threshold_it_used_and_from_where(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The summary names the threshold and its source: the default, a calibration file, or the
-    config's alerts.threshold, which silently overrode a calibration file passed with it."""
+    """replay prints its threshold and its source: default, calibration file or config."""
     monkeypatch.delenv("DETECTOR_ALERTS__THRESHOLD", raising=False)
     calibration = calibration_file(tmp_path / "calibration.json", 0.45)
     config = tmp_path / "config.yaml"
@@ -552,9 +534,7 @@ def test_replay_says_which_threshold_it_used_and_from_where(
 
 
 def test_simulate_failures_plants_that_many(tmp_path: Path) -> None:
-    """--failures N plants N failures (seed 7, 4 nodes: both land): at the trace's rate even
-    63 nodes x 3 days most likely hold none, so there was no way to simulate a history worth
-    calibrating on."""
+    """simulate --failures N plants N failures (the trace rate gives ~none in 3 days)."""
     dump, events = tmp_path / "sim.om", tmp_path / "sim.jsonl"
     simulate = ["simulate", "--nodes", "4", "--gpus", "2", "--days", "0.05", "--failures", "2"]
     assert 0 == main([*simulate, "--out", str(dump), "--events", str(events)])
