@@ -20,8 +20,6 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
-from pathlib import Path
 
 import numpy as np
 
@@ -33,6 +31,8 @@ from .calibration import (
     describe_weights,
 )
 from .calibration_file import load_calibration, save_calibration
+from .cli_args import build_parser as _parser  # tests parse help examples with it
+from .cli_checks import check_output, check_source_flags, threshold_source, warn_unmatchable
 from .config import Config, check_config, load_config
 from .daemon import main_run
 from .errors import ConfigError, DetectorError
@@ -54,259 +54,6 @@ from .report import render_html
 from .rules import load_signal_rules, load_xid_catalog
 from .series import LabelRules, SeriesIndex
 from .simulate import Scenario, SimulatedCluster, serve, write_dump
-
-EXAMPLES = {
-    "replay": """examples:
-  detector replay                                   # the built-in simulated cluster (demo)
-  detector replay --html report.html                # the demo, with an HTML report
-  detector replay dump.om.gz --events xids.jsonl --report-json report.json
-  detector replay query_range/*.json --calibration calibration.json --scores-out scores.csv""",
-    "calibrate": """examples:
-  detector calibrate history.om --events xids.jsonl --fp-per-day 1 --out calibration.json
-  detector calibrate healthy-week.om --fp-per-day 0.5 --out calibration.json""",
-    "simulate": """examples:
-  detector simulate --nodes 63 --gpus 8 --days 3 --seed 7 --out sim.om.gz --events sim.jsonl
-  detector simulate --nodes 8 --days 1 --failures 3 --out hist.om.gz --events hist.jsonl
-  detector simulate --serve --nodes 4 --port 9400  # live exporters; prints a config for them""",
-    "check-config": """examples:
-  detector check-config /etc/detector/config.yaml""",
-    "run": """examples:
-  detector run --config /etc/detector/config.yaml        # fleet or agent mode, per the config
-  NODE_NAME=gpu-017 DETECTOR_MODE=agent detector run     # agent: this node's local exporters""",
-    "record": """examples:
-  detector record --config fleet.yaml --out /var/lib/detector/dumps --duration 3600
-  detector record --config fleet.yaml --out dumps/ --rotate-mb 256 --rotate-minutes 60""",
-}
-
-
-def _count(text: str) -> int:
-    """argparse type: a whole number >= 1 (nodes, GPUs)."""
-    value = _whole(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1 (got {text})")
-    return value
-
-
-def _seed(text: str) -> int:
-    """argparse type: a seed, a whole number >= 0 (numpy refuses negative seeds)."""
-    value = _whole(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 (got {text})")
-    return value
-
-
-def _whole(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-
-
-def _positive(text: str) -> float:
-    """argparse type: a finite number > 0 (days, seconds)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a number > 0 (got {text})")
-    return value
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="detector",
-        description="Real-time multi-signal GPU failure detector.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--version", action="version", version=f"detector {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    def add(name: str, help_text: str) -> argparse.ArgumentParser:
-        return sub.add_parser(
-            name,
-            help=help_text,
-            description=help_text,
-            epilog=EXAMPLES.get(name),
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-
-    demo = Scenario.demo()
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "dump",
-        nargs="*",
-        type=Path,
-        metavar="DUMP",
-        help="dump files or directories (OpenMetrics, Prometheus JSON, promtool tsdb dump; "
-        ".gz ok); none: the built-in simulated cluster",
-    )
-    common.add_argument(
-        "--config",
-        type=Path,
-        metavar="FILE",
-        help="daemon config YAML (DETECTOR_* env vars override)",
-    )
-    common.add_argument(
-        "--events",
-        type=Path,
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="failure events JSONL (repeatable)",
-    )
-    common.add_argument(
-        "--step",
-        type=_positive,
-        metavar="SECONDS",
-        help="tick length of a DUMP replay (default: the dump's scrape interval)",
-    )
-    common.add_argument(
-        "--seed",
-        type=_seed,
-        default=None,
-        help=f"built-in cluster only: simulator seed ({demo.seed})",
-    )
-    common.add_argument(
-        "--days",
-        type=_positive,
-        default=None,
-        help=f"built-in cluster only: simulated days ({demo.days:g})",
-    )
-    common.add_argument(
-        "--nodes",
-        type=_count,
-        default=None,
-        help=f"built-in cluster only: simulated nodes ({demo.nodes})",
-    )
-    common.add_argument("--quiet", action="store_true", help="no progress bar")
-
-    rp = sub.add_parser(
-        "replay",
-        parents=[common],
-        help="replay a recorded dump (or the built-in simulated cluster)",
-        description="Drive a recorded dump through the detection pipeline and report.",
-        epilog=EXAMPLES["replay"],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    rp.add_argument(
-        "--calibration",
-        type=Path,
-        metavar="FILE",
-        help="calibration file written by 'detector calibrate' (default: the config's "
-        "calibration.path)",
-    )
-    rp.add_argument("--report-json", type=Path, metavar="FILE", help="write the report JSON here")
-    rp.add_argument(
-        "--scores-out",
-        type=Path,
-        metavar="FILE",
-        help="write fused scores (time,node,gpu,score CSV) here",
-    )
-    rp.add_argument(
-        "--html",
-        type=Path,
-        metavar="FILE",
-        help="write a self-contained HTML report (charts, tables) here",
-    )
-
-    cp = sub.add_parser(
-        "calibrate",
-        parents=[common],
-        help="fit alert thresholds under a false-positives-per-day budget",
-        description="Fit the threshold that catches the most failures within an FP/day budget.",
-        epilog=EXAMPLES["calibrate"],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    cp.add_argument(
-        "--fp-per-day",
-        type=float,
-        required=True,
-        metavar="X",
-        help="false positives per day allowed (whole dump)",
-    )
-    cp.add_argument(
-        "--out", type=Path, required=True, metavar="FILE", help="calibration file to write"
-    )
-    cp.add_argument(
-        "--no-signal-weights",
-        action="store_true",
-        help="fit the threshold only (by default, with failures to learn from, signal weights "
-        "are fitted too and kept when they do better; this replays the history twice)",
-    )
-
-    sp = add("simulate", "simulate a GPU cluster: write a dump + events, or serve live exporters")
-    sp.add_argument("--nodes", type=_count, default=63, help="nodes (default: %(default)s)")
-    sp.add_argument("--gpus", type=_count, default=8, help="GPUs per node (default: %(default)s)")
-    sp.add_argument("--days", type=_positive, default=3.0, help="days (default: %(default)s)")
-    sp.add_argument("--seed", type=_seed, default=7, help="random seed (default: %(default)s)")
-    sp.add_argument(
-        "--failures",
-        type=_seed,  # a whole number >= 0
-        metavar="N",
-        help="plant N failures (one that would hit a node still in repair past the end is "
-        "dropped; default: drawn at the real trace's rate, 0.0018 per node-day, so a 63-node, "
-        "3-day history most likely holds none)",
-    )
-    sp.add_argument(
-        "--step",
-        type=_positive,
-        default=30.0,
-        metavar="SECONDS",
-        help="seconds between samples (default: %(default)s)",
-    )
-    sp.add_argument(
-        "--out",
-        type=Path,
-        metavar="FILE",
-        help="dump file to write (OpenMetrics with timestamps; .gz ok)",
-    )
-    sp.add_argument(
-        "--events", type=Path, metavar="FILE", help="events JSONL to write (ground truth)"
-    )
-    sp.add_argument("--serve", action="store_true", help="serve live exporters over HTTP instead")
-    sp.add_argument(
-        "--port",
-        type=int,
-        default=9400,
-        help="port to serve on, paths /<node>/dcgm and /<node>/node (default: %(default)s; "
-        "0 picks a free one)",
-    )
-
-    cc = add("check-config", "validate a config file and print what it resolves to")
-    cc.add_argument("file", type=Path, metavar="FILE", help="config YAML to validate")
-
-    rn = add("run", "run the live daemon: scrape, score, alert, export /metrics")
-    rn.add_argument(
-        "--config", type=Path, metavar="FILE", help="config YAML (DETECTOR_* env vars override)"
-    )
-
-    rc = add("record", "scrape the configured targets into dump files replay can read")
-    rc.add_argument("--config", type=Path, metavar="FILE", help="config YAML naming the targets")
-    rc.add_argument(
-        "--out", type=Path, required=True, metavar="DIR", help="directory for the dump files"
-    )
-    rc.add_argument(
-        "--duration",
-        type=_positive,
-        metavar="SECONDS",
-        help="seconds to record (default: until Ctrl-C or SIGTERM)",
-    )
-    rc.add_argument(
-        "--rotate-mb",
-        type=_positive,
-        default=256.0,
-        metavar="MB",
-        help="start a new file past this size (default: %(default)g)",
-    )
-    rc.add_argument(
-        "--rotate-minutes",
-        type=_positive,
-        default=60.0,
-        metavar="MINUTES",
-        help="start a new file this often (default: %(default)g)",
-    )
-    return parser
 
 
 def _load(args: argparse.Namespace) -> tuple[Config, Calibration | None]:
@@ -342,7 +89,7 @@ def _replay(
     signal_weights: Mapping[str, float] | None = None,
 ) -> tuple[ReplayResult, str]:
     """One replay of the dump (or the built-in cluster) with what the caller loaded once."""
-    _check_source_flags(args)
+    check_source_flags(args)
     index = _index(config)
     pipeline = build_pipeline(config, index, calibration, signal_weights=signal_weights)
     span: tuple[float, float] | None = None
@@ -377,99 +124,16 @@ def _replay(
     return result, label
 
 
-_THRESHOLD_VAR = "DETECTOR_ALERTS__THRESHOLD"
-
-
-def _threshold_source(
-    args: argparse.Namespace, config: Config, calibration: Calibration | None
-) -> str:
-    """Where the alert threshold came from, in build_pipeline's order: the config's
-    alerts.threshold wins over a calibration file, which wins over the default. A calibration
-    overridden by the config is said to be, since the operator asked for both."""
-    cal_path = args.calibration or config.calibration.path
-    if config.alerts.threshold is not None:
-        from_env = _THRESHOLD_VAR in (name.upper() for name in os.environ)  # env wins
-        where = _THRESHOLD_VAR if from_env else f"alerts.threshold in {args.config}"
-        if calibration is not None:
-            where += f", which overrides {cal_path}'s {calibration.threshold:.4f}"
-        return where
-    if calibration is not None:
-        return f"calibrated: {cal_path}"
-    return "uncalibrated default; see detector calibrate"
-
-
-def _check_source_flags(args: argparse.Namespace) -> None:
-    """Refuse flags that the chosen source would silently ignore: the built-in cluster's knobs
-    with a DUMP, or a DUMP's tick length without one."""
-    if args.dump:
-        knobs = [f"--{k}" for k in ("seed", "days", "nodes") if getattr(args, k) is not None]
-        if knobs:
-            verb, them = ("applies", "it") if len(knobs) == 1 else ("apply", "them")
-            raise ConfigError(
-                f"{' and '.join(knobs)} {verb} to the built-in simulated cluster only, not to "
-                f"a DUMP; drop {them} (or the DUMP)"
-            )
-    elif args.step is not None:
-        raise ConfigError(
-            "--step sets the tick length of a DUMP replay; the built-in simulated cluster "
-            "ticks at its sample interval (detector simulate --step writes a dump with another)"
-        )
-
-
-def _check_output(*paths: Path | None) -> None:
-    """Fail before minutes of work, not after, when an output file cannot be created."""
-    for path in paths:
-        if path is None:
-            continue
-        if path.is_dir():
-            raise DetectorError(f"{path}: is a directory; give a file name to write")
-        if not path.parent.is_dir():
-            raise DetectorError(
-                f"{path}: No such file or directory (the directory {path.parent} does not exist)"
-            )
-
-
-def _warn_unmatchable(result: ReplayResult) -> None:
-    """Say on stderr when failures cannot be matched by any alert: they name a node the data
-    does not have (a naming mismatch between events and dump) or fall outside the replayed span
-    (a wrong file or time zone). Either way they count as missed."""
-    known = set(result.node_names)
-    strangers = sorted({f.node for f in result.failures} - known)
-    if strangers:
-        shown = ", ".join(strangers[:5]) + (", ..." if len(strangers) > 5 else "")
-        example = f" (its nodes are named like {min(known)})" if known else ""
-        print(
-            f"detector: warning: {len(strangers)} node(s) with failures are not in the data: "
-            f"{shown}{example}; their failures count as missed",
-            file=sys.stderr,
-        )
-    outside = [
-        row.event
-        for row in result.evaluation.failures
-        if not row.detected and not result.start <= row.event.time <= result.end
-    ]
-    if outside:
-        print(
-            f"detector: warning: {len(outside)} failure(s) fall outside the replayed span "
-            f"({_utc(result.start)} to {_utc(result.end)} UTC); they count as missed",
-            file=sys.stderr,
-        )
-
-
-def _utc(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M")
-
-
 def _cmd_replay(args: argparse.Namespace) -> int:
-    _check_output(args.report_json, args.scores_out, args.html)
+    check_output(args.report_json, args.scores_out, args.html)
     config, calibration = _load(args)
     events = load_event_files(args.events)
     result, label = _replay(args, config, calibration, events, record=args.html is not None)
     print(f"detector replay: {label}")
-    print(f"threshold {result.threshold:.4f} ({_threshold_source(args, config, calibration)})")
+    print(f"threshold {result.threshold:.4f} ({threshold_source(args, config, calibration)})")
     for line in summary_lines(result):
         print(line)
-    _warn_unmatchable(result)
+    warn_unmatchable(result)
     if args.scores_out is not None:
         print(f"scores written to {args.scores_out}")
     if args.report_json is not None:
@@ -487,7 +151,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.fp_per_day) and args.fp_per_day >= 0):
         raise ConfigError(f"--fp-per-day must be a finite number >= 0 (got {args.fp_per_day})")
-    _check_output(args.out)
+    check_output(args.out)
     config = load_config(args.config)
     events = load_event_files(args.events)
     label = ""
@@ -521,7 +185,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     )
     save_calibration(args.out, cal)
     print(f"detector calibrate: {label}")
-    _warn_unmatchable(result)
+    warn_unmatchable(result)
     print(_point_line("threshold", found, len(result.failures), days, args.fp_per_day))
     if found.mode in _MODE_NOTES:
         print(f"  ({found.mode}: {_MODE_NOTES[found.mode]})")
@@ -605,7 +269,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         return _serve(scenario, args.port)
     if args.out is None or args.events is None:
         raise ConfigError("simulate: give --out DUMP and --events EVENTS (or --serve)")
-    _check_output(args.out, args.events)
+    check_output(args.out, args.events)
     write_dump(scenario, args.out, args.events)
     print(f"wrote {args.out} and {args.events}")
     return 0

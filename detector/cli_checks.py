@@ -1,0 +1,98 @@
+"""Checks and notes around a replay or calibration, for the operator: flags the chosen source
+would ignore and outputs that cannot be written are refused before any work; after it, where
+the threshold came from and which failures no alert could match are said."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from .calibration import Calibration
+from .config import Config
+from .errors import ConfigError, DetectorError
+from .replay import ReplayResult
+
+_THRESHOLD_VAR = "DETECTOR_ALERTS__THRESHOLD"
+
+
+def threshold_source(
+    args: argparse.Namespace, config: Config, calibration: Calibration | None
+) -> str:
+    """Where the alert threshold came from, in build_pipeline's order: the config's
+    alerts.threshold wins over a calibration file, which wins over the default. A calibration
+    overridden by the config is said to be, since the operator asked for both."""
+    cal_path = args.calibration or config.calibration.path
+    if config.alerts.threshold is not None:
+        from_env = _THRESHOLD_VAR in (name.upper() for name in os.environ)  # env wins
+        where = _THRESHOLD_VAR if from_env else f"alerts.threshold in {args.config}"
+        if calibration is not None:
+            where += f", which overrides {cal_path}'s {calibration.threshold:.4f}"
+        return where
+    if calibration is not None:
+        return f"calibrated: {cal_path}"
+    return "uncalibrated default; see detector calibrate"
+
+
+def check_source_flags(args: argparse.Namespace) -> None:
+    """Refuse flags that the chosen source would silently ignore: the built-in cluster's knobs
+    with a DUMP, or a DUMP's tick length without one."""
+    if args.dump:
+        knobs = [f"--{k}" for k in ("seed", "days", "nodes") if getattr(args, k) is not None]
+        if knobs:
+            verb, them = ("applies", "it") if len(knobs) == 1 else ("apply", "them")
+            raise ConfigError(
+                f"{' and '.join(knobs)} {verb} to the built-in simulated cluster only, not to "
+                f"a DUMP; drop {them} (or the DUMP)"
+            )
+    elif args.step is not None:
+        raise ConfigError(
+            "--step sets the tick length of a DUMP replay; the built-in simulated cluster "
+            "ticks at its sample interval (detector simulate --step writes a dump with another)"
+        )
+
+
+def check_output(*paths: Path | None) -> None:
+    """Fail before minutes of work, not after, when an output file cannot be created."""
+    for path in paths:
+        if path is None:
+            continue
+        if path.is_dir():
+            raise DetectorError(f"{path}: is a directory; give a file name to write")
+        if not path.parent.is_dir():
+            raise DetectorError(
+                f"{path}: No such file or directory (the directory {path.parent} does not exist)"
+            )
+
+
+def warn_unmatchable(result: ReplayResult) -> None:
+    """Say on stderr when failures cannot be matched by any alert: they name a node the data
+    does not have (a naming mismatch between events and dump) or fall outside the replayed span
+    (a wrong file or time zone). Either way they count as missed."""
+    known = set(result.node_names)
+    strangers = sorted({f.node for f in result.failures} - known)
+    if strangers:
+        shown = ", ".join(strangers[:5]) + (", ..." if len(strangers) > 5 else "")
+        example = f" (its nodes are named like {min(known)})" if known else ""
+        print(
+            f"detector: warning: {len(strangers)} node(s) with failures are not in the data: "
+            f"{shown}{example}; their failures count as missed",
+            file=sys.stderr,
+        )
+    outside = [
+        row.event
+        for row in result.evaluation.failures
+        if not row.detected and not result.start <= row.event.time <= result.end
+    ]
+    if outside:
+        print(
+            f"detector: warning: {len(outside)} failure(s) fall outside the replayed span "
+            f"({_utc(result.start)} to {_utc(result.end)} UTC); they count as missed",
+            file=sys.stderr,
+        )
+
+
+def _utc(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M")
