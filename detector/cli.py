@@ -53,7 +53,7 @@ from .replay import (
 from .report import render_html
 from .rules import load_signal_rules, load_xid_catalog
 from .series import LabelRules, SeriesIndex
-from .simulate import Scenario, SimulatedCluster, serve, write_dump
+from .simulate import Scenario, SimulatedCluster, scenario_jobs, serve, write_dump
 
 
 def _load(args: argparse.Namespace) -> tuple[Config, Calibration | None]:
@@ -264,9 +264,11 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         seed=args.seed,
         step_s=args.step,
         failure_count=args.failures,
+        # served pages carry no target labels: the printed config adds the job to each target
+        job_label=None if args.serve else args.job_label,
     )
     if args.serve:
-        return _serve(scenario, args.port)
+        return _serve(scenario, args.port, args.job_label)
     if args.out is None or args.events is None:
         raise ConfigError("simulate: give --out DUMP and --events EVENTS (or --serve)")
     check_output(args.out, args.events)
@@ -275,7 +277,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(scenario: Scenario, port: int) -> int:
+def _serve(scenario: Scenario, port: int, job_label: str | None = None) -> int:
     """Serve the simulated exporters until Ctrl-C; print a config that scrapes them. (serve()
     runs them in daemon threads: returning at once, as this did, ended them with the process.)"""
     try:
@@ -288,10 +290,15 @@ def _serve(scenario: Scenario, port: int) -> int:
             "and node-exporter pages); Ctrl-C stops. On stdout, a config that scrapes them:",
             file=sys.stderr,
         )
+        job_of = {scenario.node_name(n): j.name for j in scenario_jobs(scenario) for n in j.nodes}
         print("targets:\n  static:")
         for node, (dcgm, node_exporter) in exporters.urls.items():
-            print(f"    - {{url: '{dcgm}', node: {node}, kind: dcgm}}")
-            print(f"    - {{url: '{node_exporter}', node: {node}, kind: node}}")
+            job = job_of.get(node) if job_label is not None else None
+            labels = f", labels: {{{job_label}: {job}}}" if job is not None else ""
+            print(f"    - {{url: '{dcgm}', node: {node}, kind: dcgm{labels}}}")
+            print(f"    - {{url: '{node_exporter}', node: {node}, kind: node{labels}}}")
+        if job_label is not None:
+            print(f"labels:\n  cohort_labels: [{job_label}]")
         sys.stdout.flush()
         threading.Event().wait()  # until Ctrl-C
     except KeyboardInterrupt:  # the way to stop a server: not an error

@@ -224,6 +224,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--events", type=Path, metavar="FILE", help="events JSONL to write (ground truth)"
     )
+    sp.add_argument(
+        "--job-label",
+        metavar="NAME",
+        help="name each node's job in label NAME on its node-exporter series (with --serve: on "
+        "its targets in the printed config, which then sets labels.cohort_labels: [NAME]), as "
+        "relabelling from a scheduler would; replay such a dump with that cohort label",
+    )
     sp.add_argument("--serve", action="store_true", help="serve live exporters over HTTP instead")
     sp.add_argument(
         "--port",

@@ -3,8 +3,13 @@ compared with. A node's cohort is the first configured label any of its series c
 
 from __future__ import annotations
 
+import gzip
+import json
+from pathlib import Path
+
 import numpy as np
 
+from detector.cli import main
 from detector.config import load_config
 from detector.model import Frame, Labels
 from detector.pipeline import Pipeline, build_pipeline
@@ -100,3 +105,24 @@ def test_a_single_node_jobs_own_moves_are_not_judged_against_another_jobs_nodes(
 def test_a_lone_deviant_within_its_cohort_still_alerts() -> None:
     """With the job as cohort, a node of the 3-node job whose memory falls alone is caught."""
     assert {"n3"} == alerted(*cluster(["training_job"]), {"n3": range(120, 128)})
+
+
+def test_simulate_job_label_lets_a_replay_use_the_jobs_as_cohorts(tmp_path: Path) -> None:
+    """`simulate --job-label` puts each node's job on its node-exporter series; replayed with
+    that label as cohort, the 8-node cluster's single-node job (node-08) no longer alerts on
+    its own checkpoints, which it does with every node in one cohort."""
+    dump, events = tmp_path / "sim.om.gz", tmp_path / "ev.jsonl"
+    args = ["--nodes", "8", "--days", "0.5", "--job-label", "training_job"]
+    assert 0 == main(["simulate", *args, "--out", str(dump), "--events", str(events)])
+    with gzip.open(dump, "rt") as text:
+        assert 'training_job="llm-eval-d"' in text.read()
+    config = tmp_path / "cohorts.yaml"
+    config.write_text("labels:\n  cohort_labels: [training_job]\n")
+    alerted = {}
+    for name, extra in (("one cohort", []), ("jobs", ["--config", str(config)])):
+        report = tmp_path / f"{name}.json"
+        replay = ["replay", str(dump), "--events", str(events), "--quiet"]
+        assert 0 == main([*replay, *extra, "--report-json", str(report)])
+        alerted[name] = {a["node"] for a in json.loads(report.read_text())["alerts"]}
+    assert "node-08" in alerted["one cohort"]
+    assert "node-08" not in alerted["jobs"]

@@ -63,12 +63,17 @@ def default_jobs(nodes: int) -> tuple[JobSpec, ...]:
     return tuple(jobs)
 
 
+def scenario_jobs(sc: Scenario) -> tuple[JobSpec, ...]:
+    """The scenario's jobs: ``sc.jobs``, or ``default_jobs`` for its size."""
+    return sc.jobs if sc.jobs is not None else default_jobs(sc.nodes)
+
+
 def build_workload(
     sc: Scenario, failures: list[PlannedFailure], rng: np.random.Generator
 ) -> Workload:
     """Precompute every node's phase, job and rank per tick (see the module docstring)."""
     ticks, step = sc.ticks, sc.step_s
-    jobs = sc.jobs if sc.jobs is not None else default_jobs(sc.nodes)
+    jobs = scenario_jobs(sc)
     w = Workload(
         phase=np.zeros((sc.nodes, ticks), np.int8),
         job=np.full((sc.nodes, ticks), -1, np.int16),
