@@ -403,6 +403,11 @@ async def run_daemon(
             # interpreted: no executable memory for numba (MemoryDenyWriteExecute), ~800x slower
             scorer_kernels="compiled" if jit.COMPILED else "interpreted",
         )
+        if config.mode != "agent" and not (config.targets.static or config.targets.file_sd):
+            _log.warning(
+                "no targets: nothing will be scraped (set targets.static or targets.file_sd, "
+                "or run in agent mode, which scrapes this node's own exporters)"
+            )
         if not jit.COMPILED and config.mode != "agent":
             _log.warning(
                 "scorer kernels run interpreted (no writable+executable memory), ~800x slower: "

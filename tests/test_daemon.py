@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from structlog.testing import capture_logs
 
 from detector.config import Config, load_config
 from detector.daemon import Daemon, main_run, run_daemon, sd_notify
@@ -374,3 +375,31 @@ async def test_node_score_statistics_reach_metrics(
         count = got[f'detector_node_score_distribution_count{{node="{node}"}}']
         assert 1 <= count <= daemon.stats.ticks
         assert 0 == got[f'detector_node_score_rises_total{{node="{node}"}}']
+
+
+async def test_a_daemon_without_targets_warns_that_nothing_will_be_scraped(
+    tmp_path: Path,
+) -> None:
+    """Fleet mode with neither static targets nor file_sd: one warning at start, then it runs;
+    with a target (even one that does not answer) no such warning."""
+
+    async def start(static: list[dict[str, str]]) -> list[dict[str, Any]]:
+        doc = {"targets": {"static": static}, "kmsg": {"enabled": False}}
+        path = tmp_path / "config.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        stop = asyncio.Event()
+        with capture_logs() as logs:
+            await asyncio.wait_for(
+                run_daemon(
+                    load_config(path, env={}),
+                    stop=stop,
+                    on_tick=lambda daemon, tick: stop.set(),
+                    handle_signals=False,
+                    port=0,
+                ),
+                30.0,
+            )
+        return [e for e in logs if str(e["event"]).startswith("no targets: nothing")]
+
+    assert 1 == len(await start([]))
+    assert [] == await start([{"url": "http://127.0.0.1:9/metrics", "node": "n1"}])
