@@ -370,3 +370,23 @@ def test_early_first_prefers_catching_failures_before_their_xid() -> None:
     plain = calibrate(table.__getitem__, list(table), fp_budget_per_day=1.0)
     assert 0.5 == early.point.threshold
     assert 0.9 == plain.point.threshold
+
+
+def test_bad_calibration_file_speaks_like_the_config_loader(tmp_path: Path) -> None:
+    """A misspelt key is an unknown key with the likely one suggested; a missing key is
+    required, with who writes it; a wrong type says what it must be and what it got."""
+    path = tmp_path / "c.json"
+    save_calibration(path, _calibration())
+    document = json.loads(path.read_text())
+    document["thresh"] = document.pop("threshold")
+    document["fp_budget_per_day"] = "lots"
+    path.write_text(json.dumps(document))
+    with pytest.raises(ConfigError) as caught:
+        load_calibration(path)
+    message = str(caught.value)
+    assert "field 'thresh': unknown key (did you mean 'threshold'?)" in message
+    assert "field 'threshold': required" in message
+    assert "('detector calibrate' writes every required key)" in message
+    assert "field 'fp_budget_per_day': must be a valid number" in message
+    assert "(got 'lots')" in message
+    assert "Input should be" not in message
