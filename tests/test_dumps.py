@@ -194,6 +194,17 @@ def test_openmetrics_round_trip_plain_and_gzip(tmp_path: Path) -> None:
     assert gzip.decompress((tmp_path / "d.om.gz").read_bytes()) == (tmp_path / "d.om").read_bytes()
 
 
+def test_a_dump_that_cannot_be_written_is_named_and_leaves_no_temp_file(tmp_path: Path) -> None:
+    """Writing over a directory fails as DumpError naming the dump the caller gave, not the
+    temp file the writer wrote first, and that temp file is gone."""
+    target = tmp_path / "d.om"
+    target.mkdir()
+    with pytest.raises(DumpError, match=r"d\.om: cannot write the dump: ") as caught:
+        write_openmetrics(target, shuffled_samples(5))
+    assert ".tmp-" not in str(caught.value)
+    assert [target] == list(tmp_path.iterdir())
+
+
 def test_small_chunks_merge_to_the_same_order(tmp_path: Path) -> None:
     """Many tiny sorted runs (chunk_samples=7), cached or not, give the one-run result."""
     samples = shuffled_samples(60)

@@ -208,15 +208,19 @@ class OpenMetricsWriter:
             rank = np.empty(len(texts), dtype=np.int64)
             rank[np.argsort(texts, kind="stable")] = np.arange(len(texts))
             tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
-            with _open_text(tmp, gz=self.path.name.endswith(".gz")) as out:
-                for family, kind, name_id in self._families():
-                    records = self._records_of(name_id, tail.get(name_id))
-                    if not len(records):
-                        continue
-                    out.write(f"# TYPE {family} {kind}\n")
-                    self._write_records(out, records, rank)
-                out.write("# EOF\n")
-            os.replace(tmp, self.path)
+            try:
+                with _open_text(tmp, gz=self.path.name.endswith(".gz")) as out:
+                    for family, kind, name_id in self._families():
+                        records = self._records_of(name_id, tail.get(name_id))
+                        if not len(records):
+                            continue
+                        out.write(f"# TYPE {family} {kind}\n")
+                        self._write_records(out, records, rank)
+                    out.write("# EOF\n")
+                os.replace(tmp, self.path)
+            except OSError as exc:  # the user named the dump, not the temp file beside it
+                reason = exc.strerror or str(exc)
+                raise DumpError(f"{self.path}: cannot write the dump: {reason}") from None
         finally:
             self._cleanup()
 
