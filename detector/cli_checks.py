@@ -69,8 +69,9 @@ def check_output(*paths: Path | None) -> None:
 
 def warn_unmatchable(result: ReplayResult) -> None:
     """Say on stderr when failures cannot be matched by any alert: they name a node the data
-    does not have (a naming mismatch between events and dump) or fall outside the replayed span
-    (a wrong file or time zone). Either way they count as missed."""
+    does not have (a naming mismatch between events and dump: they count as missed) or fall
+    outside the replayed span (a wrong file, a time zone, or events covering more than the
+    dump: they are not evaluated, see evaluation.py)."""
     known = set(result.node_names)
     strangers = sorted({f.node for f in result.failures} - known)
     if strangers:
@@ -81,15 +82,12 @@ def warn_unmatchable(result: ReplayResult) -> None:
             f"{shown}{example}; their failures count as missed",
             file=sys.stderr,
         )
-    outside = [
-        row.event
-        for row in result.evaluation.failures
-        if not row.detected and not result.start <= row.event.time <= result.end
-    ]
+    outside = result.evaluation.summary.out_of_span
     if outside:
         print(
-            f"detector: warning: {len(outside)} failure(s) fall outside the replayed span "
-            f"({_utc(result.start)} to {_utc(result.end)} UTC); they count as missed",
+            f"detector: warning: {outside} failure(s) fall outside the replayed span "
+            f"({_utc(result.start)} to {_utc(result.end)} UTC): no alert in it could match "
+            "them, so they are not evaluated (summary: failures_out_of_span)",
             file=sys.stderr,
         )
 

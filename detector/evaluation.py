@@ -16,6 +16,10 @@ on the failure's own GPU is reported as ``gpu_matched``.
   quartiles are over detected failures and ``None`` when nothing was detected.
 - Each failure counts once; one alert may match several failures (XID episode dedup happens
   upstream). Failure rows are sorted by (time, node), alert rows by (start, node).
+- A failure whose window ``[time - horizon_s, (end or time) + grace_s]`` misses the covered
+  span entirely could be matched by no alert of this data: it is not evaluated (not a missed
+  failure, not a row), only counted as ``out_of_span`` (an events file that covers more than
+  the dump must not charge the detector for telemetry it never saw).
 
 Cost: alerts and failures are grouped per node and matched with sorted arrays and
 ``searchsorted``, O((A + F) log A); no alert x failure Python loop.
@@ -60,6 +64,7 @@ class Summary:
     days: float
     lead_time_s: LeadTimes
     share_before: float | None  # detected_before_failure / failures
+    out_of_span: int = 0  # failures no alert in the covered span could match: not evaluated
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +111,10 @@ class Evaluation:
     def to_json(self) -> dict[str, Any]:
         """The ``--report-json`` document (ARCHITECTURE.md contract, plus additive fields).
 
-        Additive to the contract: ``summary.share_before``, ``failures[].gpu_matched`` and the
-        top-level ``signals_first`` table ``{"<xid>": {"detected": n, "signals": {name: n}}}``.
+        Additive to the contract: ``summary.share_before``, ``summary.failures_out_of_span``
+        (failures no alert of the covered span could match: not evaluated),
+        ``failures[].gpu_matched`` and the top-level ``signals_first`` table
+        ``{"<xid>": {"detected": n, "signals": {name: n}}}``.
         """
         s = self.summary
         detected_by_xid = Counter(row.event.xid for row in self.failures if row.detected)
@@ -121,6 +128,7 @@ class Evaluation:
                 "false_positives": s.false_positives,
                 "fp_per_day": s.fp_per_day,
                 "days": s.days,
+                "failures_out_of_span": s.out_of_span,
                 "lead_time_s": {
                     "p25": s.lead_time_s.p25,
                     "median": s.lead_time_s.median,
@@ -214,6 +222,9 @@ def evaluate(
         (f for f in failures if is_failure is None or is_failure(f)),
         key=lambda f: (f.time, f.node),
     )
+    in_span = [_window(f, horizon_s, grace_s) for f in events]
+    out_of_span = sum(1 for lo, hi in in_span if lo > end or hi < start)
+    events = [f for f, (lo, hi) in zip(events, in_span, strict=True) if lo <= end and hi >= start]
     ordered_alerts = sorted(alerts, key=lambda a: (a.start, a.node))
     starts = np.fromiter((a.start for a in ordered_alerts), np.float64, len(ordered_alerts))
     event_times = np.fromiter((f.time for f in events), np.float64, len(events))
@@ -272,6 +283,7 @@ def evaluate(
         days=days,
         lead_time_s=_quartiles(lead_times),
         share_before=before / len(events) if events else None,
+        out_of_span=out_of_span,
     )
     return Evaluation(
         summary=summary,
@@ -281,6 +293,12 @@ def evaluate(
             xid: dict(counts.most_common()) for xid, counts in sorted(signals_first.items())
         },
     )
+
+
+def _window(failure: XidEvent, horizon_s: float, grace_s: float) -> tuple[float, float]:
+    """When an alert may start to match ``failure``: ``[time - horizon, (end or time) + grace]``."""
+    end = failure.time if failure.end is None else max(failure.end, failure.time)
+    return failure.time - horizon_s, end + grace_s
 
 
 def _gpu_matches(

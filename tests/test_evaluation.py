@@ -146,6 +146,7 @@ def test_report_json_has_exactly_the_contract_keys() -> None:
     assert set(document["summary"]) == {
         "failures", "detected", "detected_before_failure", "recall", "precision",
         "false_positives", "fp_per_day", "days", "lead_time_s", "share_before",
+        "failures_out_of_span",
     }  # fmt: skip
     assert set(document["summary"]["lead_time_s"]) == {"p25", "median", "p75"}
     assert document["failures"] == [
@@ -224,10 +225,13 @@ def _brute_force(
 def _check_against_brute_force(
     alerts: list[Alert], failures: list[XidEvent], horizon: float, grace: float
 ) -> None:
-    span = min([a.start for a in alerts] + [f.time for f in failures] + [0.0])
+    times = [a.start for a in alerts] + [f.time for f in failures] + [0.0]
+    # a span covering every alert and failure: each failure is evaluated (none out of span)
     result = evaluate(
-        alerts, failures, start=span - 1.0, end=span + 10 * DAY, horizon_s=horizon, grace_s=grace
-    )
+        alerts, failures, start=min(times) - 1.0, end=max(times) + DAY, horizon_s=horizon,
+        grace_s=grace,
+    )  # fmt: skip
+    assert 0 == result.summary.out_of_span
     matched, leads, gpus = _brute_force(alerts, failures, horizon, grace)
     assert [row.matched for row in result.alerts] == matched
     assert [row.lead_time_s for row in result.failures] == leads
@@ -288,3 +292,25 @@ def test_matches_brute_force_on_the_real_fault_trace(shared_data: Path) -> None:
     ]
     alerts += [_alert(1.6e9 + rng.uniform(0, 348 * DAY), rng.choice(nodes)) for _ in range(400)]
     _check_against_brute_force(alerts, failures, 3600.0, 300.0)
+
+
+def test_failures_no_alert_of_the_span_could_match_are_not_evaluated() -> None:
+    """A failure whose window misses the covered span (events covering more than the dump) is
+    no row and no miss, only counted; one just past the end, whose window reaches back into
+    the span, is evaluated and caught by an alert before the end; so is one before the start
+    whose end (+ grace) reaches into it."""
+    start, end = SPAN["start"], SPAN["end"]
+    failures = [
+        _failure(end + 3 * 3600.0),  # window opens 2 h after the end
+        _failure(start - DAY, end=start - 600.0),  # window closed 5 min before the start
+        _failure(end + 1800.0, node="n2"),  # window opens 30 min before the end
+        _failure(start - 3600.0, node="n3", end=start + 60.0),  # ends inside the span
+    ]
+    alerts = [_alert(end - 600.0, node="n2"), _alert(start + 30.0, node="n3")]
+    ev = evaluate(alerts, failures, **SPAN)
+    assert 2 == ev.summary.out_of_span
+    assert 2 == ev.summary.failures
+    assert [("n3", True), ("n2", True)] == [(r.event.node, r.detected) for r in ev.failures]
+    assert 1.0 == ev.summary.recall
+    assert 0 == ev.summary.false_positives
+    assert 2 == ev.to_json()["summary"]["failures_out_of_span"]

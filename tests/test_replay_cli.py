@@ -47,7 +47,7 @@ CONTRACT_FAILURE = {"time", "node", "gpu", "xid", "detected", "lead_time_s"}
 CONTRACT_ALERT = {"node", "gpu", "start", "end", "peak_score", "signals", "matched"}
 # Additive fields, documented in evaluation.Evaluation.to_json.
 ADDITIVE_TOP = {"signals_first"}
-ADDITIVE_SUMMARY = {"share_before"}
+ADDITIVE_SUMMARY = {"share_before", "failures_out_of_span"}
 ADDITIVE_FAILURE = {"gpu_matched"}
 
 
