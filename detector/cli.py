@@ -33,7 +33,7 @@ from .calibration import (
 from .calibration_file import load_calibration, save_calibration
 from .cli_args import build_parser as _parser  # tests parse help examples with it
 from .cli_checks import check_output, check_source_flags, threshold_source, warn_unmatchable
-from .config import Config, check_config, load_config
+from .config import Config, describe_config, load_config
 from .daemon import main_run
 from .errors import ConfigError, DetectorError
 from .fitting import Fitted, fit_calibration
@@ -53,7 +53,7 @@ from .replay import (
 from .report import render_html
 from .rules import load_signal_rules, load_xid_catalog
 from .series import LabelRules, SeriesIndex
-from .simulate import Scenario, SimulatedCluster, scenario_jobs, serve, write_dump
+from .simulate import Scenario, SimulatedCluster, node_jobs, serve, write_dump
 
 
 def _load(args: argparse.Namespace) -> tuple[Config, Calibration | None]:
@@ -89,7 +89,6 @@ def _replay(
     signal_weights: Mapping[str, float] | None = None,
 ) -> tuple[ReplayResult, str]:
     """One replay of the dump (or the built-in cluster) with what the caller loaded once."""
-    check_source_flags(args)
     index = _index(config)
     pipeline = build_pipeline(config, index, calibration, signal_weights=signal_weights)
     span: tuple[float, float] | None = None
@@ -125,6 +124,7 @@ def _replay(
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
+    check_source_flags(args)
     check_output(args.report_json, args.scores_out, args.html)
     config, calibration = _load(args)
     events = load_event_files(args.events)
@@ -151,6 +151,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.fp_per_day) and args.fp_per_day >= 0):
         raise ConfigError(f"--fp-per-day must be a finite number >= 0 (got {args.fp_per_day})")
+    check_source_flags(args)
     check_output(args.out)
     config = load_config(args.config)
     events = load_event_files(args.events)
@@ -290,7 +291,7 @@ def _serve(scenario: Scenario, port: int, job_label: str | None = None) -> int:
             "and node-exporter pages); Ctrl-C stops. On stdout, a config that scrapes them:",
             file=sys.stderr,
         )
-        job_of = {scenario.node_name(n): j.name for j in scenario_jobs(scenario) for n in j.nodes}
+        job_of = {scenario.node_name(n): job for n, job in node_jobs(scenario).items()}
         print("targets:\n  static:")
         for node, (dcgm, node_exporter) in exporters.urls.items():
             job = job_of.get(node) if job_label is not None else None
@@ -309,10 +310,9 @@ def _serve(scenario: Scenario, port: int, job_label: str | None = None) -> int:
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
-    summary = check_config(args.file)  # raises on an invalid config
+    config = load_config(args.file)  # raises on an invalid config
     # 'valid' must mean `detector run` starts: the rules and calibration files the config
     # names are validated too (absent ones stay warnings in the summary: they may come later).
-    config = load_config(args.file)
     for path, load in (
         (config.rules.signals, load_signal_rules),
         (config.rules.xid, load_xid_catalog),
@@ -320,7 +320,7 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
     ):
         if path is not None and path.exists():
             load(path)
-    print(summary)
+    print(describe_config(config, args.file, os.environ))
     return 0
 
 
@@ -332,7 +332,7 @@ def _cmd_record(args: argparse.Namespace) -> int:
     if args.out.exists() and not args.out.is_dir():
         raise DetectorError(f"{args.out}: not a directory; record --out takes a directory")
     config = load_config(args.config)
-    if config.mode != "agent" and not (config.targets.static or config.targets.file_sd):
+    if config.scrapes_nothing():
         source = f"{args.config} names" if args.config else "without --config there are"
         raise ConfigError(
             f"record: nothing to record: {source} no targets (set targets.static or "

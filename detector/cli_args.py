@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
@@ -82,11 +83,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"detector {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+    def add(
+        name: str,
+        help_text: str,
+        description: str | None = None,
+        parents: Sequence[argparse.ArgumentParser] = (),
+    ) -> argparse.ArgumentParser:
         return sub.add_parser(
             name,
+            parents=list(parents),
             help=help_text,
-            description=help_text,
+            description=description or help_text,
             epilog=EXAMPLES.get(name),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
@@ -141,13 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common.add_argument("--quiet", action="store_true", help="no progress bar")
 
-    rp = sub.add_parser(
+    rp = add(
         "replay",
-        parents=[common],
-        help="replay a recorded dump (or the built-in simulated cluster)",
-        description="Drive a recorded dump through the detection pipeline and report.",
-        epilog=EXAMPLES["replay"],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "replay a recorded dump (or the built-in simulated cluster)",
+        "Drive a recorded dump through the detection pipeline and report.",
+        [common],
     )
     rp.add_argument(
         "--calibration",
@@ -170,13 +175,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="write a self-contained HTML report (charts, tables) here",
     )
 
-    cp = sub.add_parser(
+    cp = add(
         "calibrate",
-        parents=[common],
-        help="fit alert thresholds under a false-positives-per-day budget",
-        description="Fit the threshold that catches the most failures within an FP/day budget.",
-        epilog=EXAMPLES["calibrate"],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "fit alert thresholds under a false-positives-per-day budget",
+        "Fit the threshold that catches the most failures within an FP/day budget.",
+        [common],
     )
     cp.add_argument(
         "--fp-per-day",

@@ -50,7 +50,7 @@ from detector.yamlfile import read_yaml
 
 # The section models live in (and are imported from) detector.config_schema; Config is
 # re-exported because load_config returns it.
-__all__ = ["Config", "check_config", "load_config"]
+__all__ = ["Config", "check_config", "describe_config", "load_config"]
 
 ENV_PREFIX = "DETECTOR_"
 # A Kubernetes Service named "detector" injects these into every pod of the namespace.
@@ -99,7 +99,11 @@ def check_config(path: Path, env: Mapping[str, str] | None = None) -> str:
     listed as warnings, not errors: file_sd files and state may appear later.
     """
     env = os.environ if env is None else env
-    c = load_config(path, env)
+    return describe_config(load_config(path, env), path, env)
+
+
+def describe_config(c: Config, path: Path, env: Mapping[str, str]) -> str:
+    """``check_config``'s summary of a config already loaded from ``path`` with ``env``."""
     lines = [f"{path}: valid"]
     where = f"node {c.node_name}" if c.mode == "agent" else f"shard {c.shard or 'none'}"
     lines.append(f"  mode: {c.mode} ({where})")

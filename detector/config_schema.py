@@ -356,6 +356,11 @@ class Config(_Section):
     kmsg: KmsgConfig = Field(default_factory=KmsgConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
+    def scrapes_nothing(self) -> bool:
+        """Fleet mode with neither static targets nor file_sd (agent mode scrapes this node's
+        own exporters): ``record`` refuses to start, ``run`` warns."""
+        return self.mode != "agent" and not (self.targets.static or self.targets.file_sd)
+
     @model_validator(mode="after")
     def _shard_only_in_fleet(self) -> Config:
         if self.shard is not None and self.mode != "fleet":

@@ -403,7 +403,7 @@ async def run_daemon(
             # interpreted: no executable memory for numba (MemoryDenyWriteExecute), ~800x slower
             scorer_kernels="compiled" if jit.COMPILED else "interpreted",
         )
-        if config.mode != "agent" and not (config.targets.static or config.targets.file_sd):
+        if config.scrapes_nothing():
             _log.warning(
                 "no targets: nothing will be scraped (set targets.static or targets.file_sd, "
                 "or run in agent mode, which scrapes this node's own exporters)"

@@ -16,7 +16,7 @@ from .sim.exposition import write_dump, write_events
 from .sim.scenario import FailureSpec, JobSpec, Scenario
 from .sim.serve import Exporters, serve
 from .sim.trace import DEFAULT_RATES, TraceRates, derive_rates
-from .sim.workload import scenario_jobs
+from .sim.workload import node_jobs
 
 __all__ = [
     "DEFAULT_RATES",
@@ -27,7 +27,7 @@ __all__ = [
     "SimulatedCluster",
     "TraceRates",
     "derive_rates",
-    "scenario_jobs",
+    "node_jobs",
     "serve",
     "write_dump",
     "write_events",

@@ -30,7 +30,7 @@ from .host import HostModel
 from .pages import PageFamily, node_layout, render
 from .scenario import Scenario
 from .trace import DEFAULT_RATES, TraceRates, derive_rates
-from .workload import Workload, build_workload, scenario_jobs
+from .workload import Workload, build_workload, node_jobs
 
 XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
 XID_WINDOW_S = 300.0  # dcgm-exporter's default xid-count window (window_size_in_ms)
@@ -178,10 +178,8 @@ class SimulatedCluster:
                 lab = gpu_ident[n * n_gpus + g] + (("window_size_in_ms", "300000"), ("xid", str(x)))
                 series.append((XID_COUNT_FIELD, tuple(sorted(lab))))
         self._node_views: list[tuple[str, int, int]] = []
-        job_of: dict[int, tuple[tuple[str, str], ...]] = {}
-        if sc.job_label is not None:  # a target label, as relabelling adds it: not on the wire
-            for spec in scenario_jobs(sc):
-                job_of.update(dict.fromkeys(spec.nodes, ((sc.job_label, spec.name),)))
+        label = sc.job_label  # a target label, as relabelling adds it: not on the wire
+        job_of = {} if label is None else {n: ((label, job),) for n, job in node_jobs(sc).items()}
         for fam in NODE_FAMILIES:
             sets = len(fam.label_sets)
             start = len(series)

@@ -68,6 +68,11 @@ def scenario_jobs(sc: Scenario) -> tuple[JobSpec, ...]:
     return sc.jobs if sc.jobs is not None else default_jobs(sc.nodes)
 
 
+def node_jobs(sc: Scenario) -> dict[int, str]:
+    """Node index -> the name of the job it belongs to (spare nodes are absent)."""
+    return {n: spec.name for spec in scenario_jobs(sc) for n in spec.nodes}
+
+
 def build_workload(
     sc: Scenario, failures: list[PlannedFailure], rng: np.random.Generator
 ) -> Workload:
