@@ -33,7 +33,7 @@ cached collection, see repeats.py), for up to ``repeat_hold_s`` (None: every scr
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -46,7 +46,6 @@ from .series import SeriesIndex
 LEVEL, RATE, EDGE, MISSING, GPU_COUNT, RATIO, FROZEN = 0, 1, 2, 3, 4, 5, 6
 _TRANSFORM = {"level": LEVEL, "rate": RATE, "edge": EDGE, "ratio": RATIO}
 _DIRECTION = {"up": 1, "down": -1, "both": 0}
-CohortOf = Callable[[SeriesInfo], str] | Mapping[str, str]
 
 
 def gpu_number(label: str) -> int:
@@ -65,17 +64,13 @@ class SignalMap:
         index: SeriesIndex,
         *,
         metric_types: Mapping[str, str] | None = None,
-        cohort_of: CohortOf | None = None,
         cohort_labels: Sequence[str] = (),
         repeat_hold_s: float | None = 60.0,
     ) -> None:
-        if cohort_of is not None and cohort_labels:
-            raise ValueError("give the cohorts as cohort_of or as cohort_labels, not both")
         self.catalog = catalog
         self.repeats = None if repeat_hold_s is None else RepeatedScrapes(repeat_hold_s)
         self.index = index
         self.metric_types = metric_types if metric_types is not None else {}
-        self._cohort_of = cohort_of
         self._cohort_labels = tuple(cohort_labels)
         self._node_cohort: dict[str, tuple[int, str]] = {}  # node -> (label rank, cohort)
         self._synced = 0
@@ -128,19 +123,8 @@ class SignalMap:
             names.append(name)
         return found
 
-    def _cohort_id(self, info: SeriesInfo) -> int:
-        cohort_of = self._cohort_of
-        if self._cohort_labels:
-            return self._cohort_id_of(info.node)
-        if cohort_of is None:
-            label = ""
-        elif isinstance(cohort_of, Mapping):
-            label = cohort_of.get(info.node, "")
-        else:
-            label = cohort_of(info)
-        return self._id(self._cohort_ids, self.cohort_names, label)
-
-    def _cohort_id_of(self, node: str) -> int:
+    def _cohort_id(self, node: str) -> int:
+        """The node's cohort id (``_learn_cohorts``; "" for all nodes without cohort labels)."""
         label = self._node_cohort.get(node, (0, ""))[1]
         return self._id(self._cohort_ids, self.cohort_names, label)
 
@@ -169,7 +153,7 @@ class SignalMap:
         self._node.append(self._id(self._node_ids, self.node_names, info.node))
         self._gpu.append(-1 if gpu is None else gpu_number(gpu))
         self._gpu_label.append(gpu)
-        self._cohort.append(self._cohort_id(info))
+        self._cohort.append(self._cohort_id(info.node))
         self._direction.append(_DIRECTION[rule["direction"]])
         self._weight.append(float(rule["weight"]))
         self._entity.append(int(rule.get("entity_id", -1)))
@@ -240,13 +224,13 @@ class SignalMap:
                     best = (r, value)
                     moved.add(info.node)
             self._node_cohort[info.node] = best
-        relabel = moved & set(self._node_ids)  # nodes with columns mapped before
-        for node in relabel:
-            node_id, cohort = self._node_ids[node], self._cohort_id_of(node)
+        # nodes with columns mapped before: one pass over the columns moves them all
+        new = {self._node_ids[n]: self._cohort_id(n) for n in moved & set(self._node_ids)}
+        if new:
             pairs = zip(self._node, self._cohort, strict=True)
-            self._cohort = [cohort if n == node_id else c for n, c in pairs]
+            self._cohort = [new.get(n, c) for n, c in pairs]
             self._layout = None
-        return bool(relabel)
+        return bool(new)
 
     def _resolve_denominators(self) -> None:
         """Pair ratio columns with their denominator series once those are in the index."""

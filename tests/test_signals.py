@@ -247,15 +247,13 @@ def test_sync_reports_new_columns_only_once() -> None:
 def test_layout_is_consistent() -> None:
     """Layout arrays have one entry per column; gpu ints, directions and names line up."""
     cluster = Cluster()
-    cluster.signals = SignalMap(
-        load_signal_rules(), cluster.index, cohort_of={"n1": "rack-a", "n2": "rack-b"}
-    )
+    cluster.signals = SignalMap(load_signal_rules(), cluster.index, cohort_labels=("rack",))
     cluster.tick(
         0,
         {
-            ("DCGM_FI_DEV_SM_CLOCK", gpu_labels("3", "n1")): 1900.0,
+            ("DCGM_FI_DEV_SM_CLOCK", (*gpu_labels("3", "n1"), ("rack", "rack-a"))): 1900.0,
             ("DCGM_FI_DEV_GPU_TEMP", gpu_labels("nvidia7", "n2")): 40.0,
-            ("node_load1", (("instance", "n2:9100"),)): 3.0,
+            ("node_load1", (("instance", "n2:9100"), ("rack", "rack-b"))): 3.0,
         },
     )
     signals = cluster.signals
