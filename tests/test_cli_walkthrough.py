@@ -307,12 +307,15 @@ def test_a_replay_whose_failures_all_match_the_data_warns_nothing(
 # -- events and calibration files -------------------------------------------------------------
 
 
+@pytest.mark.parametrize("name", ["xids.jsonl", "xids.jsonl.gz"])
 def test_an_events_file_with_a_byte_order_mark_is_read(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A UTF-8 BOM (Windows editors) no longer fails line 1 with 'Unexpected UTF-8 BOM'."""
-    events = tmp_path / "xids.jsonl"
-    events.write_bytes(b'\xef\xbb\xbf{"time": 1735690000, "node": "node-01", "xid": 79}\n')
+    """A UTF-8 BOM (Windows editors) no longer fails line 1 with 'Unexpected UTF-8 BOM',
+    plain or gzipped."""
+    events = tmp_path / name
+    line = b'\xef\xbb\xbf{"time": 1735690000, "node": "node-01", "xid": 79}\n'
+    events.write_bytes(gzip.compress(line) if name.endswith(".gz") else line)
     assert 0 == main(["replay", *SHORT, "--events", str(events)])
     assert "2025-01-01 00:06     node-01" in capsys.readouterr().out
 
@@ -354,17 +357,6 @@ def test_a_binary_file_given_as_calibration_says_it_is_not_one(
     err = error_of(capsys)
     assert f"{wrong}: not a calibration file (not UTF-8 text;" in err
     assert "codec" not in err
-
-
-def test_a_gzipped_events_file_with_a_bom_is_read(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The BOM is skipped in .gz events files too."""
-    events = tmp_path / "xids.jsonl.gz"
-    with gzip.open(events, "wb") as fh:
-        fh.write(b'\xef\xbb\xbf{"time": 1735690000, "node": "node-01", "xid": 79}\n')
-    assert 0 == main(["replay", *SHORT, "--events", str(events)])
-    assert "2025-01-01 00:06     node-01" in capsys.readouterr().out
 
 
 # -- record and help --------------------------------------------------------------------------
