@@ -7,7 +7,6 @@ file and each bad field. Writes are atomic (temporary file + rename).
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 from pathlib import Path
@@ -17,6 +16,7 @@ import yaml
 from pydantic import ValidationError
 
 from .calibration import Calibration
+from .config import plain_message
 from .errors import ConfigError
 from .yamlfile import parse_yaml
 
@@ -58,24 +58,12 @@ def load_calibration(path: Path) -> Calibration:
         return Calibration.model_validate(document)
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
+        top = list(Calibration.model_fields)  # suggested for a top-level key only
         problems = "; ".join(
-            f"field {'.'.join(str(part) for part in e['loc'])!r}: {_problem(e)}" for e in errors
+            f"field {'.'.join(str(p) for p in e['loc'])!r}: "
+            f"{plain_message(e, keys=top if len(e['loc']) == 1 else None)}"
+            for e in errors
         )
         missing = sum(1 for e in errors if e["type"] == "missing")
         hint = " ('detector calibrate' writes every required key)" if missing else ""
         raise ConfigError(f"{path}: invalid calibration: {problems}{hint}") from None
-
-
-def _problem(error: Any) -> str:
-    """One validation error in the config loader's words (unknown key, required, must be)."""
-    kind = error["type"]
-    if kind == "extra_forbidden":
-        key = str(error["loc"][-1])
-        close = difflib.get_close_matches(key, list(Calibration.model_fields), n=1, cutoff=0.6)
-        return "unknown key" + (f" (did you mean {close[0]!r}?)" if close else "")
-    if kind == "missing":
-        return "required"
-    shown = repr(error.get("input"))
-    shown = shown if len(shown) <= 60 else shown[:57] + "..."
-    msg = str(error["msg"]).replace("Input should be", "must be")
-    return f"{msg[:1].lower()}{msg[1:]} (got {shown})"

@@ -37,7 +37,7 @@ import re
 import socket
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -262,10 +262,9 @@ def _message(err: Any, loc: Loc) -> str:
     shown = "<hidden>" if secret else _short(value)
     bounds = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<"}
     bounds["less_than_equal"] = "<="
-    if kind == "extra_forbidden":
-        return "unknown key" + _suggest(loc)
-    if kind == "missing":
-        return "required"
+    if kind in ("extra_forbidden", "missing"):
+        model = _model_at(loc[:-1])
+        return plain_message(err, shown, list(model.model_fields) if model is not None else None)
     if kind in bounds:
         limit = next(iter(ctx.values()))
         limit = f"{limit:g}" if isinstance(limit, float) else limit
@@ -281,24 +280,34 @@ def _message(err: Any, loc: Loc) -> str:
         return f"must be a mapping of keys (a section), not {got} (got {shown}){hint}"
     if kind == "list_type" and isinstance(value, str):
         return f"must be a list (got {shown}); write [{value}], or one '- ' line per item"
+    return plain_message(err, shown)
+
+
+def plain_message(err: Any, shown: str | None = None, keys: Sequence[str] | None = None) -> str:
+    """One pydantic validation error in the project's words: "unknown key" (with the closest
+    of ``keys`` suggested, or all of them listed), "required", or "must be ... (got ...)".
+    ``shown``: the offending value as it may be printed (default: its short repr)."""
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        key = err["loc"][-1]
+        if keys is None or not isinstance(key, str):
+            return "unknown key"
+        close = difflib.get_close_matches(key.lower(), list(keys), n=1, cutoff=0.6)
+        return (
+            f"unknown key (did you mean {close[0]!r}?)"
+            if close
+            else (f"unknown key (valid keys: {', '.join(keys)})")
+        )
+    if kind == "missing":
+        return "required"
     msg = str(err["msg"]).replace("Input should be", "must be")
-    return f"{msg[:1].lower()}{msg[1:]} (got {shown})"
+    got = _short(err.get("input")) if shown is None else shown
+    return f"{msg[:1].lower()}{msg[1:]} (got {got})"
 
 
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _suggest(loc: Loc) -> str:
-    model = _model_at(loc[:-1])
-    key = loc[-1]
-    if model is None or not isinstance(key, str):
-        return ""
-    close = difflib.get_close_matches(key.lower(), list(model.model_fields), n=1, cutoff=0.6)
-    if close:
-        return f" (did you mean {close[0]!r}?)"
-    return f" (valid keys: {', '.join(model.model_fields)})"
 
 
 def _model_at(loc: Loc) -> type[BaseModel] | None:
