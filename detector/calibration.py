@@ -3,8 +3,14 @@
 The search (``calibrate``): the driver supplies ``evaluate_at(threshold)``, which re-runs alert
 episodes over recorded fused scores at that threshold and evaluates them against the failures.
 Among candidate thresholds whose false positives per day stay within the budget, pick the one
-that catches the most failures, then the most caught *before* the failure; ties go to the higher
-threshold (fewer alerts). FP/day is monotone non-increasing in the threshold for a fixed episode
+that catches the most failures, then the most caught *before* the failure, then raises the fewest
+false positives. What still ties is a stretch of thresholds the history cannot tell apart; of
+those the one nearest the configured threshold wins (the one in force without calibration), so
+calibration moves the threshold only as far as the history gives reason to; without a configured
+threshold the highest wins (fewer alerts). Taking the top of such a stretch puts the threshold
+at the edge where the next failure would no longer be caught early: on held-out data that gave
+up early catches and minutes of lead for no false positive fewer (bench/RESULTS.md, "Detection"
+and "Robustness"). FP/day is monotone non-increasing in the threshold for a fixed episode
 logic, so the within-budget thresholds are a suffix of the sorted candidates: its start is found
 by bisection (log2 n evaluations) and only that suffix is scanned. A scanned point over budget
 (the monotonicity assumption broken, e.g. by episode splitting) is skipped, never chosen.
@@ -63,6 +69,7 @@ def calibrate(
     fp_budget_per_day: float,
     failures: int | None = None,
     early_first: bool = False,
+    configured: float | None = None,
 ) -> CalibrationResult:
     """Pick a threshold from ``candidates`` (module docstring has the objective).
 
@@ -73,6 +80,9 @@ def calibrate(
 
     ``failures=0`` says the history is healthy: the suffix scan is skipped and the budget
     boundary returned directly. Each threshold is evaluated at most once.
+
+    ``configured``: the threshold in force without calibration; of thresholds equal in catches
+    and false positives the nearest to it is chosen (module docstring).
     """
     if not math.isfinite(fp_budget_per_day) or fp_budget_per_day < 0:
         raise ValueError(f"fp_budget_per_day must be finite and >= 0, got {fp_budget_per_day}")
@@ -102,7 +112,7 @@ def calibrate(
     if failures == 0:
         return _result(boundary, "budget", True, fp_budget_per_day, cache)
     feasible = [p for p in (at(i) for i in range(lo, len(thresholds))) if within(p)]
-    best = max(feasible, key=lambda p: (*caught(p, early_first), p.threshold))
+    best = max(feasible, key=lambda p: (*caught(p, early_first), *_tie_break(p, configured)))
     if best.detected == 0:
         return _result(boundary, "budget", True, fp_budget_per_day, cache)
     return _result(best, "best", True, fp_budget_per_day, cache)
@@ -114,6 +124,13 @@ def caught(point: CalibrationPoint, early_first: bool) -> tuple[int, int]:
     if early_first:
         return (point.detected_before, point.detected)
     return (point.detected, point.detected_before)
+
+
+def _tie_break(point: CalibrationPoint, configured: float | None) -> tuple[float, ...]:
+    """After the catches: fewer false positives, then nearer the configured threshold (when
+    given), then the higher threshold."""
+    nearness = () if configured is None else (-abs(point.threshold - configured),)
+    return (-point.fp_per_day, *nearness, point.threshold)
 
 
 def _result(

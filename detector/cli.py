@@ -165,7 +165,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             raise DetectorError(f"{label}: no scores were produced; nothing to calibrate")
         return result
 
-    base = episode_params(config, 0.0)
+    # The threshold in force without a calibration file: a candidate, and where the history
+    # cannot tell thresholds apart, the one calibration stays nearest to.
+    base = episode_params(config, config.alerts.resolve_threshold(None))
     fitted = fit_calibration(
         replay,
         base,

@@ -83,12 +83,16 @@ def fit_threshold(
     grace_s: float,
     *,
     early_first: bool = True,
+    anchored: bool = True,
 ) -> CalibrationResult:
     """Calibrate the alert threshold on a replay recorded with ``record_scores=True``: within
     ``fp_per_day``, the most failures caught before their XID, then caught at all (with
-    ``early_first=False``: caught at all first). Early first is right when failure XIDs alert by
-    themselves, as they do by default."""
-    return _search(result, base, fp_per_day, horizon_s, grace_s, len(result.failures), early_first)
+    ``early_first=False``: caught at all first), then the fewest false positives, then the
+    nearest to ``base.threshold``, the configured one (``anchored=False``: the highest, the
+    former rule, which bench/detection.py --pairs compares). Early first is right when failure
+    XIDs alert by themselves, as they do by default."""
+    failures = len(result.failures)
+    return _search(result, base, fp_per_day, horizon_s, grace_s, failures, early_first, anchored)
 
 
 def _search(
@@ -99,6 +103,7 @@ def _search(
     grace_s: float,
     failures: int,
     early_first: bool,
+    anchored: bool = True,
 ) -> CalibrationResult:
     """``calibration.calibrate`` over the recorded scores' candidate thresholds, each evaluated
     by re-running the alert episodes at it (no re-scoring)."""
@@ -120,6 +125,7 @@ def _search(
         fp_budget_per_day=fp_per_day,
         failures=failures,
         early_first=early_first,
+        configured=base.threshold if anchored else None,
     )
 
 

@@ -107,12 +107,49 @@ def test_bad_arguments_are_rejected() -> None:
         calibrate(Table(HISTORY), [0.5], fp_budget_per_day=float("nan"))
 
 
-def _brute_force(points: list[CalibrationPoint], budget: float) -> CalibrationPoint:
+def _brute_force(
+    points: list[CalibrationPoint], budget: float, configured: float | None = None
+) -> CalibrationPoint:
     feasible = [p for p in points if p.fp_per_day <= budget]
     if not feasible:
         return max(points, key=lambda p: p.threshold)
-    best = max(feasible, key=lambda p: (p.detected, p.detected_before, p.threshold))
+    top = max((p.detected, p.detected_before) for p in feasible)
+    tied = [p for p in feasible if (p.detected, p.detected_before) == top]
+    fewest = min(p.fp_per_day for p in tied)
+    tied = [p for p in tied if p.fp_per_day == fewest]
+    if configured is not None:
+        nearest = min(abs(p.threshold - configured) for p in tied)
+        tied = [p for p in tied if abs(p.threshold - configured) == nearest]
+    best = max(tied, key=lambda p: p.threshold)
     return best if best.detected > 0 else min(feasible, key=lambda p: p.threshold)
+
+
+#           threshold, detected, detected_before, fp_per_day: 0.5-0.8 catch the same, 0.8 alone
+#           with fewer false positives
+STRETCH = [(0.4, 6, 5, 2.0), (0.5, 6, 4, 0.5), (0.6, 6, 4, 0.5), (0.7, 6, 4, 0.5), (0.8, 6, 4, 0.3)]
+
+
+@pytest.mark.parametrize(
+    ("fp_at_08", "configured", "chosen"),
+    [
+        (0.3, 0.6, 0.8),  # fewer false positives outrank nearness
+        (0.5, 0.6, 0.6),  # a stretch the history cannot tell apart: stay at the configured one
+        (0.5, 0.62, 0.6),
+        (0.5, 0.65, 0.7),  # equally near: the higher
+        (0.5, 0.2, 0.5),  # configured below the stretch: its lower end
+        (0.5, 0.95, 0.8),  # above it: its upper end
+        (0.5, None, 0.8),  # nothing configured: the highest
+    ],
+)
+def test_ties_go_to_fewer_false_positives_then_nearest_the_configured_threshold(
+    fp_at_08: float, configured: float | None, chosen: float
+) -> None:
+    """Thresholds equal in catches: the fewest false positives, then nearest the configured."""
+    rows = [*STRETCH[:-1], (0.8, 6, 4, fp_at_08)]
+    result = calibrate(
+        Table(rows), [r[0] for r in rows], fp_budget_per_day=1.0, configured=configured
+    )
+    assert (result.point.threshold, result.mode) == (chosen, "best")
 
 
 @settings(max_examples=300, deadline=None)
@@ -126,9 +163,10 @@ def _brute_force(points: list[CalibrationPoint], budget: float) -> CalibrationPo
     ),
     start_fp=st.integers(0, 60),
     budget=st.integers(0, 40),
+    configured=st.one_of(st.none(), st.floats(0.0, 1.0)),
 )
 def test_search_matches_brute_force_on_monotone_fp(
-    steps: list[tuple[int, int, int]], start_fp: int, budget: int
+    steps: list[tuple[int, int, int]], start_fp: int, budget: int, configured: float | None
 ) -> None:
     """On any FP/day non-increasing in threshold the search picks what exhaustive search picks."""
     points, fp = [], float(start_fp)
@@ -136,8 +174,10 @@ def test_search_matches_brute_force_on_monotone_fp(
         fp = max(fp - drop, 0.0)
         points.append(CalibrationPoint(i / 64 + 0.01, detected, min(before, detected), 0, fp))
     table = {p.threshold: p for p in points}
-    result = calibrate(table.__getitem__, list(table), fp_budget_per_day=float(budget))
-    assert result.point == _brute_force(points, float(budget))
+    result = calibrate(
+        table.__getitem__, list(table), fp_budget_per_day=float(budget), configured=configured
+    )
+    assert result.point == _brute_force(points, float(budget), configured)
 
 
 @settings(max_examples=200, deadline=None)

@@ -13,7 +13,7 @@ from detector.calibration import CalibrationPoint, calibrate, calibration_from_r
 from detector.config import load_config
 from detector.episodes import EpisodeParams
 from detector.evaluation import evaluate
-from detector.fitting import WEIGHT_FIT_FP_FACTOR, fit_calibration, signal_hits
+from detector.fitting import WEIGHT_FIT_FP_FACTOR, fit_calibration, fit_threshold, signal_hits
 from detector.model import Frame, XidEvent
 from detector.pipeline import Pipeline, TickResult, build_pipeline
 from detector.replay import ReplayResult, alerts_at_threshold
@@ -207,6 +207,20 @@ def test_healthy_history_or_opt_out_replays_once_without_weights() -> None:
         fitted = fit_calibration(fake, BASE, 0.5, 3600.0, 300.0, fit_weights=fit)
         assert [None] == fake.calls
         assert fitted.signal_weights is None
+
+
+@pytest.mark.parametrize("configured", [0.3, 0.5])
+def test_threshold_stays_at_the_configured_one_where_the_history_cannot_tell(
+    configured: float,
+) -> None:
+    """Precursors at 0.6 and nothing else: every threshold up to 0.6 catches all four early
+    with no false positive, so the configured threshold stands; the former rule took the top."""
+    history = _planted(noisy_fp=0, temp_tp=4)
+    base = dataclasses.replace(BASE, threshold=configured)
+    fitted = fit_threshold(history, base, 0.5, 3600.0, 300.0)
+    assert (fitted.point.threshold, fitted.point.detected_before) == (configured, 4)
+    highest = fit_threshold(history, base, 0.5, 3600.0, 300.0, anchored=False)
+    assert (highest.point.threshold, highest.point.detected_before) == (0.6, 4)
 
 
 def test_signal_hits_need_a_recorded_replay() -> None:
