@@ -99,3 +99,22 @@ def test_direction_limits_the_score_but_changes_are_still_recorded() -> None:
     assert scores[START:, 1].max() >= cp.alarm_z
     assert scores[START:, 0].max() < 0.5 * cp.alarm_z
     assert np.isfinite(cp.time_since_change(len(x) * TICK_S)).all()
+
+
+def test_a_change_the_direction_ignores_leaves_the_baseline_alone() -> None:
+    """A link state (5) that flaps up (6) in clumps, scored only downwards: a clump detects an
+    up-change, but moving the baseline to it made the return to 5 a down-change that alarmed
+    (bench/robustness.py found it on a flapping node). The baseline stays; a real drop to 3
+    still alarms, and a column scoring both sides still re-baselines."""
+    layout = grid_layout(1, 0, (), ("down", "both"), directions={"down": -1})
+    x = np.full(4 * START, 5.0)
+    flaps = np.random.default_rng(1).random(x.shape[0]) < 0.01
+    flaps[START : START + 8 : 2] = True  # a clump: four flaps in eight ticks
+    x[flaps] = 6.0
+    drop = 3 * START
+    x[drop:] = 3.0
+    cp = ChangePoint()
+    scores = np.array([cp.update(i * TICK_S, np.array([v, v]), layout) for i, v in enumerate(x)])
+    assert scores[START:drop, 0].max() < 1.0
+    assert scores[START:drop, 1].max() >= cp.alarm_z  # both sides: the clump itself alarms
+    assert scores[drop:, 0].max() >= cp.alarm_z

@@ -17,8 +17,11 @@ When either side reaches ``h`` (an alarm-level excursion, regardless of directio
 recorded: ``time_since_change(t)`` restarts, the statistic resets to 0 and the baseline mean
 is moved to the post-change level estimated by the CUSUM (``mean ± sigma·(k + S/N)``, N the
 observations in the excursion) backed by only N observations, so the new level is learnt
-quickly. The alarm score is then held and fades with ``hold_half_life_s``, so a detected change
-stays visible for a while instead of lasting one tick. A drift keeps re-alarming.
+quickly. The mean moves only for a change on a side the column's direction scores: a change it
+ignores (a link state's clump of brief rises) is left to the slow baseline, since moving to it
+made the return to the usual level a change the other way, the side that scores. The alarm
+score is then held and fades with ``hold_half_life_s``, so a detected change stays visible for
+a while instead of lasting one tick. A drift keeps re-alarming.
 """
 
 from __future__ import annotations

@@ -383,18 +383,24 @@ def cusum_step(
         if not (scored_all[j] and (sp >= h or sn >= h)):
             continue
         # A change: the baseline moves to the post-change level the CUSUM estimates (from
-        # the pre-update mean and sigma), backed by the excursion's observations.
+        # the pre-update mean and sigma), backed by the excursion's observations. Only on a
+        # side the column's direction scores: a change it ignores (a link state's brief rise)
+        # is left to the slow baseline, else the return to the usual level would read as a
+        # change the other way, the one that scores.
         floor = p[P_FLOOR_REL] * mean_before[j]
         floor = floor * floor + p[P_FLOOR_ABS]
         sigma_before = math.sqrt(max(var_before[j], floor))
         if sp >= h:
             shift = (k + sp / max(n_pos[j], 1.0)) * sigma_before
             weight = n_pos[j]
+            scored_side = direction[j] >= 0
         else:
             shift = -(k + sn / max(n_neg[j], 1.0)) * sigma_before
             weight = n_neg[j]
-        mean[j] = mean_before[j] + shift
-        w_mean[j] = min(w_mean[j], max(weight, 1.0))
+            scored_side = direction[j] <= 0
+        if scored_side:
+            mean[j] = mean_before[j] + shift
+            w_mean[j] = min(w_mean[j], max(weight, 1.0))
         change_t[j] = t
         peak[j] = scores[j]
         s_pos[j], s_neg[j], n_pos[j], n_neg[j] = 0.0, 0.0, 0.0, 0.0
