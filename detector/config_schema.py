@@ -187,6 +187,8 @@ class ScoringConfig(_Section):
     warmup_s: float = Field(default=3600.0, ge=0)
     peer_min_peers: int = Field(default=3, ge=1)
     common_mode_fraction: float = Field(default=0.05, gt=0, le=1)
+    # seconds within which nodes' excursions on one signal must begin to be one group event
+    common_mode_window_s: float = Field(default=300.0, ge=0)
     top_k: int = Field(default=5, ge=1)
     # seconds an exporter page repeated byte for byte counts as no observation (dcgm-exporter
     # serving its cached collection); past it the exporter is frozen (repeats.py). None: off

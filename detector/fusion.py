@@ -9,16 +9,26 @@ tiny learnt variance, while independent signals agreeing is real evidence). An e
 one at 20), mapped to [0, 1] by ``1 - exp(-E / scale)``: monotone, so calibration can place
 thresholds on it, and far from saturating (one column at 50 sigma scores 0.86).
 
-Common mode: when one signal exceeds ``common_mode_z`` on at least ``common_mode_min_nodes``
-nodes and at least ``common_mode_fraction`` of the nodes that report it, in the same tick (an NFS
-checkpoint storm, one job's checkpoint or restart, a switch hiccup), it is a group event, not N
-node faults: GPU columns keep only their within-node peer score (a GPU that deviates from its
-node's other GPUs still counts), node columns drop out for the tick, and the signal is reported
-as a cluster incident. Real GPU faults are independent across nodes; several nodes moving on
-the same signal in the same tick almost never are. Two nodes already count
+Common mode: when one signal moves beyond ``common_mode_z`` on at least
+``common_mode_min_nodes`` nodes and at least ``common_mode_fraction`` of the nodes that report
+it together (an NFS checkpoint storm, one job's checkpoint or restart, a switch hiccup), it is a
+group event, not N node faults: GPU columns keep only their within-node peer score (a GPU that
+deviates from its node's other GPUs still counts), node columns drop out, and the signal is
+reported as a cluster incident. Real GPU faults are independent across nodes; several nodes
+moving on the same signal together almost never are. Two nodes already count
 (``common_mode_min_nodes``): a job of two nodes checkpointing is as common as a job of ten, and
-two independent faults on one signal in the same tick are far rarer than one shared cause; from
-40 nodes up the fraction (5%) asks for more.
+two independent faults on one signal at once are far rarer than one shared cause; from 40 nodes
+up the fraction (5%) asks for more.
+
+"Together" depends on what a score measures. Against its peers (``peers``) a node is judged
+now: several nodes off their cohort at the same tick means the cohort is split (jobs in
+different phases), however long ago each of them moved. Against its own past (every other
+scorer) a node is judged by a change, which has an onset: the nodes' excursions must have
+begun within ``common_mode_window_s`` of each other. So two GPUs that died hours apart and wait
+for repair side by side stay two faults (``CommonMode`` keeps each pair's onset), where
+overlapping used to be enough to silence both. A node whose excursion begins while its signal
+is a group event joins it (a long storm's nodes drop in and out), and a pair once in a group
+event stays in it until its excursion ends.
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ class FusionParams:
     common_mode_fraction: float = 0.05
     common_mode_z: float = 3.0
     common_mode_min_nodes: int = 2
+    common_mode_window_s: float = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +63,7 @@ class EntityMap:
     gpu_label: tuple[str, ...]  # per GPU entity: the gpu label
     signal_node_pair: IntArray  # per column: compact id of (signal, node)
     pair_signal: IntArray  # per pair id: its signal id
+    pair_node: IntArray  # per pair id: its node id
     n_nodes: int
     # Derived once per layout for fuse(): columns per pair, and the columns grouped by signal
     # (signal s owns signal_columns[signal_bounds[s] : signal_bounds[s + 1]]).
@@ -86,6 +98,7 @@ class EntityMap:
             gpu_label=labels,
             signal_node_pair=pair_inv.astype(np.int64),
             pair_signal=(pairs // max(n_nodes, 1)).astype(np.int64),
+            pair_node=(pairs % max(n_nodes, 1)).astype(np.int64),
             n_nodes=n_nodes,
             pair_size=np.bincount(pair_inv, minlength=pairs.shape[0]).astype(np.int64),
             signal_columns=signal_columns.astype(np.int64),
@@ -104,6 +117,76 @@ class Fused:
     common_mode_nodes: IntArray  # per such signal: how many nodes moved
 
 
+class CommonMode:
+    """Per (signal, node): when its current excursion beyond ``common_mode_z`` began (NaN: not
+    in one) and whether it has been part of a group event since; indexed by signal id and node
+    id, which only grow, so the state survives layout changes. See the module docstring."""
+
+    def __init__(self) -> None:
+        self.onset = np.zeros((0, 0))
+        self.grouped = np.zeros((0, 0), dtype=bool)
+
+    def _grow(self, n_signals: int, n_nodes: int) -> None:
+        s0, n0 = self.onset.shape
+        if n_signals <= s0 and n_nodes <= n0:
+            return
+        shape = (max(n_signals, s0), max(n_nodes, n0))
+        onset, grouped = np.full(shape, np.nan), np.zeros(shape, dtype=bool)
+        onset[:s0, :n0], grouped[:s0, :n0] = self.onset, self.grouped
+        self.onset, self.grouped = onset, grouped
+
+    def update(
+        self,
+        t: float,
+        hot: BoolArray,
+        seen: BoolArray,
+        entities: EntityMap,
+        n_signals: int,
+        params: FusionParams,
+    ) -> BoolArray:
+        """One tick: ``hot``/``seen`` per pair (beyond ``common_mode_z`` / observed). Returns
+        the pairs in a group event this tick. Unseen pairs keep their state."""
+        self._grow(n_signals, entities.n_nodes)
+        sig, node = entities.pair_signal, entities.pair_node
+        onset = self.onset[sig, node]
+        grouped = self.grouped[sig, node]
+        ended = seen & ~hot
+        onset[ended], grouped[ended] = np.nan, False
+        began = hot & np.isnan(onset)
+        onset[began] = t
+        common = np.zeros(hot.shape[0], dtype=bool)
+        hot_ids = np.flatnonzero(hot)
+        n_hot = np.bincount(sig[hot_ids], minlength=n_signals)
+        n_seen = np.bincount(sig, weights=seen, minlength=n_signals)
+        need = np.maximum(
+            params.common_mode_min_nodes, params.common_mode_fraction * np.maximum(n_seen, 1)
+        )
+        for s in np.flatnonzero(n_hot >= params.common_mode_min_nodes).tolist():
+            ids = hot_ids[sig[hot_ids] == s]
+            times = np.sort(onset[ids])
+            w = params.common_mode_window_s
+            near = np.searchsorted(times, onset[ids] + w, "right") - np.searchsorted(
+                times, onset[ids] - w, "left"
+            )
+            common[ids] = near >= need[s]
+        common |= hot & grouped
+        # a pair whose excursion begins while its signal is a group event joins it
+        active = np.bincount(sig[common], minlength=n_signals) > 0
+        common |= began & active[sig]
+        grouped |= common
+        self.onset[sig, node], self.grouped[sig, node] = onset, grouped
+        return common
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {"onset": self.onset.copy(), "grouped": self.grouped.copy()}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        onset, grouped = state.get("onset"), state.get("grouped")
+        if onset is None or grouped is None or onset.shape != grouped.shape or onset.ndim != 2:
+            return  # an older state: onsets restart from the next tick
+        self.onset, self.grouped = onset.astype(np.float64), grouped.astype(bool)
+
+
 def _to_unit(evidence: FloatArray, scale: float) -> FloatArray:
     return 1.0 - np.exp(-evidence / scale)
 
@@ -116,8 +199,11 @@ def fuse(
     layout: ColumnLayout,
     entities: EntityMap,
     params: FusionParams,
+    common_mode: CommonMode,
+    t: float,
 ) -> Fused:
-    """Fuse one tick. ``applies[name]`` masks the columns scorer ``name`` is meant for.
+    """Fuse one tick at time ``t``. ``applies[name]`` masks the columns scorer ``name`` is
+    meant for; ``common_mode`` carries the excursions' onsets from tick to tick.
 
     Speed (results are bit-identical to the plain formulation): masked ``fmax`` in place
     instead of ``np.where`` temporaries; counts over the few columns that are hot or
@@ -129,29 +215,43 @@ def fuse(
         # raw >= 0 throughout, so fmax(raw, 0) == raw where the scorer does not apply.
         np.fmax(raw, s, out=raw, where=applies[name])
 
-    # common mode: share of (signal, node) pairs above common_mode_z among the observed pairs
+    # common mode, per (signal, node) pair above common_mode_z (module docstring): against
+    # its peers, several at once; against its own past, excursions that began together
     n_pairs = len(entities.pair_signal)
     n_signals = len(layout.signal_names)
     pair = entities.signal_node_pair
-    hot_pair = np.zeros(n_pairs, dtype=bool)
-    hot_pair[pair[raw > params.common_mode_z]] = True
+    hot_cols = np.flatnonzero(raw > params.common_mode_z)
+    peer_z, own_z = np.zeros(hot_cols.shape[0]), np.zeros(hot_cols.shape[0])
+    for name, s in scores.items():
+        on = applies[name][hot_cols]
+        target = peer_z if name == PEER_SCORER else own_z
+        np.fmax(target, s[hot_cols], out=target, where=on)
+    peer_hot, own_hot = np.zeros(n_pairs, dtype=bool), np.zeros(n_pairs, dtype=bool)
+    peer_hot[pair[hot_cols[peer_z > params.common_mode_z]]] = True
+    own_hot[pair[hot_cols[own_z > params.common_mode_z]]] = True
     # A pair is seen unless every one of its columns is unobserved (few are, per tick).
     unseen = np.bincount(pair[~observed], minlength=n_pairs)
     seen_pair = unseen < entities.pair_size
-    hot = np.bincount(entities.pair_signal, weights=hot_pair, minlength=n_signals)
     seen = np.bincount(entities.pair_signal, weights=seen_pair, minlength=n_signals)
-    common = (hot >= params.common_mode_min_nodes) & (
-        hot >= params.common_mode_fraction * np.maximum(seen, 1)
+    crowd = np.bincount(entities.pair_signal, weights=peer_hot, minlength=n_signals)
+    crowded = (crowd >= params.common_mode_min_nodes) & (
+        crowd >= params.common_mode_fraction * np.maximum(seen, 1)
     )
-    common_ids = np.flatnonzero(common)
+    common_pair = peer_hot & crowded[entities.pair_signal]
+    common_pair |= common_mode.update(t, own_hot, seen_pair, entities, n_signals, params)
+    hot_pair = peer_hot | own_hot
+    moved = np.bincount(entities.pair_signal, weights=common_pair, minlength=n_signals)
+    common_ids = np.flatnonzero(moved)
     column_z = raw  # a fresh array: modified in place from here on
     if common_ids.size:
         # GPU columns keep their within-node peer score (independent of the crowd); node
-        # columns' peers are the very crowd that moved, so they drop out for this tick.
+        # columns' peers are the very crowd that moved, so they drop out for this tick. Every
+        # column of the signal but those of pairs whose own excursion is not the group's.
         bounds = entities.signal_bounds
         damp = np.concatenate(
             [entities.signal_columns[bounds[i] : bounds[i + 1]] for i in common_ids.tolist()]
         )
+        damp = damp[~(hot_pair & ~common_pair)[pair[damp]]]
         keep = entities.gpu_entity[damp] >= 0
         if PEER_SCORER in scores:
             keep &= applies[PEER_SCORER][damp]
@@ -175,7 +275,7 @@ def fuse(
         node_score=_to_unit(node_e, params.scale),
         gpu_score=_to_unit(gpu_e, params.scale),
         common_mode_signals=common_ids.astype(np.int64),
-        common_mode_nodes=hot[common_ids].astype(np.int64),
+        common_mode_nodes=moved[common_ids].astype(np.int64),
     )
 
 

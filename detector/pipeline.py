@@ -25,7 +25,7 @@ import numpy as np
 from .calibration import Calibration
 from .config import Config
 from .episodes import EpisodeParams, Episodes
-from .fusion import EntityMap, FusionParams, fuse, top_signals
+from .fusion import CommonMode, EntityMap, FusionParams, fuse, top_signals
 from .model import (
     Alert,
     BoolArray,
@@ -158,6 +158,7 @@ class Pipeline:
         self._open: dict[int, Alert] = {}
         self._injected: list[XidEvent] = []
         self._prev_z = np.zeros(0)  # the previous tick's fused column scores
+        self.common_mode = CommonMode()  # each (signal, node) excursion's onset
         self._prev_t = -np.inf  # the previous tick's time
 
     @property
@@ -223,6 +224,8 @@ class Pipeline:
             layout,
             entities,
             self.params.fusion,
+            self.common_mode,
+            t,
         )
 
         n_nodes = len(layout.node_names)
@@ -435,7 +438,10 @@ def build_pipeline(
     al = config.alerts
     file_weights = (calibration.signal_weights if calibration is not None else None) or {}
     params = PipelineParams(
-        fusion=FusionParams(common_mode_fraction=sc.common_mode_fraction),
+        fusion=FusionParams(
+            common_mode_fraction=sc.common_mode_fraction,
+            common_mode_window_s=sc.common_mode_window_s,
+        ),
         episodes=episode_params(config, threshold),
         top_k=sc.top_k,
         alert_on_xid=al.alert_on_xid,
@@ -482,6 +488,7 @@ def pipeline_state(pipeline: Pipeline) -> tuple[dict[str, np.ndarray], dict[str,
         arrays.update({f"{prefix}/{key}": value for key, value in part.items()})
     arrays["pipeline/xid_until"] = p._xid_until.copy()
     arrays["pipeline/prev_z"] = p._prev_z.copy()
+    arrays.update({f"common_mode/{k}": v for k, v in p.common_mode.state_dict().items()})
     meta: dict[str, Any] = {
         "version": STATE_VERSION,
         "series": [
@@ -539,6 +546,10 @@ def restore_pipeline(
         n = min(until.shape[0], p._xid_until.shape[0])
         p._xid_until[:n] = until[:n]
     p._prev_z = arrays.get("pipeline/prev_z", np.zeros(0)).copy()
+    prefix = "common_mode/"
+    p.common_mode.load_state_dict(
+        {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
+    )
     prev_t = meta.get("prev_t")
     p._prev_t = -math.inf if prev_t is None else float(prev_t)
     p._peak_signals = {int(n): tuple(v) for n, v in meta.get("peak_signals", {}).items()}

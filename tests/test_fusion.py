@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from detector.fusion import EntityMap, Fused, FusionParams, fuse, top_signals
+from detector.fusion import CommonMode, EntityMap, Fused, FusionParams, fuse, top_signals
 from detector.model import BoolArray, ColumnLayout, FloatArray
 from detector.scorers.registry import grid_layout
 from detector.signals import gpu_number
@@ -34,7 +34,8 @@ def run_fuse(
     applies = applies or {name: np.ones(n, dtype=bool) for name in scores}
     weights = np.ones(n) if weights is None else weights
     observed = np.ones(n, dtype=bool) if observed is None else observed
-    return fuse(scores, applies, weights, observed, layout, EntityMap.build(layout), params)
+    entities = EntityMap.build(layout)
+    return fuse(scores, applies, weights, observed, layout, entities, params, CommonMode(), 0.0)
 
 
 def test_column_score_is_the_largest_applicable_scorer() -> None:
@@ -225,3 +226,99 @@ def test_two_nodes_of_a_small_cohort_moving_together_are_one_event() -> None:
     alone = run_fuse(layout, {"peers": z}, params=FusionParams())
     assert 0 == alone.common_mode_signals.size
     assert alone.node_score[3] > 0.5
+
+
+def fuse_at(
+    layout: ColumnLayout, common: CommonMode, t: float, z: FloatArray, params: FusionParams
+) -> Fused:
+    """One tick of ``fuse`` with a carried CommonMode (zscore only, every column observed)."""
+    n = len(layout)
+    ones = np.ones(n, dtype=bool)
+    entities = EntityMap.build(layout)
+    return fuse(
+        {"zscore": z}, {"zscore": ones}, np.ones(n), ones, layout, entities, params, common, t
+    )
+
+
+TWO = FusionParams(z0=3.0, scale=4.0, common_mode_fraction=0.05, common_mode_min_nodes=2)
+
+
+def test_excursions_that_began_hours_apart_are_two_faults_not_a_group() -> None:
+    """Two nodes whose health status went bad 4 h apart (dead GPUs awaiting repair) overlap in
+    time but did not start together: both keep their score. Before onsets were kept, any two
+    hot nodes in the same tick were common mode and silenced each other for hours."""
+    layout = grid_layout(10, 0, (), ("health",))
+    common = CommonMode()
+    z = np.zeros(10)
+    z[0] = 9.0
+    for t in np.arange(0.0, 4 * 3600.0, 30.0):
+        assert 0 == fuse_at(layout, common, float(t), z, TWO).common_mode_signals.size
+    z[1] = 9.0
+    for t in np.arange(4 * 3600.0, 6 * 3600.0, 30.0):
+        fused = fuse_at(layout, common, float(t), z, TWO)
+        assert 0 == fused.common_mode_signals.size
+        assert fused.node_score[0] == fused.node_score[1] == pytest.approx(unit(6.0))
+
+
+def test_nodes_that_start_together_are_a_group_and_a_returning_node_rejoins() -> None:
+    """Three nodes starting within the window are a group event for as long as they stay up; a
+    node that drops out and comes back while the group is still up rejoins it instead of
+    alerting, and a node that goes bad after the group has ended is a fault of its own."""
+    layout = grid_layout(10, 0, (), ("nfs",))
+    common = CommonMode()
+    z = np.zeros(10)
+    z[[0, 1]] = 9.0
+    assert [2] == fuse_at(layout, common, 0.0, z, TWO).common_mode_nodes.tolist()
+    z[2] = 9.0  # two minutes later: within the 5-minute window
+    assert [3] == fuse_at(layout, common, 120.0, z, TWO).common_mode_nodes.tolist()
+    z[2] = 0.0
+    fuse_at(layout, common, 3600.0, z, TWO)
+    z[2] = 9.0  # back an hour after the group began: rejoins the running incident
+    fused = fuse_at(layout, common, 3630.0, z, TWO)
+    assert [3] == fused.common_mode_nodes.tolist()
+    assert 0.0 == fused.node_score[2]
+    z[[0, 1, 2]] = 0.0
+    fuse_at(layout, common, 7200.0, z, TWO)
+    z[3] = 9.0  # alone, after the incident ended
+    fused = fuse_at(layout, common, 7230.0, z, TWO)
+    assert 0 == fused.common_mode_signals.size
+    assert unit(6.0) == pytest.approx(fused.node_score[3])
+
+
+def test_common_mode_state_survives_a_save_and_load() -> None:
+    """The onsets are saved: after a restart two long-running faults are still two faults."""
+    layout = grid_layout(4, 0, (), ("health",))
+    common = CommonMode()
+    z = np.zeros(4)
+    z[0] = 9.0
+    fuse_at(layout, common, 0.0, z, TWO)
+    z[1] = 9.0
+    fuse_at(layout, common, 3600.0, z, TWO)
+    restored = CommonMode()
+    restored.load_state_dict(common.state_dict())
+    assert 0 == fuse_at(layout, restored, 3630.0, z, TWO).common_mode_signals.size
+    fresh = CommonMode()  # no saved onsets: both begin now, together
+    assert [2] == fuse_at(layout, fresh, 3630.0, z, TWO).common_mode_nodes.tolist()
+
+
+def test_nodes_off_their_cohort_at_once_are_a_group_whenever_each_moved() -> None:
+    """Against peers a node is judged now: three single-node jobs started 27, 16 and 14 min ago
+    (bench/robustness.py's 8-node cluster) are off the idle cohort together, a split cohort,
+    not three faults; the same onsets judged against their own past are three faults."""
+    layout = grid_layout(8, 0, (), ("mem",))
+    ones = np.ones(8, dtype=bool)
+    entities = EntityMap.build(layout)
+    by_peers, by_own = CommonMode(), CommonMode()
+    z = np.zeros(8)
+    for t, node in ((0.0, 4), (660.0, 6), (780.0, 7)):
+        z[node] = 9.0
+        peers = fuse(
+            {"peers": z}, {"peers": ones}, np.ones(8), ones, layout, entities, TWO, by_peers, t
+        )
+        own = fuse(
+            {"zscore": z}, {"zscore": ones}, np.ones(8), ones, layout, entities, TWO, by_own, t
+        )
+    assert [3] == peers.common_mode_nodes.tolist()
+    assert np.all(peers.node_score == 0.0)
+    assert [2] == own.common_mode_nodes.tolist()  # 6 and 7 began 2 min apart; 4 did not
+    assert unit(6.0) == pytest.approx(own.node_score[4])
