@@ -14,8 +14,12 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
+from detector.config import load_config
 from detector.errors import ConfigError
 from detector.model import FloatArray
+from detector.pipeline import build_pipeline
+from detector.replay import run_replay, simulated_frames
+from detector.series import SeriesIndex
 from detector.sim.catalog import DCGM_FIELDS, parse_dcgm_csv
 from detector.sim.trace import DEFAULT_RATES, derive_rates
 from detector.sim.workload import CHECKPOINT, TRAIN
@@ -113,6 +117,23 @@ def test_node_page_is_a_realistic_node_exporter_subset() -> None:
     assert "node_nfs_rpc_retransmissions" in families
 
 
+def test_a_gpu_that_fell_off_the_bus_returns_without_a_second_xid() -> None:
+    """XID 79: the GPU's series vanish until the repair ends; it comes back with the XID gauge
+    at 0, so the replay's XID extractor finds one failure, not a second at the repair's end
+    (it did while the gauge came back holding 79)."""
+    spec = FailureSpec("pcie", node=1, gpu=3, at_s=HOUR, lead_s=600.0, xid=79)
+    cluster = SimulatedCluster(small(failures=(spec,), days=1.0, xid45_on_teardown=False))
+    start = cluster.scenario.start
+    assert cluster.failures[0].vanish
+    assert cluster.failures[0].repair_end < cluster.scenario.duration_s
+    index = SeriesIndex()
+    pipeline = build_pipeline(load_config(None, env={}), index)
+    result = run_replay(pipeline, simulated_frames(cluster, index), events=cluster.events())
+    xid79 = [f for f in result.failures if f.xid == 79]
+    assert [("node-02", "3")] == [(f.node, f.gpu) for f in xid79]
+    assert abs(xid79[0].time - (start + HOUR)) < 60
+
+
 def test_same_seed_same_telemetry_and_events() -> None:
     """Two clusters from one scenario are identical; another seed differs."""
     one, two = SimulatedCluster(small(failure_count=2)), SimulatedCluster(small(failure_count=2))
@@ -123,15 +144,19 @@ def test_same_seed_same_telemetry_and_events() -> None:
     assert not np.array_equal(matrix(one)[1], matrix(other)[1], equal_nan=True)
 
 
-def test_xid_gauge_takes_the_code_and_keeps_it() -> None:
-    """An ECC failure sets its GPU's sticky XID gauge to the final code until the end."""
+def test_xid_gauge_takes_the_code_and_keeps_it_until_the_repair() -> None:
+    """An ECC failure sets its GPU's sticky XID gauge to the final code until its repair
+    ends; the repaired GPU comes back from a reset, where DCGM's last XID starts at 0."""
     spec = FailureSpec("ecc", node=1, gpu=3, at_s=2 * HOUR, lead_s=1800.0, xid=95)
     cluster = SimulatedCluster(small(failures=(spec,), xid45_on_teardown=False))
     times, values = matrix(cluster)
     gauge = values[:, columns(cluster, "DCGM_FI_DEV_XID_ERRORS", Hostname="node-02", gpu="3")[0]]
     start = cluster.scenario.start
+    repaired = start + cluster.failures[0].repair_end
+    assert times[-1] > repaired  # the scenario covers the repair
     assert np.all(gauge[times < start + 2 * HOUR] == 0)
-    assert np.all(gauge[times > start + 2 * HOUR + 60] == 95)
+    assert np.all(gauge[(times > start + 2 * HOUR + 60) & (times < repaired)] == 95)
+    assert np.all(gauge[times >= repaired] == 0)
     sbe_col = columns(cluster, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", Hostname="node-02", gpu="3")
     sbe = values[:, sbe_col[0]]
     during = (times > start + 1.5 * HOUR) & (times < start + 2 * HOUR)

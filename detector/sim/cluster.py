@@ -14,6 +14,7 @@ Each tick is a handful of numpy operations per metric family, never a loop over 
 
 from __future__ import annotations
 
+import math
 import os
 import uuid
 from collections.abc import Iterator
@@ -222,6 +223,12 @@ class SimulatedCluster:
         drive = GpuDrive.zeros(sc.nodes, sc.gpus)
         effects = FailureEffects(self.failures, sc)
         xid_state = np.zeros((sc.nodes, sc.gpus))
+        # A repaired GPU comes back from a reboot or reset, where DCGM's last-XID field starts
+        # at 0: kept at the failure's code, a GPU that had fallen off the bus would return
+        # showing it again, read as a new XID (a second failure) at its repair's end.
+        repaired: dict[int, list[tuple[int, int]]] = {}
+        for f in self.failures:
+            repaired.setdefault(math.ceil(f.repair_end / sc.step_s), []).append((f.node, f.gpu))
         by_name = {sc.node_name(n): n for n in range(sc.nodes)}
         ev = self._events
         ev_tick = np.ceil((np.array([e.time for e in ev]) - sc.start) / sc.step_s).astype(np.int64)
@@ -260,6 +267,8 @@ class SimulatedCluster:
             hv = host.step(
                 t_abs, w.phase[:, k], wobble, float(w.nfs_write[k]), float(w.nfs_read[k]), rng
             )
+            for n, g in repaired.get(k, ()):
+                xid_state[n, g] = 0.0
             end = int(np.searchsorted(ev_tick, k, side="right"))
             if end > cursor:  # the sticky gauge keeps the last XID seen
                 xid_state[ev_node[cursor:end], ev_gpu[cursor:end]] = ev_xid[cursor:end]
