@@ -141,11 +141,13 @@ class CommonMode:
         hot: BoolArray,
         seen: BoolArray,
         entities: EntityMap,
-        n_signals: int,
-        params: FusionParams,
+        need: FloatArray,
+        window_s: float,
     ) -> BoolArray:
-        """One tick: ``hot``/``seen`` per pair (beyond ``common_mode_z`` / observed). Returns
-        the pairs in a group event this tick. Unseen pairs keep their state."""
+        """One tick: ``hot``/``seen`` per pair (beyond ``common_mode_z`` / observed), ``need``
+        per signal the nodes a group event takes. Returns the pairs in a group event this tick.
+        Unseen pairs keep their state."""
+        n_signals = need.shape[0]
         self._grow(n_signals, entities.n_nodes)
         sig, node = entities.pair_signal, entities.pair_node
         onset = self.onset[sig, node]
@@ -157,16 +159,11 @@ class CommonMode:
         common = np.zeros(hot.shape[0], dtype=bool)
         hot_ids = np.flatnonzero(hot)
         n_hot = np.bincount(sig[hot_ids], minlength=n_signals)
-        n_seen = np.bincount(sig, weights=seen, minlength=n_signals)
-        need = np.maximum(
-            params.common_mode_min_nodes, params.common_mode_fraction * np.maximum(n_seen, 1)
-        )
-        for s in np.flatnonzero(n_hot >= params.common_mode_min_nodes).tolist():
+        for s in np.flatnonzero(n_hot >= need).tolist():
             ids = hot_ids[sig[hot_ids] == s]
             times = np.sort(onset[ids])
-            w = params.common_mode_window_s
-            near = np.searchsorted(times, onset[ids] + w, "right") - np.searchsorted(
-                times, onset[ids] - w, "left"
+            near = np.searchsorted(times, onset[ids] + window_s, "right") - np.searchsorted(
+                times, onset[ids] - window_s, "left"
             )
             common[ids] = near >= need[s]
         common |= hot & grouped
@@ -233,12 +230,14 @@ def fuse(
     unseen = np.bincount(pair[~observed], minlength=n_pairs)
     seen_pair = unseen < entities.pair_size
     seen = np.bincount(entities.pair_signal, weights=seen_pair, minlength=n_signals)
-    crowd = np.bincount(entities.pair_signal, weights=peer_hot, minlength=n_signals)
-    crowded = (crowd >= params.common_mode_min_nodes) & (
-        crowd >= params.common_mode_fraction * np.maximum(seen, 1)
+    # nodes a group event takes, per signal
+    need = np.maximum(
+        params.common_mode_min_nodes, params.common_mode_fraction * np.maximum(seen, 1)
     )
-    common_pair = peer_hot & crowded[entities.pair_signal]
-    common_pair |= common_mode.update(t, own_hot, seen_pair, entities, n_signals, params)
+    crowd = np.bincount(entities.pair_signal, weights=peer_hot, minlength=n_signals)
+    common_pair = peer_hot & (crowd >= need)[entities.pair_signal]
+    window = params.common_mode_window_s
+    common_pair |= common_mode.update(t, own_hot, seen_pair, entities, need, window)
     hot_pair = peer_hot | own_hot
     moved = np.bincount(entities.pair_signal, weights=common_pair, minlength=n_signals)
     common_ids = np.flatnonzero(moved)

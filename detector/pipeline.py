@@ -482,13 +482,13 @@ def pipeline_state(pipeline: Pipeline) -> tuple[dict[str, np.ndarray], dict[str,
         "signals": p.signal_map.state_dict(),
         "xids": p.xid_extractor.state_dict(),
         "episodes": p.episodes.state_dict(),
+        "common_mode": p.common_mode.state_dict(),
         **{f"scorer.{s.name}": s.state_dict() for s in p.scorers},
     }
     for prefix, part in parts.items():
         arrays.update({f"{prefix}/{key}": value for key, value in part.items()})
     arrays["pipeline/xid_until"] = p._xid_until.copy()
     arrays["pipeline/prev_z"] = p._prev_z.copy()
-    arrays.update({f"common_mode/{k}": v for k, v in p.common_mode.state_dict().items()})
     meta: dict[str, Any] = {
         "version": STATE_VERSION,
         "series": [
@@ -546,10 +546,7 @@ def restore_pipeline(
         n = min(until.shape[0], p._xid_until.shape[0])
         p._xid_until[:n] = until[:n]
     p._prev_z = arrays.get("pipeline/prev_z", np.zeros(0)).copy()
-    prefix = "common_mode/"
-    p.common_mode.load_state_dict(
-        {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
-    )
+    p.common_mode.load_state_dict(part("common_mode"))
     prev_t = meta.get("prev_t")
     p._prev_t = -math.inf if prev_t is None else float(prev_t)
     p._peak_signals = {int(n): tuple(v) for n, v in meta.get("peak_signals", {}).items()}

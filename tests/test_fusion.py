@@ -29,13 +29,17 @@ def run_fuse(
     weights: FloatArray | None = None,
     observed: BoolArray | None = None,
     params: FusionParams = PARAMS,
+    common: CommonMode | None = None,
+    t: float = 0.0,
 ) -> Fused:
+    """One tick of ``fuse``; pass ``common`` (and ``t``) to carry onsets across ticks."""
     n = len(layout)
     applies = applies or {name: np.ones(n, dtype=bool) for name in scores}
     weights = np.ones(n) if weights is None else weights
     observed = np.ones(n, dtype=bool) if observed is None else observed
     entities = EntityMap.build(layout)
-    return fuse(scores, applies, weights, observed, layout, entities, params, CommonMode(), 0.0)
+    common = CommonMode() if common is None else common
+    return fuse(scores, applies, weights, observed, layout, entities, params, common, t)
 
 
 def test_column_score_is_the_largest_applicable_scorer() -> None:
@@ -228,19 +232,12 @@ def test_two_nodes_of_a_small_cohort_moving_together_are_one_event() -> None:
     assert alone.node_score[3] > 0.5
 
 
-def fuse_at(
-    layout: ColumnLayout, common: CommonMode, t: float, z: FloatArray, params: FusionParams
-) -> Fused:
-    """One tick of ``fuse`` with a carried CommonMode (zscore only, every column observed)."""
-    n = len(layout)
-    ones = np.ones(n, dtype=bool)
-    entities = EntityMap.build(layout)
-    return fuse(
-        {"zscore": z}, {"zscore": ones}, np.ones(n), ones, layout, entities, params, common, t
-    )
-
-
 TWO = FusionParams(z0=3.0, scale=4.0, common_mode_fraction=0.05, common_mode_min_nodes=2)
+
+
+def against_own_past(layout: ColumnLayout, common: CommonMode, t: float, z: FloatArray) -> Fused:
+    """One tick of z-scores (against each column's own past) at ``TWO``, onsets carried."""
+    return run_fuse(layout, {"zscore": z}, params=TWO, common=common, t=t)
 
 
 def test_excursions_that_began_hours_apart_are_two_faults_not_a_group() -> None:
@@ -252,10 +249,10 @@ def test_excursions_that_began_hours_apart_are_two_faults_not_a_group() -> None:
     z = np.zeros(10)
     z[0] = 9.0
     for t in np.arange(0.0, 4 * 3600.0, 30.0):
-        assert 0 == fuse_at(layout, common, float(t), z, TWO).common_mode_signals.size
+        assert 0 == against_own_past(layout, common, float(t), z).common_mode_signals.size
     z[1] = 9.0
     for t in np.arange(4 * 3600.0, 6 * 3600.0, 30.0):
-        fused = fuse_at(layout, common, float(t), z, TWO)
+        fused = against_own_past(layout, common, float(t), z)
         assert 0 == fused.common_mode_signals.size
         assert fused.node_score[0] == fused.node_score[1] == pytest.approx(unit(6.0))
 
@@ -268,19 +265,19 @@ def test_nodes_that_start_together_are_a_group_and_a_returning_node_rejoins() ->
     common = CommonMode()
     z = np.zeros(10)
     z[[0, 1]] = 9.0
-    assert [2] == fuse_at(layout, common, 0.0, z, TWO).common_mode_nodes.tolist()
+    assert [2] == against_own_past(layout, common, 0.0, z).common_mode_nodes.tolist()
     z[2] = 9.0  # two minutes later: within the 5-minute window
-    assert [3] == fuse_at(layout, common, 120.0, z, TWO).common_mode_nodes.tolist()
+    assert [3] == against_own_past(layout, common, 120.0, z).common_mode_nodes.tolist()
     z[2] = 0.0
-    fuse_at(layout, common, 3600.0, z, TWO)
+    against_own_past(layout, common, 3600.0, z)
     z[2] = 9.0  # back an hour after the group began: rejoins the running incident
-    fused = fuse_at(layout, common, 3630.0, z, TWO)
+    fused = against_own_past(layout, common, 3630.0, z)
     assert [3] == fused.common_mode_nodes.tolist()
     assert 0.0 == fused.node_score[2]
     z[[0, 1, 2]] = 0.0
-    fuse_at(layout, common, 7200.0, z, TWO)
+    against_own_past(layout, common, 7200.0, z)
     z[3] = 9.0  # alone, after the incident ended
-    fused = fuse_at(layout, common, 7230.0, z, TWO)
+    fused = against_own_past(layout, common, 7230.0, z)
     assert 0 == fused.common_mode_signals.size
     assert unit(6.0) == pytest.approx(fused.node_score[3])
 
@@ -291,14 +288,14 @@ def test_common_mode_state_survives_a_save_and_load() -> None:
     common = CommonMode()
     z = np.zeros(4)
     z[0] = 9.0
-    fuse_at(layout, common, 0.0, z, TWO)
+    against_own_past(layout, common, 0.0, z)
     z[1] = 9.0
-    fuse_at(layout, common, 3600.0, z, TWO)
+    against_own_past(layout, common, 3600.0, z)
     restored = CommonMode()
     restored.load_state_dict(common.state_dict())
-    assert 0 == fuse_at(layout, restored, 3630.0, z, TWO).common_mode_signals.size
+    assert 0 == against_own_past(layout, restored, 3630.0, z).common_mode_signals.size
     fresh = CommonMode()  # no saved onsets: both begin now, together
-    assert [2] == fuse_at(layout, fresh, 3630.0, z, TWO).common_mode_nodes.tolist()
+    assert [2] == against_own_past(layout, fresh, 3630.0, z).common_mode_nodes.tolist()
 
 
 def test_nodes_off_their_cohort_at_once_are_a_group_whenever_each_moved() -> None:
@@ -306,18 +303,12 @@ def test_nodes_off_their_cohort_at_once_are_a_group_whenever_each_moved() -> Non
     (bench/robustness.py's 8-node cluster) are off the idle cohort together, a split cohort,
     not three faults; the same onsets judged against their own past are three faults."""
     layout = grid_layout(8, 0, (), ("mem",))
-    ones = np.ones(8, dtype=bool)
-    entities = EntityMap.build(layout)
     by_peers, by_own = CommonMode(), CommonMode()
     z = np.zeros(8)
     for t, node in ((0.0, 4), (660.0, 6), (780.0, 7)):
         z[node] = 9.0
-        peers = fuse(
-            {"peers": z}, {"peers": ones}, np.ones(8), ones, layout, entities, TWO, by_peers, t
-        )
-        own = fuse(
-            {"zscore": z}, {"zscore": ones}, np.ones(8), ones, layout, entities, TWO, by_own, t
-        )
+        peers = run_fuse(layout, {"peers": z}, params=TWO, common=by_peers, t=t)
+        own = against_own_past(layout, by_own, t, z)
     assert [3] == peers.common_mode_nodes.tolist()
     assert np.all(peers.node_score == 0.0)
     assert [2] == own.common_mode_nodes.tolist()  # 6 and 7 began 2 min apart; 4 did not
