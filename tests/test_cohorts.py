@@ -3,8 +3,8 @@ compared with. A node's cohort is the first configured label any of its series c
 
 from __future__ import annotations
 
+import csv
 import gzip
-import json
 from pathlib import Path
 
 import numpy as np
@@ -109,8 +109,9 @@ def test_a_lone_deviant_within_its_cohort_still_alerts() -> None:
 
 def test_simulate_job_label_lets_a_replay_use_the_jobs_as_cohorts(tmp_path: Path) -> None:
     """`simulate --job-label` puts each node's job on its node-exporter series; replayed with
-    that label as cohort, the 8-node cluster's single-node job (node-08) no longer alerts on
-    its own checkpoints, which it does with every node in one cohort."""
+    that label as cohort, the 8-node cluster's single-node job (node-08) no longer stands out
+    at its own checkpoints, which it does with every node in one cohort (node score up to
+    ~0.6 there, held below the alert threshold by the peers' habituation to its repeats)."""
     dump, events = tmp_path / "sim.om.gz", tmp_path / "ev.jsonl"
     args = ["--nodes", "8", "--days", "0.5", "--job-label", "training_job"]
     assert 0 == main(["simulate", *args, "--out", str(dump), "--events", str(events)])
@@ -118,11 +119,13 @@ def test_simulate_job_label_lets_a_replay_use_the_jobs_as_cohorts(tmp_path: Path
         assert 'training_job="llm-eval-d"' in text.read()
     config = tmp_path / "cohorts.yaml"
     config.write_text("labels:\n  cohort_labels: [training_job]\n")
-    alerted = {}
+    peak = {}
     for name, extra in (("one cohort", []), ("jobs", ["--config", str(config)])):
-        report = tmp_path / f"{name}.json"
+        scores = tmp_path / f"{name}.csv"
         replay = ["replay", str(dump), "--events", str(events), "--quiet"]
-        assert 0 == main([*replay, *extra, "--report-json", str(report)])
-        alerted[name] = {a["node"] for a in json.loads(report.read_text())["alerts"]}
-    assert "node-08" in alerted["one cohort"]
-    assert "node-08" not in alerted["jobs"]
+        assert 0 == main([*replay, *extra, "--scores-out", str(scores)])
+        with scores.open() as rows:
+            node_08 = [float(r["score"]) for r in csv.DictReader(rows) if r["node"] == "node-08"]
+        peak[name] = max(node_08)
+    assert peak["one cohort"] > 0.4
+    assert peak["jobs"] < 0.1

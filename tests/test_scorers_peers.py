@@ -213,3 +213,89 @@ def test_a_one_step_move_of_a_rounded_signal_is_quantization_not_a_deviant(
         assert scores[185:, 5].max() > 10.0
     else:
         assert scores[120, 3] > 20.0  # the same move without a resolution: a floor-size MAD
+
+
+def _hourly_excursions(
+    scorer: PeerDeviation, hours: int, last: tuple[float, float] = (4.0, 20.0), seed: int = 4
+) -> np.ndarray:
+    """10 nodes, one signal; node 3 drops 20 units (~20 peer sigmas) below its peers for 4 min
+    every hour (a lone job's checkpoint); the last hour's drop lasts ``last[0]`` minutes and
+    is ``last[1]`` units deep. Scores per tick (15 s) x node."""
+    layout = grid_layout(10, 0, (), ("mem_available",))
+    rng = np.random.default_rng(seed)
+    ticks = int(hours * 3600 / TICK_S)
+    scores = np.zeros((ticks, 10))
+    for i in range(ticks):
+        row = 100.0 + rng.normal(size=10)
+        hour, minute = divmod(i * TICK_S / 60.0, 60.0)
+        length, depth = last if hour == hours - 1 else (4.0, 20.0)
+        if 30.0 <= minute < 30.0 + length:
+            row[3] -= depth
+        scores[i] = scorer.update(i * TICK_S, row, layout)
+    return scores
+
+
+def _hour_peaks(scores: np.ndarray, column: int) -> np.ndarray:
+    per_hour = int(3600 / TICK_S)
+    return scores[:, column].reshape(-1, per_hour).max(axis=1)
+
+
+def test_a_recurring_lone_excursion_is_habituated_while_its_first_counts_in_full() -> None:
+    """A node whose lone job checkpoints every hour leaves its peers the same way each time:
+    the first excursion scores in full, each repeat less (never below a third of the
+    unhabituated score by the 8th hour here), and the other nodes stay quiet. Without
+    habituation (excursion_z None) every repeat scores like the first."""
+    habituated = _hour_peaks(_hourly_excursions(PeerDeviation(), 8), 3)
+    plain_scores = _hourly_excursions(PeerDeviation(excursion_z=None), 8)
+    plain = _hour_peaks(plain_scores, 3)
+    assert plain.min() > 15.0  # every checkpoint is a ~20-sigma lone deviant
+    assert habituated[0] == plain[0]
+    assert np.all(habituated[1:] < 0.7 * plain[1:])
+    assert habituated[-1] < 0.4 * plain[-1]
+    assert np.delete(plain_scores, 3, axis=1).max() < 3.0
+
+
+def test_an_excursion_longer_or_deeper_than_the_habit_is_judged_in_full() -> None:
+    """After 7 habituated 4-min checkpoints, a drop that lasts 40 min is discounted only for
+    twice the usual length (10 min here, the excursion window): from then on it scores as
+    without habituation. A drop three times as deep keeps its excess over the usual peak."""
+    long_h = _hourly_excursions(PeerDeviation(), 8, last=(40.0, 20.0))
+    long_p = _hourly_excursions(PeerDeviation(excursion_z=None), 8, last=(40.0, 20.0))
+    start = int((7 * 3600 + 30 * 60) / TICK_S)  # the long drop's first tick
+    early = slice(start, start + int(4 * 60 / TICK_S))
+    late = slice(start + int(12 * 60 / TICK_S), start + int(40 * 60 / TICK_S))
+    assert long_h[early, 3].max() < 0.5 * long_p[early, 3].max()
+    np.testing.assert_allclose(long_h[late, 3], long_p[late, 3])
+    assert long_h[late, 3].min() > 10.0
+    deep_h = _hour_peaks(_hourly_excursions(PeerDeviation(), 8, last=(4.0, 60.0)), 3)
+    deep_p = _hour_peaks(_hourly_excursions(PeerDeviation(excursion_z=None), 8), 3)
+    # ~60 sigmas, the habit ~18: at least the excess over the habit is kept
+    assert deep_h[-1] > 45.0 - deep_p[:-1].mean()
+
+
+def test_a_restored_state_carries_an_excursion_in_progress() -> None:
+    """Saved in the middle of a habituated excursion and loaded into a new scorer, the next
+    ticks score exactly as the uninterrupted one's; a state saved before habituation existed
+    (no habit arrays) loads with none learnt."""
+    layout = grid_layout(10, 0, (), ("mem_available",))
+    rng = np.random.default_rng(7)
+    scorer, rows = PeerDeviation(), []
+    for i in range(int(3.5 * 3600 / TICK_S) + 8):  # 3 checkpoints, the 4th begun
+        row = 100.0 + rng.normal(size=10)
+        if 30.0 <= (i * TICK_S / 60.0) % 60.0 < 34.0:
+            row[3] -= 20.0
+        rows.append(row)
+        scorer.update(i * TICK_S, row, layout)
+    restored = PeerDeviation()
+    restored.load_state_dict(scorer.state_dict())
+    old_format = {k: v for k, v in scorer.state_dict().items() if k not in PeerDeviation._HABIT}
+    fresh = PeerDeviation()
+    fresh.load_state_dict(old_format)
+    assert np.all(fresh.habit_runs == 0.0)
+    assert np.all(fresh.run_last == -np.inf)
+    t0 = len(rows) * TICK_S
+    for k in range(8):
+        row = rows[-1]
+        expected = scorer.update(t0 + k * TICK_S, row, layout)
+        np.testing.assert_array_equal(expected, restored.update(t0 + k * TICK_S, row, layout))
+        assert expected[3] < fresh.update(t0 + k * TICK_S, row, layout)[3]

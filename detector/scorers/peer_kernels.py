@@ -2,9 +2,10 @@
 
 ``peer_step`` does a whole tick in one call: it gathers the scorer's columns from the row once
 (kernels.py's column convention), computes every group's median and MAD, then per column the
-peer update (``_peer_column``) and the habit baseline (``kernels.ew_step``), block by block of
-``BLOCK`` columns so the temporaries between the passes stay in cache, and writes the scores
-into the full-width output.
+peer update (``_peer_column``), the habit baseline (``kernels.ew_step``) and the habituation to
+recurring excursions (``_habituate``, entered only for a block with a column at or above the
+excursion level or a run still open), block by block of ``BLOCK`` columns so the temporaries
+between the passes stay in cache, and writes the scores into the full-width output.
 
 Groups of up to 8 (a node's GPUs: nearly all of them) are rows of a padded matrix; their values
 are first gathered slot-major, so the statistics loop holds one group per SIMD lane and sorts
@@ -285,6 +286,50 @@ def _peer_column(
 
 
 @jit
+def _habituate(
+    t: float, out: FloatArray, habit: tuple[FloatArray, ...], h: FloatArray, block: int
+) -> None:
+    """Discount a column's recurring peer excursions (``out``, its scores this block, 0 where
+    not judged, in place; the counts scorer's burst habituation, with a run's peak and length
+    learnt too).
+
+    An excursion is a run of judged ticks at or above ``excursion_z``, ticks less than
+    ``window`` apart. At each onset the previous run is added to the column's EW tallies
+    (runs, sum of their peaks, sum of their lengths; half-life from ``h``), which then stay
+    fixed for the new run: it loses ``c = runs / (habituation_n + runs)`` of the part of each
+    score up to the usual peak, for at most twice the usual length (and at least ``window``),
+    after which it is judged in full. The first excursion counts in full; a node whose lone
+    job checkpoints every hour soon scores a small fraction for it; a larger or longer
+    excursion than its usual ones keeps the excess. ``habit`` = (runs, peaks, lengths,
+    run_start, run_last, run_peak); ``h`` = (excursion_z, window, habituation_n, -1 /
+    half-life, then per block of columns the last time one of them was at or above
+    excursion_z), the latter updated here for ``block``. Called only for a block whose top
+    score reaches excursion_z or while one of its runs may be open."""
+    runs, peaks, lengths, run_start, run_last, run_peak = habit
+    z_on, window, habituation_n, neg_inv_half_life = h[0], h[1], h[2], h[3]
+    for j in range(out.shape[0]):
+        z = out[j]  # 0 where not judged: keeps no run open, and its discount leaves 0
+        in_run = t - run_last[j] <= window
+        if not (z >= z_on or in_run):
+            continue
+        if z >= z_on:
+            h[4 + block] = t
+        if not in_run:  # an onset: the previous run joins the tallies, decayed to now
+            if run_start[j] > -np.inf:
+                dd = np.exp2((t - run_start[j]) * neg_inv_half_life)
+                runs[j] = runs[j] * dd + 1.0
+                peaks[j] = peaks[j] * dd + run_peak[j]
+                lengths[j] = lengths[j] * dd + (run_last[j] - run_start[j])
+            run_start[j], run_last[j], run_peak[j] = t, t, z
+        elif z >= z_on:
+            run_last[j] = t
+            run_peak[j] = max(run_peak[j], z)
+        r = runs[j]
+        if r > 0.0 and t - run_start[j] <= max(2.0 * lengths[j] / r, window):
+            out[j] = z - r / (habituation_n + r) * min(z, peaks[j] / r)
+
+
+@jit
 def peer_step(
     t: float,
     x_row: FloatArray,
@@ -297,6 +342,8 @@ def peer_step(
     base: tuple[FloatArray, ...],
     p: FloatArray,
     floor: FloatArray,
+    habit: tuple[FloatArray, ...],
+    h: FloatArray,
     score_out: FloatArray,
 ) -> None:
     """One PeerDeviation tick: the group statistics, then per column the update and the habit
@@ -307,7 +354,8 @@ def peer_step(
     scale_w, count, last_t, interval); ``q`` = (-1 / scale half-life, -1 / smooth half-life
     or 0 for no smoothing, warmup); ``base`` = the habit baseline's arrays with parameters
     ``p``, or empty arrays for none; ``floor`` = per group row the least sigma the group can
-    have (its readings' quantization noise: a group is one signal), or empty for none."""
+    have (its readings' quantization noise: a group is one signal), or empty for none;
+    ``habit`` and ``h``: ``_habituate``'s arrays and parameters, or empty arrays for none."""
     neg_inv_scale, neg_inv_smooth, warmup = q[0], q[1], q[2]
     x = gathered(x_row, cols)
     scores = scratch(score_out, cols)
@@ -357,6 +405,15 @@ def peer_step(
         else:
             for j in range(m):
                 out[j] = fold(z_all[j], direction[b0 + j])
+        high = 0  # an integer count vectorizes; a running max is a serial chain (~15 us)
         for j in range(m):
             out[j] = out[j] if judged_all[j] else 0.0
+            high += out[j] >= h[0]
+        block = b0 // BLOCK
+        if habit[0].shape[0] > 0 and (high > 0 or t - h[4 + block] <= h[1]):
+            hb = (
+                habit[0][b0:b1], habit[1][b0:b1], habit[2][b0:b1],
+                habit[3][b0:b1], habit[4][b0:b1], habit[5][b0:b1],
+            )  # fmt: skip
+            _habituate(t, out, hb, h, block)
     scatter(scores, cols, score_out)

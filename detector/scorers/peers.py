@@ -22,6 +22,19 @@ own last update), so one noisy tick does not dominate; 0 disables smoothing. The
 directional smoothed deviation; a column scores 0 for its first ``warmup`` peer-judged ticks
 while the smoothed group scale settles.
 
+Habit: each column's usual deviation (a GPU slot that always runs hotter) is learnt by a
+robust EW baseline (``baseline_half_life_s``) and scored is the departure from it. That
+baseline does not learn from excursions (clipped updates), so a node whose lone job leaves the
+cohort for a few minutes every hour (its checkpoint, while the other nodes train) would score
+each time as a fresh deviant. So each column is also habituated to its recurring excursions,
+as the counts scorer is to recurring bursts (peer_kernels._habituate): runs of scores at or
+above ``excursion_z``, closer than ``excursion_window_s`` together, are tallied with their peak
+and length (EW, the baseline's half-life); a new run loses ``runs / (habituation_n + runs)`` of
+its score up to the usual peak, for at most twice the usual length (at least the window). The
+first excursion counts in full, the excess of a deeper one counts in full, and one that
+outlasts the habit is judged in full from then on (a failing node's deviation persists).
+``excursion_z`` None turns this off.
+
 Speed: the group structure is rebuilt only when the layout changes (length or identity):
 groups are found with ``np.lexsort`` (``peer_groups``); groups of up to 8 (a node's GPUs)
 become rows of a padded matrix, larger ones (a cohort's nodes) CSR. Each tick is then one
@@ -34,14 +47,15 @@ groups or columns.
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import numpy as np
 
 from ..errors import ConfigError
 from ..model import FloatArray, IntArray
 from .base import ColumnLayout, KernelScorer
+from .peer_kernels import BLOCK, group_stats, peer_step
 from .peer_kernels import MAD_SCALE as MAD_SCALE
-from .peer_kernels import group_stats, peer_step
 from .zscore import RobustEWBaseline, grow, load_arrays
 
 _NO_BASELINE = tuple(np.zeros(0) for _ in range(6))  # peer_step without a habit baseline
@@ -82,6 +96,11 @@ class PeerDeviation(KernelScorer):
 
     name = "peers"
     _KEYS = ("smoothed", "scale_var", "scale_w", "count", "last_t", "interval")
+    # the habituation to recurring excursions (peer_kernels._habituate)
+    _HABIT = ("habit_runs", "habit_peaks", "habit_lengths", "run_start", "run_last", "run_peak")
+    _HABIT_EMPTY: ClassVar[dict[str, float]] = {
+        k: -np.inf if k in ("run_start", "run_last") else 0.0 for k in _HABIT
+    }
     _BASELINE = "baseline."
 
     def __init__(
@@ -94,6 +113,9 @@ class PeerDeviation(KernelScorer):
         mad_floor_abs: float = 1e-6,
         baseline_half_life_s: float | None = 6 * 3600.0,
         baseline_warmup: int = 20,
+        excursion_z: float | None = 6.0,
+        excursion_window_s: float = 600.0,
+        habituation_n: float = 2.0,
     ) -> None:
         if min_peers < 2:
             raise ConfigError(f"min_peers must be >= 2, got {min_peers}")
@@ -101,6 +123,12 @@ class PeerDeviation(KernelScorer):
             raise ConfigError(f"scale_half_life_s must be > 0, got {scale_half_life_s}")
         if smooth_half_life_s < 0 or mad_floor_rel < 0 or not mad_floor_abs > 0:
             raise ConfigError("peers needs smooth_half_life_s >= 0, mad floors >= 0 and > 0")
+        if excursion_z is not None and not (
+            excursion_z > 0 and excursion_window_s > 0 and habituation_n > 0
+        ):
+            raise ConfigError("peers needs excursion_z, excursion_window_s, habituation_n > 0")
+        if excursion_z is not None and baseline_half_life_s is None:
+            raise ConfigError("peers' habituation (excursion_z) needs baseline_half_life_s")
         self.min_peers = int(min_peers)
         self.smooth_half_life_s = float(smooth_half_life_s)
         self.scale_half_life_s = float(scale_half_life_s)
@@ -113,6 +141,23 @@ class PeerDeviation(KernelScorer):
         self.count = np.zeros(0)  # ticks this column was scored against its peers
         self.last_t = np.zeros(0)
         self.interval = np.zeros(0)  # usual elapsed time between judged ticks, 0 unknown
+        # Habituation (module docstring): per column, EW tallies of its past excursions and
+        # the current one's start, last tick and peak; empty arrays for none.
+        self.habituates = excursion_z is not None
+        self.habit_runs = np.zeros(0)  # EW count of the column's past excursions
+        self.habit_peaks = np.zeros(0)  # EW sum of their peak scores
+        self.habit_lengths = np.zeros(0)  # EW sum of their lengths (s)
+        self.run_start = np.zeros(0)  # the current (or last) excursion's first tick
+        self.run_last = np.zeros(0)  # its last tick at or above excursion_z
+        self.run_peak = np.zeros(0)  # its highest score so far
+        self._h = np.array(
+            [
+                excursion_z or 0.0,
+                excursion_window_s,
+                habituation_n,
+                -1.0 / (baseline_half_life_s or 1.0),
+            ]  # then per block of columns its last excursion time (_habit_blocks)
+        )
         self._layout: ColumnLayout | None = None
         self._floor = np.zeros(0)  # per group row: quantization sigma of its readings (none)
         # peer_step's parameter vectors, built once
@@ -206,6 +251,10 @@ class PeerDeviation(KernelScorer):
             self.count = grow(self.count, n, 0.0)
             self.last_t = grow(self.last_t, n, -np.inf)
             self.interval = grow(self.interval, n, 0.0)
+            if self.habituates:
+                for k, fill in self._HABIT_EMPTY.items():
+                    setattr(self, k, grow(getattr(self, k), n, fill))
+                self._habit_blocks()
         if layout is not self._layout:
             self._refresh_groups(layout)
         q, g = self._q, self._g
@@ -217,19 +266,38 @@ class PeerDeviation(KernelScorer):
         else:
             self.baseline.grow(n)
             base, p = self.baseline.arrays(), self.baseline.params()
+        habit = (
+            (self.habit_runs, self.habit_peaks, self.habit_lengths, self.run_start,
+             self.run_last, self.run_peak)
+            if self.habituates else _NO_BASELINE
+        )  # fmt: skip
         peer_step(
             float(t), x, cols, self._groups, g, layout.direction, state, q, base, p,
-            self._floor, out,
+            self._floor, habit, self._h, out,
         )  # fmt: skip
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        state = {k: getattr(self, k).copy() for k in self._KEYS}
+        keys = self._KEYS + (self._HABIT if self.habituates else ())
+        state = {k: getattr(self, k).copy() for k in keys}
         if self.baseline is not None:
             state.update(self.baseline.state_dict(self._BASELINE))
         return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        """A state saved before ``interval`` existed loads with every interval unknown."""
-        load_arrays(self, state, self._KEYS, "peers", optional={"interval": 0.0})
+        """A state saved before ``interval`` or the habituation existed loads with every
+        interval unknown and no excursion learnt."""
+        keys = self._KEYS + (self._HABIT if self.habituates else ())
+        load_arrays(self, state, keys, "peers", optional={"interval": 0.0, **self._HABIT_EMPTY})
+        if self.habituates:
+            self._habit_blocks()
         if self.baseline is not None:
             self.baseline.load_state_dict(state, self._BASELINE)
+
+    def _habit_blocks(self) -> None:
+        """peer_step's per-block times of the last excursion (after ``_h``'s 4 parameters),
+        from the columns' own, sized to the columns."""
+        n = self.run_last.shape[0]
+        last = np.full(-(-n // BLOCK), -np.inf)
+        if n:
+            np.maximum.at(last, np.arange(n) // BLOCK, self.run_last)
+        self._h = np.concatenate([self._h[:4], last])
