@@ -299,3 +299,33 @@ def test_a_restored_state_carries_an_excursion_in_progress() -> None:
         expected = scorer.update(t0 + k * TICK_S, row, layout)
         np.testing.assert_array_equal(expected, restored.update(t0 + k * TICK_S, row, layout))
         assert expected[3] < fresh.update(t0 + k * TICK_S, row, layout)[3]
+
+
+def test_losing_every_other_scrape_does_not_teach_a_longer_interval() -> None:
+    """A node that loses every other scrape for a while reports each rate over two ticks.
+    Its usual interval must not creep up to that: when the whole cohort's rate then moves
+    in the very tick it returns (a checkpoint storm ends), its two-tick average is still
+    not compared with its peers'. A scrape interval that really changed (the whole cohort
+    now every 60 s) is learnt within ~15 ticks, after which a lone deviant is caught."""
+    layout = grid_layout(10, 0, (), ("nfs_backlog",))
+    rng = np.random.default_rng(8)
+    scorer = PeerDeviation()
+    level = np.full(10, 0.2)
+    scores = []
+    for i in range(80):
+        if i == 70:
+            level[:] = 0.002  # the storm ends for everyone
+        row = level * (1.0 + 1e-3 * rng.normal(size=10))
+        if 58 <= i < 70 and i % 2 == 1:
+            row[4] = np.nan  # node 4 loses every other scrape, six times
+        if i == 70:
+            row[4] = 0.5 * (0.2 + 0.002)  # back: its rate spans both ticks
+        scores.append(scorer.update(i * TICK_S, row, layout))
+    assert np.array(scores)[60:80].max() < 4.0
+    later = []
+    for k in range(40):  # from now on every node is scraped every 60 s
+        row = 0.002 * (1.0 + 1e-3 * rng.normal(size=10))
+        if k >= 20:
+            row[7] *= 3.0  # a real lone deviant
+        later.append(scorer.update(80 * TICK_S + 60.0 * (k + 1), row, layout))
+    assert np.array(later)[25:, 7].min() > 10.0

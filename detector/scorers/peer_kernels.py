@@ -40,6 +40,7 @@ from .kernels import (
 MAD_SCALE = 1.4826  # MAD -> sigma for Gaussian noise
 GAP_RATIO = 1.5  # an elapsed time this much above the column's usual one is a gap
 INTERVAL_GROWTH = 1.1  # how fast the usual interval follows a longer one, per judged tick
+LATE_TICKS_TO_LEARN = 8  # consecutive late ticks that make their interval the usual one
 INSERTION_MAX = 32  # larger groups (a big cohort's nodes) are sorted by numpy's sort instead
 BLOCK = 2048  # columns per block of peer_step's per-column passes (16 KB per temporary)
 
@@ -253,7 +254,7 @@ def _peer_column(
     """peer_step's update of column ``j`` (value ``xj``; its group's median ``m`` and sigma
     ``sg``; decays ``d`` of the scale and ``md`` of the smoothing): returns (the smoothed
     deviation, NaN unless judged; whether judged: scored against peers and past warm-up)."""
-    smoothed, scale_var, scale_w, count, last_t, interval = state
+    smoothed, scale_var, scale_w, count, last_t, interval, late_run = state
     sm0, sv0, sw0, c, lt = smoothed[j], scale_var[j], scale_w[j], count[j], last_t[j]
     observed = abs(xj) <= MAX_ABS_VALUE
     # Back from a gap (half again its usual interval): a rate over a longer window than its
@@ -278,10 +279,16 @@ def _peer_column(
     judged = scored & (c >= warmup)
     count[j] = c + scored
     last_t[j] = t if scored | late else lt
-    # the usual interval: the shortest recent one, allowed to grow 10% a tick (a new
-    # scrape interval is learnt in a few ticks, a single gap not at all)
-    grown = dt if iv == 0.0 else min(dt, INTERVAL_GROWTH * iv)
-    interval[j] = grown if (scored | late) & (dt < np.inf) else iv
+    # The usual interval: the shortest recent one, allowed to grow 10% a judged tick (jitter,
+    # a slightly slower scrape). A late tick teaches nothing until LATE_TICKS_TO_LEARN of
+    # them come in a row (a new scrape interval: then it is the usual one): growing on each
+    # late tick let a node that lost every other scrape five times learn a doubled interval,
+    # and compare its next two-tick rate across a cluster-wide transition with its peers'.
+    run = (late_run[j] + 1.0) * late
+    learnt = run >= LATE_TICKS_TO_LEARN
+    grown = dt if (iv == 0.0) | learnt else min(dt, INTERVAL_GROWTH * iv)
+    interval[j] = grown if (scored | learnt) & (dt < np.inf) else iv
+    late_run[j] = 0.0 if learnt else (run if observed else late_run[j])
     return (z if judged else np.nan), judged  # NaN: nothing for the habit baseline
 
 
@@ -351,8 +358,8 @@ def peer_step(
     kernels.py's column convention).
 
     ``g`` = (min_peers, mad_floor_rel, mad_floor_abs); ``state`` = (smoothed, scale_var,
-    scale_w, count, last_t, interval); ``q`` = (-1 / scale half-life, -1 / smooth half-life
-    or 0 for no smoothing, warmup); ``base`` = the habit baseline's arrays with parameters
+    scale_w, count, last_t, interval, late_run); ``q`` = (-1 / scale half-life, -1 / smooth
+    half-life or 0 for no smoothing, warmup); ``base`` = the habit baseline's arrays with parameters
     ``p``, or empty arrays for none; ``floor`` = per group row the least sigma the group can
     have (its readings' quantization noise: a group is one signal), or empty for none;
     ``habit`` and ``h``: ``_habituate``'s arrays and parameters, or empty arrays for none."""
@@ -380,7 +387,7 @@ def peer_step(
         m = b1 - b0
         st = (
             state[0][b0:b1], state[1][b0:b1], state[2][b0:b1],
-            state[3][b0:b1], state[4][b0:b1], state[5][b0:b1],
+            state[3][b0:b1], state[4][b0:b1], state[5][b0:b1], state[6][b0:b1],
         )  # fmt: skip
         if neg_inv_smooth != 0.0:
             decays2(t, st[4], neg_inv_scale, neg_inv_smooth, scale_d[:m], smooth_d[:m])

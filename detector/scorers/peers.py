@@ -12,11 +12,14 @@ group, over the members observed this tick (itself included): ``med`` = median, 
 group's sigma² (``scale_half_life_s``) and divides by the larger of the two:
 ``(x - med) / max(sigma, sqrt(ew sigma²))``. Groups with fewer than ``min_peers`` observed
 members score 0. A member back from a gap (observed after more than ``GAP_RATIO`` = 1.5 times
-its usual interval: its scrape was lost, so a counter's rate spans two ticks) is not compared
+its usual interval, the shortest recent one: its scrape was lost, so a counter's rate spans
+two ticks) is not compared
 with its peers that tick: when every peer's rate moves in that very tick (a checkpoint ends),
 its two-tick average sits between the old and new level and would read as a lone deviant. It
 scores 0 that tick and its next tick is judged as usual (a real deviant's alert does not end on
-a timeout: the pipeline keeps a node's alert state through ticks that miss its evidence). The
+a timeout: the pipeline keeps a node's alert state through ticks that miss its evidence). Only
+``LATE_TICKS_TO_LEARN`` = 8 late ticks in a row make a longer interval the usual one (a new
+scrape interval), so even a node that loses every other scrape for a while stays late. The
 signed deviation is smoothed per column with ``smooth_half_life_s`` (time-aware, that column's
 own last update), so one noisy tick does not dominate; 0 disables smoothing. The score is the
 directional smoothed deviation; a column scores 0 for its first ``warmup`` peer-judged ticks
@@ -95,7 +98,7 @@ class PeerDeviation(KernelScorer):
     """Scorer: robust deviation of each column from its peer group's median, smoothed."""
 
     name = "peers"
-    _KEYS = ("smoothed", "scale_var", "scale_w", "count", "last_t", "interval")
+    _KEYS = ("smoothed", "scale_var", "scale_w", "count", "last_t", "interval", "late_run")
     # the habituation to recurring excursions (peer_kernels._habituate)
     _HABIT = ("habit_runs", "habit_peaks", "habit_lengths", "run_start", "run_last", "run_peak")
     _HABIT_EMPTY: ClassVar[dict[str, float]] = {
@@ -141,6 +144,7 @@ class PeerDeviation(KernelScorer):
         self.count = np.zeros(0)  # ticks this column was scored against its peers
         self.last_t = np.zeros(0)
         self.interval = np.zeros(0)  # usual elapsed time between judged ticks, 0 unknown
+        self.late_run = np.zeros(0)  # consecutive observed ticks that came late (peer_kernels)
         # Habituation (module docstring): per column, EW tallies of its past excursions and
         # the current one's start, last tick and peak; empty arrays for none.
         self.habituates = excursion_z is not None
@@ -251,6 +255,7 @@ class PeerDeviation(KernelScorer):
             self.count = grow(self.count, n, 0.0)
             self.last_t = grow(self.last_t, n, -np.inf)
             self.interval = grow(self.interval, n, 0.0)
+            self.late_run = grow(self.late_run, n, 0.0)
             if self.habituates:
                 for k, fill in self._HABIT_EMPTY.items():
                     setattr(self, k, grow(getattr(self, k), n, fill))
@@ -259,7 +264,8 @@ class PeerDeviation(KernelScorer):
             self._refresh_groups(layout)
         q, g = self._q, self._g
         state = (
-            self.smoothed, self.scale_var, self.scale_w, self.count, self.last_t, self.interval
+            self.smoothed, self.scale_var, self.scale_w, self.count, self.last_t, self.interval,
+            self.late_run,
         )  # fmt: skip
         if self.baseline is None:
             base, p = _NO_BASELINE, _NO_BASELINE[0]
@@ -284,10 +290,11 @@ class PeerDeviation(KernelScorer):
         return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        """A state saved before ``interval`` or the habituation existed loads with every
-        interval unknown and no excursion learnt."""
+        """A state saved before ``interval``, ``late_run`` or the habituation existed loads
+        with every interval unknown, no late tick counted and no excursion learnt."""
         keys = self._KEYS + (self._HABIT if self.habituates else ())
-        load_arrays(self, state, keys, "peers", optional={"interval": 0.0, **self._HABIT_EMPTY})
+        optional = {"interval": 0.0, "late_run": 0.0, **self._HABIT_EMPTY}
+        load_arrays(self, state, keys, "peers", optional=optional)
         if self.habituates:
             self._habit_blocks()
         if self.baseline is not None:
