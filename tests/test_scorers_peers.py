@@ -329,3 +329,13 @@ def test_losing_every_other_scrape_does_not_teach_a_longer_interval() -> None:
             row[7] *= 3.0  # a real lone deviant
         later.append(scorer.update(80 * TICK_S + 60.0 * (k + 1), row, layout))
     assert np.array(later)[25:, 7].min() > 10.0
+
+
+def test_habituation_works_without_a_habit_baseline_and_can_be_turned_off() -> None:
+    """With no habit baseline the excursions are still tallied (6 h half-life), and
+    ``excursion_z=None`` keeps no habituation state at all."""
+    no_base = _hour_peaks(_hourly_excursions(PeerDeviation(baseline_half_life_s=None), 6), 3)
+    assert no_base[-1] < 0.5 * no_base[0]
+    off = PeerDeviation(excursion_z=None)
+    _hourly_excursions(off, 1)
+    assert not set(PeerDeviation._HABIT) & set(off.state_dict())

@@ -32,11 +32,11 @@ cohort for a few minutes every hour (its checkpoint, while the other nodes train
 each time as a fresh deviant. So each column is also habituated to its recurring excursions,
 as the counts scorer is to recurring bursts (peer_kernels._habituate): runs of scores at or
 above ``excursion_z``, closer than ``excursion_window_s`` together, are tallied with their peak
-and length (EW, the baseline's half-life); a new run loses ``runs / (habituation_n + runs)`` of
-its score up to the usual peak, for at most twice the usual length (at least the window). The
-first excursion counts in full, the excess of a deeper one counts in full, and one that
-outlasts the habit is judged in full from then on (a failing node's deviation persists).
-``excursion_z`` None turns this off.
+and length (EW, the baseline's half-life, else 6 h); a new run loses
+``runs / (habituation_n + runs)`` of its score up to the usual peak, for at most twice the usual
+length (at least the window). The first excursion counts in full, the excess of a deeper one
+counts in full, and one that outlasts the habit is judged in full from then on (a failing
+node's deviation persists). ``excursion_z`` None turns this off.
 
 Speed: the group structure is rebuilt only when the layout changes (length or identity):
 groups are found with ``np.lexsort`` (``peer_groups``); groups of up to 8 (a node's GPUs)
@@ -62,6 +62,7 @@ from .peer_kernels import MAD_SCALE as MAD_SCALE
 from .zscore import RobustEWBaseline, grow, load_arrays
 
 _NO_BASELINE = tuple(np.zeros(0) for _ in range(6))  # peer_step without a habit baseline
+_HABIT_HALF_LIFE_S = 6 * 3600.0  # the habituation's half-life where there is no baseline
 
 
 def peer_groups(layout: ColumnLayout, min_size: int) -> list[IntArray]:
@@ -130,8 +131,6 @@ class PeerDeviation(KernelScorer):
             excursion_z > 0 and excursion_window_s > 0 and habituation_n > 0
         ):
             raise ConfigError("peers needs excursion_z, excursion_window_s, habituation_n > 0")
-        if excursion_z is not None and baseline_half_life_s is None:
-            raise ConfigError("peers' habituation (excursion_z) needs baseline_half_life_s")
         self.min_peers = int(min_peers)
         self.smooth_half_life_s = float(smooth_half_life_s)
         self.scale_half_life_s = float(scale_half_life_s)
@@ -159,7 +158,7 @@ class PeerDeviation(KernelScorer):
                 excursion_z or 0.0,
                 excursion_window_s,
                 habituation_n,
-                -1.0 / (baseline_half_life_s or 1.0),
+                -1.0 / (baseline_half_life_s or _HABIT_HALF_LIFE_S),
             ]  # then per block of columns its last excursion time (_habit_blocks)
         )
         self._layout: ColumnLayout | None = None
