@@ -306,7 +306,7 @@ def test_losing_every_other_scrape_does_not_teach_a_longer_interval() -> None:
     Its usual interval must not creep up to that: when the whole cohort's rate then moves
     in the very tick it returns (a checkpoint storm ends), its two-tick average is still
     not compared with its peers'. A scrape interval that really changed (the whole cohort
-    now every 60 s) is learnt within ~15 ticks, after which a lone deviant is caught."""
+    now every 60 s) is learnt after 8 late ticks, after which a lone deviant is caught."""
     layout = grid_layout(10, 0, (), ("nfs_backlog",))
     rng = np.random.default_rng(8)
     scorer = PeerDeviation()
