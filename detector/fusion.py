@@ -29,6 +29,13 @@ for repair side by side stay two faults (``CommonMode`` keeps each pair's onset)
 overlapping used to be enough to silence both. A node whose excursion begins while its signal
 is a group event joins it (a long storm's nodes drop in and out), and a pair once in a group
 event stays in it until its excursion ends.
+
+Storms: an event counter (scored by ``counts``) reported above 0 by at least
+``common_mode_storm_fraction`` (half) of the nodes that report it is a storm on its signal
+(NFS retransmissions while the storage is overloaded). Nodes used to such storms score them
+low, so their scores alone may show no crowd; a node whose excursion begins during a storm (one
+idle for hours, whose learnt rate fell to ~0) joins it like a group event. GPU error counters
+(ECC, PCIe, NVLink) never have events on half the nodes at once.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ import numpy as np
 from .model import BoolArray, ColumnLayout, FloatArray, IntArray
 
 PEER_SCORER = "peers"
+COUNT_SCORER = "counts"
 _GPU_SPAN = 1 << 32  # above every GPU id of a ColumnLayout
 
 
@@ -52,6 +60,7 @@ class FusionParams:
     common_mode_z: float = 3.0
     common_mode_min_nodes: int = 2
     common_mode_window_s: float = 300.0
+    common_mode_storm_fraction: float = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,9 +152,11 @@ class CommonMode:
         entities: EntityMap,
         need: FloatArray,
         window_s: float,
+        storm: BoolArray | None = None,
     ) -> BoolArray:
         """One tick: ``hot``/``seen`` per pair (beyond ``common_mode_z`` / observed), ``need``
-        per signal the nodes a group event takes. Returns the pairs in a group event this tick.
+        per signal the nodes a group event takes, ``storm`` per signal whether most nodes
+        report its events this tick (``fuse``). Returns the pairs in a group event this tick.
         Unseen pairs keep their state."""
         n_signals = need.shape[0]
         self._grow(n_signals, entities.n_nodes)
@@ -167,8 +178,10 @@ class CommonMode:
             )
             common[ids] = near >= need[s]
         common |= hot & grouped
-        # a pair whose excursion begins while its signal is a group event joins it
+        # a pair whose excursion begins while its signal is a group event (or a storm) joins it
         active = np.bincount(sig[common], minlength=n_signals) > 0
+        if storm is not None:
+            active |= storm
         common |= began & active[sig]
         grouped |= common
         self.onset[sig, node], self.grouped[sig, node] = onset, grouped
@@ -198,9 +211,11 @@ def fuse(
     params: FusionParams,
     common_mode: CommonMode,
     t: float,
+    events: BoolArray | None = None,
 ) -> Fused:
     """Fuse one tick at time ``t``. ``applies[name]`` masks the columns scorer ``name`` is
-    meant for; ``common_mode`` carries the excursions' onsets from tick to tick.
+    meant for; ``common_mode`` carries the excursions' onsets from tick to tick; ``events``
+    marks the columns whose value this tick is above 0 (a counter's events: storms), or None.
 
     Speed (results are bit-identical to the plain formulation): masked ``fmax`` in place
     instead of ``np.where`` temporaries; counts over the few columns that are hot or
@@ -237,7 +252,19 @@ def fuse(
     crowd = np.bincount(entities.pair_signal, weights=peer_hot, minlength=n_signals)
     common_pair = peer_hot & (crowd >= need)[entities.pair_signal]
     window = params.common_mode_window_s
-    common_pair |= common_mode.update(t, own_hot, seen_pair, entities, need, window)
+    storm = None
+    if events is not None and COUNT_SCORER in applies:
+        # A storm: most nodes report a counter's events at once (NFS retransmissions while
+        # the storage is overloaded). Nodes used to such storms score them low, so their
+        # scores alone may show no crowd; a node that begins an excursion now (one idle for
+        # hours, whose learnt rate is ~0) has its counts judged as part of it.
+        busy_pair = np.zeros(n_pairs, dtype=bool)
+        busy_pair[pair[events & applies[COUNT_SCORER]]] = True
+        busy = np.bincount(entities.pair_signal, weights=busy_pair, minlength=n_signals)
+        storm = busy >= np.maximum(
+            params.common_mode_min_nodes, params.common_mode_storm_fraction * np.maximum(seen, 1)
+        )
+    common_pair |= common_mode.update(t, own_hot, seen_pair, entities, need, window, storm)
     hot_pair = peer_hot | own_hot
     moved = np.bincount(entities.pair_signal, weights=common_pair, minlength=n_signals)
     common_ids = np.flatnonzero(moved)

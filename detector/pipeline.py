@@ -226,6 +226,7 @@ class Pipeline:
             self.params.fusion,
             self.common_mode,
             t,
+            x > 0.0,
         )
 
         n_nodes = len(layout.node_names)
