@@ -13,9 +13,9 @@ group's sigma² (``scale_half_life_s``) and divides by the larger of the two:
 ``(x - med) / max(sigma, sqrt(ew sigma²))``. Groups with fewer than ``min_peers`` observed
 members score 0. A member back from a gap (observed after more than ``GAP_RATIO`` = 1.5 times
 its usual interval, the shortest recent one: its scrape was lost, so a counter's rate spans
-two ticks) is not compared
-with its peers that tick: when every peer's rate moves in that very tick (a checkpoint ends),
-its two-tick average sits between the old and new level and would read as a lone deviant. It
+two ticks) is not compared with its peers that tick: when every peer's rate moves in that
+very tick (a checkpoint ends), its two-tick average sits between the old and new level and
+would read as a lone deviant. It
 scores 0 that tick and its next tick is judged as usual (a real deviant's alert does not end on
 a timeout: the pipeline keeps a node's alert state through ticks that miss its evidence). Only
 ``LATE_TICKS_TO_LEARN`` = 8 late ticks in a row make a longer interval the usual one (a new
