@@ -30,12 +30,13 @@ overlapping used to be enough to silence both. A node whose excursion begins whi
 is a group event joins it (a long storm's nodes drop in and out), and a pair once in a group
 event stays in it until its excursion ends.
 
-Storms: an event counter (scored by ``counts``) reported above 0 by at least
-``common_mode_storm_fraction`` (half) of the nodes that report it is a storm on its signal
-(NFS retransmissions while the storage is overloaded). Nodes used to such storms score them
-low, so their scores alone may show no crowd; a node whose excursion begins during a storm (one
-idle for hours, whose learnt rate fell to ~0) joins it like a group event. GPU error counters
-(ECC, PCIe, NVLink) never have events on half the nodes at once.
+Storms: a node-level event counter (scored by ``counts``: NFS, InfiniBand) reported above 0
+by at least ``common_mode_storm_fraction`` (half) of the nodes that report it is a storm on its
+signal (NFS retransmissions while the storage is overloaded). Nodes used to such storms score
+them low, so their scores alone may show no crowd; a node whose excursion begins during a storm
+(one idle for hours, whose learnt rate fell to ~0) joins it like a group event. GPU counters
+never make a storm: a job at its power cap has violation counts on every node for hours, and a
+failing PSU's own burst must not join that.
 """
 
 from __future__ import annotations
@@ -254,12 +255,12 @@ def fuse(
     window = params.common_mode_window_s
     storm = None
     if events is not None and COUNT_SCORER in applies:
-        # A storm: most nodes report a counter's events at once (NFS retransmissions while
-        # the storage is overloaded). Nodes used to such storms score them low, so their
-        # scores alone may show no crowd; a node that begins an excursion now (one idle for
-        # hours, whose learnt rate is ~0) has its counts judged as part of it.
+        # A storm: most nodes report a node-level counter's events at once (NFS
+        # retransmissions while the storage is overloaded). Nodes used to such storms score
+        # them low, so their scores alone may show no crowd; a node that begins an excursion
+        # now (one idle for hours, whose learnt rate is ~0) has its counts judged as part of it.
         busy_pair = np.zeros(n_pairs, dtype=bool)
-        busy_pair[pair[events & applies[COUNT_SCORER]]] = True
+        busy_pair[pair[events & applies[COUNT_SCORER] & (layout.gpu < 0)]] = True
         busy = np.bincount(entities.pair_signal, weights=busy_pair, minlength=n_signals)
         storm = busy >= np.maximum(
             params.common_mode_min_nodes, params.common_mode_storm_fraction * np.maximum(seen, 1)

@@ -341,3 +341,14 @@ def test_a_node_that_starts_bursting_in_a_storm_most_nodes_share_is_part_of_it()
     assert unit(11.0) == pytest.approx(later.node_score[57])
     only_zscore = run_fuse(layout, {"zscore": z}, params=TWO, common=CommonMode(), events=events)
     assert unit(11.0) == pytest.approx(only_zscore.node_score[57])  # storms are counters'
+
+
+def test_a_gpu_counter_on_every_node_is_no_storm() -> None:
+    """A job at its power cap has violation counts on every GPU of every node for hours; a
+    failing PSU's burst on one node must still count (GPU counters make no storm)."""
+    layout = grid_layout(64, 1, ("power_violation",))
+    z = np.zeros(64)
+    z[57] = 14.0
+    events = np.ones(64, dtype=bool)
+    fused = run_fuse(layout, {"counts": z}, params=TWO, common=CommonMode(), events=events)
+    assert unit(11.0) == pytest.approx(fused.node_score[57])
