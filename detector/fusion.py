@@ -198,6 +198,15 @@ class CommonMode:
         self.onset, self.grouped = onset.astype(np.float64), grouped.astype(bool)
 
 
+def storm_columns(applies: Mapping[str, BoolArray], layout: ColumnLayout) -> IntArray:
+    """The columns whose events can make a storm (module docstring): node-level columns
+    scored by ``counts``. Per layout, so ``fuse`` looks only at their values each tick."""
+    counted = applies.get(COUNT_SCORER)
+    if counted is None:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(counted & (layout.gpu < 0))
+
+
 def _to_unit(evidence: FloatArray, scale: float) -> FloatArray:
     return 1.0 - np.exp(-evidence / scale)
 
@@ -212,11 +221,11 @@ def fuse(
     params: FusionParams,
     common_mode: CommonMode,
     t: float,
-    events: BoolArray | None = None,
+    events: tuple[IntArray, BoolArray] | None = None,
 ) -> Fused:
     """Fuse one tick at time ``t``. ``applies[name]`` masks the columns scorer ``name`` is
-    meant for; ``common_mode`` carries the excursions' onsets from tick to tick; ``events``
-    marks the columns whose value this tick is above 0 (a counter's events: storms), or None.
+    meant for; ``common_mode`` carries the excursions' onsets from tick to tick; ``events`` =
+    (``storm_columns``, whether each reports events this tick, its value above 0), or None.
 
     Speed (results are bit-identical to the plain formulation): masked ``fmax`` in place
     instead of ``np.where`` temporaries; counts over the few columns that are hot or
@@ -254,13 +263,14 @@ def fuse(
     common_pair = peer_hot & (crowd >= need)[entities.pair_signal]
     window = params.common_mode_window_s
     storm = None
-    if events is not None and COUNT_SCORER in applies:
+    if events is not None:
         # A storm: most nodes report a node-level counter's events at once (NFS
         # retransmissions while the storage is overloaded). Nodes used to such storms score
         # them low, so their scores alone may show no crowd; a node that begins an excursion
         # now (one idle for hours, whose learnt rate is ~0) has its counts judged as part of it.
+        columns, reporting = events
         busy_pair = np.zeros(n_pairs, dtype=bool)
-        busy_pair[pair[events & applies[COUNT_SCORER] & (layout.gpu < 0)]] = True
+        busy_pair[pair[columns[reporting]]] = True
         busy = np.bincount(entities.pair_signal, weights=busy_pair, minlength=n_signals)
         storm = busy >= np.maximum(
             params.common_mode_min_nodes, params.common_mode_storm_fraction * np.maximum(seen, 1)

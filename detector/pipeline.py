@@ -25,7 +25,7 @@ import numpy as np
 from .calibration import Calibration
 from .config import Config
 from .episodes import EpisodeParams, Episodes
-from .fusion import CommonMode, EntityMap, FusionParams, fuse, top_signals
+from .fusion import CommonMode, EntityMap, FusionParams, fuse, storm_columns, top_signals
 from .model import (
     Alert,
     BoolArray,
@@ -148,6 +148,7 @@ class Pipeline:
         self._layout: ColumnLayout | None = None
         self._entities: EntityMap | None = None
         self._applies: dict[str, BoolArray] = {}
+        self._storm_columns = np.zeros(0, dtype=np.int64)  # fusion.storm_columns, per layout
         self._node_columns: list[np.ndarray] = []
         self._weights = np.zeros(0)
         self._xid_until = np.zeros(0)
@@ -173,6 +174,7 @@ class Pipeline:
         self._entities = EntityMap.build(layout, self._gpu_labels(self._entities))
         self._applies = {s.name: self._scorer_mask(s.name, layout) for s in self.scorers}
         self.scoring.set_layout(self._applies, layout)
+        self._storm_columns = storm_columns(self._applies, layout)
         order = np.argsort(layout.node, kind="stable")
         bounds = np.searchsorted(layout.node[order], np.arange(len(layout.node_names) + 1))
         self._node_columns = [
@@ -226,7 +228,7 @@ class Pipeline:
             self.params.fusion,
             self.common_mode,
             t,
-            x > 0.0,
+            (self._storm_columns, x[self._storm_columns] > 0.0),
         )
 
         n_nodes = len(layout.node_names)

@@ -6,7 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from detector.fusion import CommonMode, EntityMap, Fused, FusionParams, fuse, top_signals
+from detector.fusion import (
+    CommonMode,
+    EntityMap,
+    Fused,
+    FusionParams,
+    fuse,
+    storm_columns,
+    top_signals,
+)
 from detector.model import BoolArray, ColumnLayout, FloatArray
 from detector.scorers.registry import grid_layout
 from detector.signals import gpu_number
@@ -40,7 +48,11 @@ def run_fuse(
     observed = np.ones(n, dtype=bool) if observed is None else observed
     entities = EntityMap.build(layout)
     common = CommonMode() if common is None else common
-    return fuse(scores, applies, weights, observed, layout, entities, params, common, t, events)
+    counted = None
+    if events is not None:  # as the pipeline passes them: the storm columns' events only
+        storm = storm_columns(applies, layout)
+        counted = (storm, events[storm])
+    return fuse(scores, applies, weights, observed, layout, entities, params, common, t, counted)
 
 
 def test_column_score_is_the_largest_applicable_scorer() -> None:
