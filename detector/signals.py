@@ -210,8 +210,9 @@ class SignalMap:
         """A node's cohort: the value of the first of ``cohort_labels`` (in that order) that
         any of its series carries, identity or context label; "" while none does (the nodes
         without one form one cohort). A series that brings a better-ranked label (a target
-        that answered later) moves all of the node's columns to that cohort (returns whether
-        any mapped column moved)."""
+        that answered later), or a new value of the same label (the scheduler relabelled the
+        node's targets for its next job: its series come back as new ones), moves all of the
+        node's columns to that cohort (returns whether any mapped column moved)."""
         rank = {name: r for r, name in enumerate(self._cohort_labels)}
         moved: set[str] = set()
         for info in infos:
@@ -220,7 +221,7 @@ class SignalMap:
             best = self._node_cohort.get(info.node, (len(rank), ""))
             for key, value in (*info.labels, *info.context):
                 r = rank.get(key)
-                if r is not None and r < best[0] and value:
+                if r is not None and value and (r, value) != best and r <= best[0]:
                     best = (r, value)
                     moved.add(info.node)
             self._node_cohort[info.node] = best

@@ -68,6 +68,25 @@ def test_a_label_that_arrives_later_moves_all_of_the_nodes_columns() -> None:
     assert not signals.sync()
 
 
+def test_a_new_value_of_the_label_moves_the_node_to_that_cohort() -> None:
+    """A node relabelled for its next job (its series come back as new ones carrying the new
+    value) joins the new job's cohort, all columns at once; the newest value wins."""
+    index = SeriesIndex()
+    signals = SignalMap(load_signal_rules(), index, cohort_labels=("training_job", "rack"))
+    index.add("DCGM_FI_DEV_GPU_TEMP", gpu_series("n1"))
+    index.add(MEM, node_series("n1", training_job="a", rack="r1"))
+    signals.sync()
+    assert {"a"} == cohort_of(signals, "n1")
+    index.add(MEM, node_series("n1", rack="r1"))  # a lesser-ranked label changes nothing
+    signals.sync()
+    assert {"a"} == cohort_of(signals, "n1")
+    index.add("go_goroutines", node_series("n1", training_job="b"))  # no column of its own
+    assert signals.sync()
+    assert {"b"} == cohort_of(signals, "n1")
+    index.add("go_threads", node_series("n1", training_job="b"))  # the same value again
+    assert not signals.sync()
+
+
 def cluster(cohort_labels: list[str]) -> tuple[Pipeline, dict[str, int]]:
     """Four nodes: a 3-node training job "a" and a 1-node job "b" (label training_job)."""
     config = load_config(None, env={})
@@ -129,3 +148,35 @@ def test_simulate_job_label_lets_a_replay_use_the_jobs_as_cohorts(tmp_path: Path
         peak[name] = max(node_08)
     assert peak["one cohort"] > 0.4
     assert peak["jobs"] < 0.1
+
+
+def test_a_node_that_changes_jobs_is_judged_against_its_new_jobs_nodes() -> None:
+    """Six nodes, jobs a (n1-n3) and b (n4-n6); at tick 60 the scheduler moves n3 to job b
+    (its series come back labelled b, the old ones go silent) and n6 to job a. Job b's nodes
+    then dip together (their checkpoint), n3 with them: no alert, where judged against its
+    former job it would be a lone deviant. A dip of n3 alone is still caught."""
+
+    def run(dips: dict[str, range]) -> set[str]:
+        config = load_config(None, env={})
+        labels = config.labels.model_copy(update={"cohort_labels": ["training_job"]})
+        index = SeriesIndex()
+        pipeline = build_pipeline(config.model_copy(update={"labels": labels}), index)
+        jobs = {"n1": "a", "n2": "a", "n3": "a", "n4": "b", "n5": "b", "n6": "b"}
+        moved = {"n3": "b", "n6": "a"}
+        cols = {n: index.add(MEM, node_series(n, training_job=j)) for n, j in jobs.items()}
+        rng = np.random.default_rng(5)
+        nodes: set[str] = set()
+        for k in range(240):
+            if k == 60:  # the new job's labels: new series; the old ones are not sent again
+                for node, job in moved.items():
+                    cols[node] = index.add(MEM, node_series(node, training_job=job))
+            values = np.full(len(index), np.nan)
+            for node, col in cols.items():
+                level = 0.6 if k in dips.get(node, range(0)) else 1.0
+                values[col] = level * 1e12 + rng.normal(0.0, 2e9)
+            nodes |= {a.node for a in pipeline.step(Frame(T0 + STEP * k, values)).started}
+        return nodes
+
+    job_b = range(160, 168)
+    assert set() == run({"n3": job_b, "n4": job_b, "n5": job_b})
+    assert {"n3"} == run({"n3": job_b})
