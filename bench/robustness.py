@@ -31,7 +31,10 @@ out of phase, 10% of a node's DCGM scrapes landing just before that tick's colle
 repeat, then a rate over two intervals); the same at 60 s samples; 120 s samples; several of
 these at once (60 s, default fields, 2% lost, 10% stale, newer labels, 4 noisy nodes); and a
 cluster of 4 nodes (jobs of 2, 1 and 1 nodes, so two nodes have no peer doing the same work),
-also with each node's job as a label on its node-exporter series, configured as its cohort.
+also with each node's job as a label on its node-exporter series, configured as its cohort;
+and 8 nodes whose job label, configured as the cohort, takes a new value at each run of the
+job on both of the node's targets (a scheduler's job id in file_sd): every series of the
+node comes back under a new identity at each run.
 Failures per condition are drawn as in the demo (a fixed count per day, kinds and precursors
 from the trace), so "before the XID" is the statistics' share; XIDs alert by themselves.
 """
@@ -98,6 +101,14 @@ CONDITIONS: dict[str, dict[str, Any]] = {
     "4 nodes, jobs as cohorts": {
         "nodes": 4,
         "job_label": "training_job",
+        "env": {"DETECTOR_LABELS__COHORT_LABELS": "[training_job]"},
+    },
+    # a new job id at each run on both of a node's targets (file_sd written by a scheduler):
+    # every series comes back under a new identity, the node's cohort is the new id's
+    "8 nodes, a new job id each run as cohort": {
+        "nodes": 8,
+        "job_label": "training_job",
+        "job_label_runs": True,
         "env": {"DETECTOR_LABELS__COHORT_LABELS": "[training_job]"},
     },
 }

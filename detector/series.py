@@ -50,6 +50,10 @@ class LabelRules:
             "pod",
             "namespace",
             "container",
+            # dcgm-exporter's Slurm job mapping (--hpc-job-mapping-dir): a GPU's job, and
+            # hpc_user in some builds; a new job must not start every series afresh
+            "hpc_job",
+            "hpc_user",
             "exported_job",
             "exported_instance",
         }

@@ -73,6 +73,7 @@ class SignalMap:
         self.metric_types = metric_types if metric_types is not None else {}
         self._cohort_labels = tuple(cohort_labels)
         self._node_cohort: dict[str, tuple[int, str]] = {}  # node -> (label rank, cohort)
+        self._cohorts_moved = False  # since the last sync
         self._synced = 0
         self._presence = {rule.name: rule for rule in catalog.presence_rules()}
         # Per signal column (grown in sync, frozen to arrays lazily).
@@ -99,6 +100,9 @@ class SignalMap:
         self._gpu_entities: dict[tuple[str, str], int] = {}  # (node, gpu label) -> entity id
         self._gpu_entity_node: list[int] = []  # entity id -> node id
         self._series_gpu_entity: list[int] = []  # per index series: entity id or -1
+        # per index series on a GPU: its (entity, metric) slot id, else -1 (_retire_replaced)
+        self._series_slot: list[int] = []
+        self._slot_ids: dict[tuple[int, str], int] = {}
         self._count_nodes: set[int] = set()
         self._frozen_nodes: set[str] = set()
         # Tick state.
@@ -179,7 +183,7 @@ class SignalMap:
         moved to another cohort (the layout changed)."""
         before = len(self._series)
         infos = self.index.infos
-        moved = bool(self._cohort_labels) and self._learn_cohorts(infos[self._synced :])
+        moved, self._cohorts_moved = self._cohorts_moved, False
         for info in infos[self._synced :]:
             self._map_series(info)
         if self._synced < len(infos):  # per-series arrays (presence) grew too
@@ -204,15 +208,19 @@ class SignalMap:
                     self._prev_value[col], self._prev_time[col], self._prev_den[col] = restored
             self._arrays = None
             self._layout = None
-        return added > 0 or bool(moved)
+        return added > 0 or moved
 
-    def _learn_cohorts(self, infos: Sequence[SeriesInfo]) -> bool:
+    def _learn_cohorts(self, infos: Sequence[SeriesInfo]) -> None:
         """A node's cohort: the value of the first of ``cohort_labels`` (in that order) that
-        any of its series carries, identity or context label; "" while none does (the nodes
-        without one form one cohort). A series that brings a better-ranked label (a target
-        that answered later), or a new value of the same label (the scheduler relabelled the
-        node's targets for its next job: its series come back as new ones), moves all of the
-        node's columns to that cohort (returns whether any mapped column moved)."""
+        any of the series it sent carries, identity or context label; "" while none does
+        (the nodes without one form one cohort). Learnt from each series' first observation
+        (``compute``), not from the index, which may hold every series of a dump from the
+        start. A series that brings a better-ranked label (a target that answered later), or
+        a new value of the same label (the scheduler relabelled the node's targets for its
+        next job: its series come back as new ones), moves all of the node's columns to that
+        cohort; the next ``sync`` reports the changed layout."""
+        if not self._cohort_labels:
+            return
         rank = {name: r for r, name in enumerate(self._cohort_labels)}
         moved: set[str] = set()
         for info in infos:
@@ -231,7 +239,7 @@ class SignalMap:
             pairs = zip(self._node, self._cohort, strict=True)
             self._cohort = [new.get(n, c) for n, c in pairs]
             self._layout = None
-        return bool(new)
+            self._cohorts_moved = True
 
     def _resolve_denominators(self) -> None:
         """Pair ratio columns with their denominator series once those are in the index."""
@@ -257,6 +265,12 @@ class SignalMap:
         # its window): they are ground truth, not telemetry a GPU loses, so presence skips them.
         truth = not isinstance(verdict, str) and verdict.truth is not None
         self._series_gpu_entity.append(-1 if truth else entity)
+        slot = (
+            -1
+            if truth or entity < 0
+            else self._slot_ids.setdefault((entity, info.metric), len(self._slot_ids))
+        )
+        self._series_slot.append(slot)
         if verdict in ("ignore", "off"):
             return
         if verdict == "default":
@@ -335,6 +349,7 @@ class SignalMap:
                 "series_entity": series_entity,
                 "gpu_series": gpu_series,
                 "gpu_series_entity": series_entity[gpu_series],
+                "series_slot": np.asarray(self._series_slot, dtype=np.int64),
                 "entity_series": np.bincount(
                     series_entity[gpu_series], minlength=len(self._gpu_entity_node)
                 ),
@@ -403,18 +418,38 @@ class SignalMap:
         if rd.size:
             step = a["resolution"][rd]
             out[rd] = np.round(out[rd] / step) * step
+        seen = self._seen[:n_series]
+        first = seen < ~missing
+        if first.any():  # a series observed for the first time
+            infos = self.index.infos
+            self._learn_cohorts([infos[i] for i in np.flatnonzero(first).tolist()])
+            self._retire_replaced(a["series_slot"], first, missing, seen)
+            seen |= ~missing
+            self._known = None
         self._presence_values(a, missing, out)
         if a["frozen"].size:
             self._frozen_values(a, out)
 
         np.copyto(prev, cur, where=observed)
         np.copyto(prev_t, t, where=observed)
-        np.logical_not(missing, out=missing)
-        seen = self._seen[:n_series]
-        if (missing > seen).any():  # a series observed for the first time
-            seen |= missing
-            self._known = None
         return out
+
+    @staticmethod
+    def _retire_replaced(
+        slot: IntArray, first: BoolArray, missing: BoolArray, seen: BoolArray
+    ) -> None:
+        """A GPU series seen for the first time replaces the series of the same metric and
+        GPU that went silent as it came (``seen`` cleared for those): its target was
+        relabelled, e.g. with its node's next job, and every series came back under a new
+        identity. Counted as missing, the old ones held each GPU's missing fraction at 0.5
+        from then on (a health alert at every job change). A GPU off the bus brings no new
+        series, so its series stay missing; two series of a metric both present (MIG
+        instances) both stay known; one that comes back replaces its successor in turn."""
+        n = slot.shape[0]
+        new_slots = np.unique(slot[first[:n]])
+        new_slots = new_slots[new_slots >= 0]
+        if new_slots.size:
+            seen[:n][seen[:n] & missing[:n] & np.isin(slot, new_slots)] = False
 
     def _presence_values(
         self, a: dict[str, np.ndarray], missing: BoolArray, out: FloatArray
@@ -558,6 +593,8 @@ class SignalMap:
             self._seen = grown
         self._seen[: seen.shape[0]] |= seen
         self._known = None
+        infos = self.index.infos
+        self._learn_cohorts([infos[i] for i in np.flatnonzero(self._seen[: len(infos)]).tolist()])
         repeats = {k[len("repeats_") :]: v for k, v in state.items() if k.startswith("repeats_")}
         if self.repeats is not None and repeats:  # states saved before repeats.py have none
             self.repeats.load_state_dict(repeats)

@@ -37,17 +37,27 @@ def cohort_of(signals: SignalMap, node: str) -> set[str]:
     return {signals.cohort_names[c] for c in layout.cohort[layout.node == node_id]}
 
 
+def send(signals: SignalMap, t: float, *columns: int) -> None:
+    """One tick in which the series at ``columns`` (index columns) are observed."""
+    values = np.full(len(signals.index), np.nan)
+    values[list(columns)] = 1.0
+    signals.compute(T0 + t, values)
+
+
 def test_a_nodes_cohort_is_its_first_configured_label_on_any_of_its_series() -> None:
     """rack before zone; a node's GPU columns (no such label) share its cohort; a node with
     none of the labels is in the "" cohort."""
     index = SeriesIndex()
     signals = SignalMap(load_signal_rules(), index, cohort_labels=("rack", "zone"))
-    index.add(MEM, node_series("n1", rack="r1"))
-    index.add("DCGM_FI_DEV_GPU_TEMP", gpu_series("n1"))
-    index.add(MEM, node_series("n2", zone="z9"))
-    index.add("node_load1", node_series("n2", rack="r2"))
-    index.add(MEM, node_series("n3"))
-    signals.sync()
+    sent = [
+        index.add(MEM, node_series("n1", rack="r1")),
+        index.add("DCGM_FI_DEV_GPU_TEMP", gpu_series("n1")),
+        index.add(MEM, node_series("n2", zone="z9")),
+        index.add("node_load1", node_series("n2", rack="r2")),
+        index.add(MEM, node_series("n3")),
+    ]
+    send(signals, 0, *sent)
+    assert signals.sync()
     assert {"r1"} == cohort_of(signals, "n1")
     assert {"r2"} == cohort_of(signals, "n2")
     assert {""} == cohort_of(signals, "n3")
@@ -55,14 +65,20 @@ def test_a_nodes_cohort_is_its_first_configured_label_on_any_of_its_series() -> 
 
 def test_a_label_that_arrives_later_moves_all_of_the_nodes_columns() -> None:
     """A node first seen through an exporter without the label joins its cohort, all columns
-    at once, when a later series carries it; sync reports the changed layout."""
+    at once, when a later series carries it; the next sync reports the changed layout."""
     index = SeriesIndex()
     signals = SignalMap(load_signal_rules(), index, cohort_labels=("rack",))
-    index.add("DCGM_FI_DEV_GPU_TEMP", gpu_series("n1"))
-    index.add(MEM, node_series("n2", rack="r1"))
+    gpu, mem = (
+        index.add("DCGM_FI_DEV_GPU_TEMP", gpu_series("n1")),
+        index.add(MEM, node_series("n2", rack="r1")),
+    )
+    send(signals, 0, gpu, mem)
     signals.sync()
     assert {""} == cohort_of(signals, "n1")
-    index.add("go_goroutines", node_series("n1", rack="r1"))  # no column of its own
+    late = index.add("go_goroutines", node_series("n1", rack="r1"))  # no column of its own
+    signals.sync()
+    assert {""} == cohort_of(signals, "n1")  # known to the index, not sent yet
+    send(signals, 30, gpu, mem, late)
     assert signals.sync()
     assert {"r1"} == cohort_of(signals, "n1")
     assert not signals.sync()
@@ -70,21 +86,30 @@ def test_a_label_that_arrives_later_moves_all_of_the_nodes_columns() -> None:
 
 def test_a_new_value_of_the_label_moves_the_node_to_that_cohort() -> None:
     """A node relabelled for its next job (its series come back as new ones carrying the new
-    value) joins the new job's cohort, all columns at once; the newest value wins."""
+    value) joins the new job's cohort, all columns at once, when they are first sent (a
+    dump's index may hold every series from the start); the newest value wins."""
     index = SeriesIndex()
     signals = SignalMap(load_signal_rules(), index, cohort_labels=("training_job", "rack"))
-    index.add("DCGM_FI_DEV_GPU_TEMP", gpu_series("n1"))
-    index.add(MEM, node_series("n1", training_job="a", rack="r1"))
+    gpu = index.add("DCGM_FI_DEV_GPU_TEMP", gpu_series("n1"))
+    job_a = index.add(MEM, node_series("n1", training_job="a", rack="r1"))
+    job_b = index.add("go_goroutines", node_series("n1", training_job="b"))  # no column
+    rack = index.add(MEM, node_series("n1", rack="r1"))
+    send(signals, 0, gpu, job_a)
     signals.sync()
     assert {"a"} == cohort_of(signals, "n1")
-    index.add(MEM, node_series("n1", rack="r1"))  # a lesser-ranked label changes nothing
-    signals.sync()
+    send(signals, 30, gpu, rack)  # a lesser-ranked label changes nothing
+    assert not signals.sync()
     assert {"a"} == cohort_of(signals, "n1")
-    index.add("go_goroutines", node_series("n1", training_job="b"))  # no column of its own
+    send(signals, 60, gpu, rack, job_b)
     assert signals.sync()
     assert {"b"} == cohort_of(signals, "n1")
-    index.add("go_threads", node_series("n1", training_job="b"))  # the same value again
+    send(signals, 90, gpu, job_a, job_b)  # sent before: no news
     assert not signals.sync()
+    assert {"b"} == cohort_of(signals, "n1")
+    restored = SignalMap(load_signal_rules(), index, cohort_labels=("training_job", "rack"))
+    restored.load_state_dict(signals.state_dict())  # a restart: learnt from the series sent
+    assert restored.sync()
+    assert {"b"} == cohort_of(restored, "n1")
 
 
 def cluster(cohort_labels: list[str]) -> tuple[Pipeline, dict[str, int]]:

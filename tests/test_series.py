@@ -87,6 +87,17 @@ def test_exported_pod_is_pod_and_a_pod_change_keeps_the_column() -> None:
     assert 1 == len(index)
 
 
+def test_a_slurm_job_change_keeps_the_column() -> None:
+    """dcgm-exporter's HPC job mapping labels each GPU's series with its Slurm job (hpc_job,
+    absent while the GPU is idle): context, so every job does not restart every series."""
+    index = SeriesIndex()
+    c1 = index.add("DCGM_FI_DEV_GPU_UTIL", with_labels(GPU_LABELS, hpc_job="4711"))
+    assert c1 == index.add("DCGM_FI_DEV_GPU_UTIL", GPU_LABELS)
+    assert c1 == index.add("DCGM_FI_DEV_GPU_UTIL", with_labels(GPU_LABELS, hpc_job="4712"))
+    assert c1 == index.add("DCGM_FI_DEV_GPU_UTIL", with_labels(GPU_LABELS, hpc_user="ann"))
+    assert 1 == len(index)
+
+
 def test_old_dcgm_namespace_folds_into_field_names() -> None:
     """dcgm_gpu_temp is DCGM_FI_DEV_GPU_TEMP, dcgm_xid_errors is DCGM_FI_DEV_XID_ERRORS."""
     assert "DCGM_FI_DEV_GPU_TEMP" == canonical_metric("dcgm_gpu_temp")

@@ -158,6 +158,36 @@ def test_presence_when_a_gpu_vanishes() -> None:
     assert math.isnan(nothing[count])
 
 
+def test_presence_when_a_target_is_relabelled() -> None:
+    """A dcgm target relabelled (its node's next job): every GPU series comes back under a
+    new identity and the old ones go silent. That is no lost telemetry: the replaced series
+    stop counting, so the missing fraction stays 0 (it held at 0.5 for good); a GPU that
+    then falls off the bus still reads 1; a series whose metric is still sent under its
+    other identity (two MIG instances) counts when it alone goes silent; relabelled back,
+    the first identity replaces the second in turn."""
+    cluster = Cluster()
+    metrics = ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE")
+
+    def page(job: str, gpus: tuple[str, ...] = ("0", "1")) -> dict[tuple[str, Labels], float]:
+        return {(m, (*gpu_labels(g), ("job_name", job))): 50.0 for m in metrics for g in gpus}
+
+    cluster.tick(0, page("a"))
+    missing0 = cluster.column("health_series_missing_fraction", gpu="0")
+    missing1 = cluster.column("health_series_missing_fraction", gpu="1")
+    relabelled = cluster.tick(30, page("b"))
+    steady = cluster.tick(60, page("b"))
+    gpu1_gone = cluster.tick(90, page("b", ("0",)))
+    back = cluster.tick(120, page("a"))
+    assert (0.0, 0.0) == (relabelled[missing0], relabelled[missing1])
+    assert (0.0, 0.0) == (steady[missing0], steady[missing1])
+    assert (0.0, 1.0) == (gpu1_gone[missing0], gpu1_gone[missing1])
+    assert (0.0, 0.0) == (back[missing0], back[missing1])
+    both = {**page("a"), **page("c")}
+    cluster.tick(150, both)
+    c_gone = cluster.tick(180, page("a"))
+    assert 0.5 == c_gone[missing0]
+
+
 def test_presence_ignores_xid_series_that_come_and_go() -> None:
     """A windowed XID count exists only while its XID is in the window (dcgm-exporter's
     DCGM_EXP_XID_ERRORS_COUNT): its disappearance is no lost telemetry, while a real

@@ -100,6 +100,35 @@ def test_job_label_names_each_nodes_job_on_its_node_exporter_series() -> None:
         small(job_label="job")
 
 
+def test_job_label_runs_sends_each_run_under_its_own_job_id() -> None:
+    """job_label_runs: a node's series (DCGM's too) carry "<job>-<run>" from each run of its
+    job on, none before its first; every tick sends one copy of each series, with the values
+    the cluster without relabelling sends."""
+    jobs = (JobSpec("a", (0, 1)), JobSpec("b", (2,)))
+    plain = SimulatedCluster(small(jobs=jobs, days=1.0, job_label="training_job"))
+    cluster = SimulatedCluster(
+        small(jobs=jobs, days=1.0, job_label="training_job", job_label_runs=True)
+    )
+    series = cluster.series()
+    ids = {dict(labs).get("training_job") for name, labs in series if name.startswith("DCGM")}
+    runs = cluster.workload.run
+    assert int(runs[0].max()) >= 2  # a day of 4-14 h runs
+    assert {None, "a-1", "a-2", "b-1"} <= ids
+    base = [(name, tuple(kv for kv in labs if kv[0] != "training_job")) for name, labs in series]
+    for k, ((_, want), (_, got)) in enumerate(zip(plain.frames(), cluster.frames(), strict=True)):
+        sent = np.flatnonzero(~np.isnan(got))
+        keys = [base[i] for i in sent.tolist()]
+        assert len(set(keys)) == len(keys)  # one copy of each series
+        assert np.array_equal(np.sort(want[~np.isnan(want)]), np.sort(got[sent]))
+        if k in (0, runs.shape[1] - 1):
+            node_01 = {dict(series[i][1]).get("training_job") for i in sent.tolist()
+                       if ("Hostname", "node-01") in series[i][1]}  # fmt: skip
+            run = int(runs[0, k])
+            assert {None if run == 0 else f"a-{run}"} == node_01
+    with pytest.raises(ConfigError, match="job_label_runs"):
+        small(job_label_runs=True)
+
+
 def test_node_page_is_a_realistic_node_exporter_subset() -> None:
     """The node page parses, has NFS, mountstats, InfiniBand per port and ~100-200 series."""
     cluster = SimulatedCluster(small())

@@ -29,6 +29,7 @@ from .failures import FailureEffects, PlannedFailure, plan_failures
 from .gpu import GpuDrive, GpuModel
 from .host import HostModel
 from .pages import PageFamily, node_layout, render
+from .relabel import RunLabels
 from .scenario import Scenario
 from .trace import DEFAULT_RATES, TraceRates, derive_rates
 from .workload import Workload, build_workload, node_jobs
@@ -180,7 +181,10 @@ class SimulatedCluster:
                 series.append((XID_COUNT_FIELD, tuple(sorted(lab))))
         self._node_views: list[tuple[str, int, int]] = []
         label = sc.job_label  # a target label, as relabelling adds it: not on the wire
-        job_of = {} if label is None else {n: ((label, job),) for n, job in node_jobs(sc).items()}
+        jobs = node_jobs(sc)
+        job_of: dict[int, Labels] = {}
+        if label is not None and not sc.job_label_runs:  # else RunLabels adds it per run
+            job_of = {n: ((label, job),) for n, job in jobs.items()}
         for fam in NODE_FAMILIES:
             sets = len(fam.label_sets)
             start = len(series)
@@ -208,10 +212,16 @@ class SimulatedCluster:
             self._node_views.append((fam.name, start, sets))
         self._series = series
         self.families = families
+        self._relabel: RunLabels | None = None
+        if label is not None and sc.job_label_runs:
+            node_of = np.empty(len(series), dtype=np.int64)
+            for family in families:
+                node_of[family.columns] = family.nodes
+            self._relabel = RunLabels.build(series, node_of, label, jobs, self.workload.run)
 
     def series(self) -> list[tuple[str, Labels]]:
         """Every series the cluster can emit, in the fixed column order of ``frames()``."""
-        return list(self._series)
+        return list(self._series if self._relabel is None else self._relabel.series)
 
     # -- frames ---------------------------------------------------------------------------
     def frames(self) -> Iterator[tuple[float, FloatArray]]:
@@ -298,7 +308,7 @@ class SimulatedCluster:
                 lost = losses.random((2, sc.nodes)) < sc.scrape_loss
                 lost[1] |= k % sc.node_scrape_every != 0  # not a node-exporter tick
                 self._lose_scrapes(out, lost)
-            yield t_abs, out
+            yield t_abs, (out if self._relabel is None else self._relabel.frame(k, out))
 
     def _serve_dcgm_cache(
         self,

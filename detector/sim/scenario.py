@@ -61,6 +61,10 @@ class Scenario:
     # A label naming each node's training job on its node-exporter series, as Prometheus
     # relabelling from the scheduler would add it (spare nodes get none); None: no such label.
     job_label: str | None = None
+    # With job_label: a new value for each run of a job ("<job>-<run>", as a scheduler's job
+    # id), on the node's dcgm-exporter series too (both its targets relabelled, as file_sd
+    # written by a scheduler does): every series comes back under a new identity at each run.
+    job_label_runs: bool = False
     # Failures. Rates and type mix come from the InfiniteHBD trace (see trace.py).
     fault_trace: str | None = "auto"  # path, "auto" (shared data if present) or None (constants)
     failure_rate_multiplier: float = 1.0
@@ -115,6 +119,8 @@ class Scenario:
             not self.job_label.isidentifier() or self.job_label in ("instance", "job")
         ):
             raise bad("job_label", "must be a label name other than instance and job")
+        if self.job_label_runs and self.job_label is None:
+            raise bad("job_label_runs", "needs job_label (the label that carries the run)")
         if self.failure_rate_multiplier < 0:
             raise bad("failure_rate_multiplier", "must be >= 0")
         if self.failure_count is not None and self.failure_count < 0:

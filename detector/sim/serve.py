@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from ..errors import ConfigError
 from ..model import FloatArray
 from .cluster import SimulatedCluster
 from .scenario import Scenario
@@ -112,6 +113,8 @@ def serve(
 ) -> Exporters:
     """Start the exporters in background threads and return them (call ``close()``).
     ``port=0`` with ``per_node_ports=False`` picks a free port."""
+    if scenario.job_label_runs:  # target labels are the printed config's, not the pages'
+        raise ConfigError("serve: job_label_runs relabels a dump's series; it cannot be served")
     cluster = SimulatedCluster(scenario)
     live = LiveClock(cluster, speed, clock)
     names = [scenario.node_name(n) for n in range(scenario.nodes)]

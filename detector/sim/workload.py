@@ -43,6 +43,7 @@ class Workload:
     phase: NDArray[np.int8]  # (nodes, ticks) IDLE..HUNG
     job: NDArray[np.int16]  # (nodes, ticks) job index or -1
     rank: NDArray[np.int16]  # (nodes, ticks) worker rank of the node in its run
+    run: NDArray[np.int16]  # (nodes, ticks) its job's run the node last joined, 1-based; 0 none
     job_names: list[str]
     job_wobble: NDArray[np.float64]  # (jobs + 1, ticks): shared step-time wobble; last row 0
     nfs_write: NDArray[np.float64]  # (ticks,) share of all nodes writing a checkpoint
@@ -83,6 +84,7 @@ def build_workload(
         phase=np.zeros((sc.nodes, ticks), np.int8),
         job=np.full((sc.nodes, ticks), -1, np.int16),
         rank=np.zeros((sc.nodes, ticks), np.int16),
+        run=np.zeros((sc.nodes, ticks), np.int16),
         job_names=[j.name for j in jobs],
         job_wobble=np.zeros((len(jobs) + 1, ticks)),
         nfs_write=np.zeros(ticks),
@@ -103,6 +105,7 @@ def build_workload(
         slow = (rng.random(ticks) < 0.004) * rng.uniform(0.05, 0.15, ticks)
         w.job_wobble[j] = 0.02 * noise - slow
         t = float(rng.uniform(0.0, 1800.0))
+        runs = 0
         while t < sc.duration_s:
             members = tuple(n for n in spec.nodes if not in_repair(n, t))
             if not members:
@@ -117,6 +120,8 @@ def build_workload(
             k0, k_end = tick(t), tick(end)
             k_train = tick(t + float(rng.uniform(*sc.init_s)))
             w.job[rows, k0:k_end] = j
+            runs += 1
+            w.run[rows, k0:] = runs  # until the member's next run (a later run overwrites)
             w.rank[rows, k0:k_end] = np.arange(len(members), dtype=np.int16)[:, None]
             w.phase[rows, k0:k_train] = INIT
             w.phase[rows, k_train:k_end] = TRAIN
