@@ -11,7 +11,7 @@ import csv
 import gzip
 import time as wallclock
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -222,7 +222,9 @@ def run_replay(
     alerts.extend(pipeline.open_alerts())
     alerts.sort(key=lambda a: (a.start, a.node))
     catalog = pipeline.xid_catalog
-    all_xids = dedupe_episodes([*events, *data_xids], catalog)
+    hosts = pipeline.index.hosts  # events naming a node by its address: by its host name
+    named = [replace(ev, node=hosts.get(ev.node, ev.node)) for ev in events] if hosts else events
+    all_xids = dedupe_episodes([*named, *data_xids], catalog)
     failures = [ev for ev in all_xids if is_failure(ev, catalog)]
     if ticks < 2:
         when = wallclock.strftime("%Y-%m-%d %H:%M:%S UTC", wallclock.gmtime(start if ticks else 0))

@@ -9,7 +9,7 @@ labels). Several raw spellings of one series (``Hostname`` vs ``hostname``, labe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -84,8 +84,11 @@ def _host_part(instance: str) -> str:
     return host if sep and port.isdigit() else instance
 
 
-def normalize(name: str, labels: Labels, rules: LabelRules) -> tuple[str, Labels, str, str, Labels]:
-    """Normalize one series: (metric, identity labels, node, gpu, context labels)."""
+def normalize(
+    name: str, labels: Labels, rules: LabelRules, hosts: Mapping[str, str] | None = None
+) -> tuple[str, Labels, str, str, Labels]:
+    """Normalize one series: (metric, identity labels, node, gpu, context labels). ``hosts``
+    renames nodes named by a scrape address (``host_names``)."""
     renames = dict(rules.renames)
     raw: dict[str, str] = {}
     for key, value in labels:
@@ -97,6 +100,8 @@ def normalize(name: str, labels: Labels, rules: LabelRules) -> tuple[str, Labels
         if value and not value.isdigit():
             node = _host_part(value) if key == "instance" else value
             break
+    if hosts:
+        node = hosts.get(node, node)
     gpu = ""
     for key in rules.gpu_labels:
         if raw.get(key, ""):
@@ -119,6 +124,34 @@ def normalize(name: str, labels: Labels, rules: LabelRules) -> tuple[str, Labels
     return canonical_metric(name), tuple(sorted(identity)), node, gpu, tuple(sorted(context))
 
 
+UNAME_METRIC = "node_uname_info"  # node-exporter: the host's uname, nodename among them
+_NO_HOST_NAME = frozenset({"", "localhost", "localhost.localdomain", "unknown", "(none)"})
+
+
+def host_names(series: Iterable[tuple[str, Labels]], rules: LabelRules) -> dict[str, str]:
+    """Per scrape address (the host part of ``instance``), the host name its exporters give
+    it, for a dump from a Prometheus that scraped the nodes by address: node-exporter's series
+    then name the node by its address, dcgm-exporter's by ``Hostname``, and one node would be
+    two, its node-level evidence apart from its GPUs' and from the XIDs naming the host.
+    A name comes from a series naming its node by another label beside its ``instance``
+    (dcgm-exporter's ``Hostname``) or from node-exporter's ``node_uname_info`` (``nodename``).
+    An address given two names (a push gateway's, a proxy's) keeps its own."""
+    names: dict[str, set[str]] = {}
+    for name, labels in series:
+        raw = dict(labels)
+        instance = raw.get("instance", "")
+        address = _host_part(instance) if instance else ""
+        if not address:
+            continue
+        if name == UNAME_METRIC:
+            host = raw.get("nodename", "")
+        else:
+            host = normalize(name, labels, rules)[2]
+        if host.lower() not in _NO_HOST_NAME and host != address:
+            names.setdefault(address, set()).add(host)
+    return {address: next(iter(hosts)) for address, hosts in names.items() if len(hosts) == 1}
+
+
 @dataclass
 class SeriesIndex:
     """Stable columns for series. Only grows; see the module docstring."""
@@ -127,6 +160,8 @@ class SeriesIndex:
     infos: list[SeriesInfo] = field(default_factory=list)
     capacity: int | None = None  # most series ``columns`` will add (see there)
     refused: int = 0  # keys ``columns`` refused because the index was full
+    # nodes named by a scrape address -> the host's name (``host_names``; dumps set it)
+    hosts: dict[str, str] = field(default_factory=dict)
     _by_identity: dict[tuple[str, Labels], int] = field(default_factory=dict)
     _by_raw: dict[Labels, dict[str, int]] = field(default_factory=dict)  # extra -> key -> col
 
@@ -135,7 +170,7 @@ class SeriesIndex:
 
     def add(self, name: str, labels: Labels) -> int:
         """Column of the series ``name{labels}``, appending it if new."""
-        metric, identity, node, gpu, context = normalize(name, labels, self.rules)
+        metric, identity, node, gpu, context = normalize(name, labels, self.rules, self.hosts)
         key = (metric, identity)
         column = self._by_identity.get(key)
         if column is None:
@@ -146,7 +181,7 @@ class SeriesIndex:
 
     def column_of(self, name: str, labels: Labels) -> int | None:
         """Column of an already known series, or None."""
-        metric, identity, *_ = normalize(name, labels, self.rules)
+        metric, identity, *_ = normalize(name, labels, self.rules, self.hosts)
         return self._by_identity.get((metric, identity))
 
     def columns(

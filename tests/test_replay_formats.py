@@ -112,3 +112,29 @@ def test_every_dump_format_gives_the_same_report(
     assert ("node-02", "1", 79) == (failures[0]["node"], failures[0]["gpu"], failures[0]["xid"])
     for name, report in reports.items():
         assert base == report, name
+
+
+def test_a_recording_scraped_by_address_replays_as_the_one_scraped_by_name(
+    recorded: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A Prometheus that scraped the nodes by address names node-exporter's series by it
+    (instance="10.0.0.2:9100") while dcgm-exporter's carry Hostname="node-02": replayed,
+    each node is still one node under its host name, and an events file naming nodes by
+    address matches them. The report is the one of the recording scraped by name."""
+    dump, events = recorded
+    by_address = tmp_path / "by_address.om"
+    text = dump.read_text()
+    for k in range(1, 5):
+        text = text.replace(f'instance="node-0{k}:', f'instance="10.0.0.{k}:')
+    assert 'instance="10.0.0.2:9100"' in text
+    assert 'Hostname="node-02"' in text
+    by_address.write_text(text)
+    events_by_address = tmp_path / "events_by_address.jsonl"
+    events_by_address.write_text(events.read_text().replace('"node-0', '"10.0.0.'))
+    index = SeriesIndex()
+    for _ in read_dump(by_address, index, cache=False):
+        pass
+    assert [f"node-0{k}" for k in range(1, 5)] == index.nodes()
+    base = replay([dump], events, tmp_path / "name.json")
+    assert base == replay([by_address], events, tmp_path / "address.json")
+    assert base == replay([by_address], events_by_address, tmp_path / "both.json")

@@ -9,7 +9,7 @@ import pytest
 
 from detector.ingest.parse import parse_exposition, split_series
 from detector.model import Labels
-from detector.series import SeriesIndex, canonical_metric
+from detector.series import LabelRules, SeriesIndex, canonical_metric, host_names
 
 GPU_LABELS: Labels = (
     ("DCGM_FI_DRIVER_VERSION", "550.54.15"),
@@ -96,6 +96,31 @@ def test_a_slurm_job_change_keeps_the_column() -> None:
     assert c1 == index.add("DCGM_FI_DEV_GPU_UTIL", with_labels(GPU_LABELS, hpc_job="4712"))
     assert c1 == index.add("DCGM_FI_DEV_GPU_UTIL", with_labels(GPU_LABELS, hpc_user="ann"))
     assert 1 == len(index)
+
+
+def test_host_names_of_scrape_addresses() -> None:
+    """An address gets the host name dcgm-exporter gives beside it (Hostname) or
+    node-exporter's uname (nodename); an address with two names (a push gateway's), a
+    non-name ("localhost") or a name equal to the address gives none. An index with the
+    names files node-exporter's series under the host name."""
+    series = [
+        ("node_load1", (("instance", "10.0.0.5:9100"), ("job", "node"))),
+        (
+            "DCGM_FI_DEV_GPU_TEMP",
+            (("Hostname", "gpu-05"), ("gpu", "0"), ("instance", "10.0.0.5:9400")),
+        ),
+        ("node_uname_info", (("instance", "10.0.0.6:9100"), ("nodename", "gpu-06"))),
+        ("node_uname_info", (("instance", "10.0.0.7:9100"), ("nodename", "localhost"))),
+        ("push_metric", (("hostname", "a"), ("instance", "pushgw:9091"))),
+        ("push_metric", (("hostname", "b"), ("instance", "pushgw:9091"))),
+        ("node_load1", (("hostname", "gpu-08"), ("instance", "gpu-08:9100"))),
+    ]
+    hosts = host_names(series, LabelRules())
+    assert {"10.0.0.5": "gpu-05", "10.0.0.6": "gpu-06"} == hosts
+    index = SeriesIndex(hosts=hosts)
+    columns = [index.add(name, labels) for name, labels in series]
+    assert "gpu-05" == index.infos[columns[0]].node == index.infos[columns[1]].node
+    assert "10.0.0.7" == index.infos[columns[3]].node
 
 
 def test_old_dcgm_namespace_folds_into_field_names() -> None:

@@ -43,7 +43,7 @@ import numpy as np
 from ..errors import DumpError
 from ..logs import get_logger
 from ..model import Labels, SampleBatch
-from ..series import SeriesIndex
+from ..series import SeriesIndex, host_names
 from .dumps_formats import (
     FileReport,
     RawChunk,
@@ -280,7 +280,10 @@ def _stream_cache(opened: Cache, index: SeriesIndex, chunk_samples: int) -> Iter
 
 
 def _columns(series: Sequence[tuple[str, Labels]], index: SeriesIndex) -> Any:
-    """Index column of each raw series (several raw spellings may share a column)."""
+    """Index column of each raw series (several raw spellings may share a column). Into an
+    empty index, nodes named by a scrape address go in under their host name (host_names)."""
+    if not len(index):
+        index.hosts = host_names(series, index.rules)
     return np.array([index.add(name, labels) for name, labels in series], dtype=np.int64)
 
 
