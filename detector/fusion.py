@@ -207,6 +207,13 @@ def storm_columns(applies: Mapping[str, BoolArray], layout: ColumnLayout) -> Int
     return np.flatnonzero(counted & (layout.gpu < 0))
 
 
+def _quorum(seen: np.ndarray, fraction: float, params: FusionParams) -> FloatArray:
+    """Per signal, the nodes that make a crowd: ``fraction`` of those seen, at least
+    ``common_mode_min_nodes``."""
+    need: FloatArray = np.maximum(params.common_mode_min_nodes, fraction * np.maximum(seen, 1))
+    return need
+
+
 def _to_unit(evidence: FloatArray, scale: float) -> FloatArray:
     return 1.0 - np.exp(-evidence / scale)
 
@@ -255,10 +262,7 @@ def fuse(
     unseen = np.bincount(pair[~observed], minlength=n_pairs)
     seen_pair = unseen < entities.pair_size
     seen = np.bincount(entities.pair_signal, weights=seen_pair, minlength=n_signals)
-    # nodes a group event takes, per signal
-    need = np.maximum(
-        params.common_mode_min_nodes, params.common_mode_fraction * np.maximum(seen, 1)
-    )
+    need = _quorum(seen, params.common_mode_fraction, params)  # nodes a group event takes
     crowd = np.bincount(entities.pair_signal, weights=peer_hot, minlength=n_signals)
     common_pair = peer_hot & (crowd >= need)[entities.pair_signal]
     window = params.common_mode_window_s
@@ -272,9 +276,7 @@ def fuse(
         busy_pair = np.zeros(n_pairs, dtype=bool)
         busy_pair[pair[columns[reporting]]] = True
         busy = np.bincount(entities.pair_signal, weights=busy_pair, minlength=n_signals)
-        storm = busy >= np.maximum(
-            params.common_mode_min_nodes, params.common_mode_storm_fraction * np.maximum(seen, 1)
-        )
+        storm = busy >= _quorum(seen, params.common_mode_storm_fraction, params)
     common_pair |= common_mode.update(t, own_hot, seen_pair, entities, need, window, storm)
     hot_pair = peer_hot | own_hot
     moved = np.bincount(entities.pair_signal, weights=common_pair, minlength=n_signals)

@@ -84,22 +84,28 @@ def _host_part(instance: str) -> str:
     return host if sep and port.isdigit() else instance
 
 
+def _renamed(labels: Labels, rules: LabelRules) -> dict[str, str]:
+    renames = dict(rules.renames)
+    return {renames.get(key, key): value for key, value in labels}
+
+
+def _node_of(raw: Mapping[str, str], rules: LabelRules) -> str:
+    """The node a series names: its first of ``rules.node_labels`` (``instance``: the host)."""
+    for key in rules.node_labels:
+        value = raw.get(key, "")
+        # node-exporter's NUMA series carry node="0": a number is never a host name.
+        if value and not value.isdigit():
+            return _host_part(value) if key == "instance" else value
+    return ""
+
+
 def normalize(
     name: str, labels: Labels, rules: LabelRules, hosts: Mapping[str, str] | None = None
 ) -> tuple[str, Labels, str, str, Labels]:
     """Normalize one series: (metric, identity labels, node, gpu, context labels). ``hosts``
     renames nodes named by a scrape address (``host_names``)."""
-    renames = dict(rules.renames)
-    raw: dict[str, str] = {}
-    for key, value in labels:
-        raw[renames.get(key, key)] = value
-    node = ""
-    for key in rules.node_labels:
-        value = raw.get(key, "")
-        # node-exporter's NUMA series carry node="0": a number is never a host name.
-        if value and not value.isdigit():
-            node = _host_part(value) if key == "instance" else value
-            break
+    raw = _renamed(labels, rules)
+    node = _node_of(raw, rules)
     if hosts:
         node = hosts.get(node, node)
     gpu = ""
@@ -138,15 +144,11 @@ def host_names(series: Iterable[tuple[str, Labels]], rules: LabelRules) -> dict[
     An address given two names (a push gateway's, a proxy's) keeps its own."""
     names: dict[str, set[str]] = {}
     for name, labels in series:
-        raw = dict(labels)
-        instance = raw.get("instance", "")
-        address = _host_part(instance) if instance else ""
+        raw = _renamed(labels, rules)
+        address = _host_part(raw.get("instance", ""))
         if not address:
             continue
-        if name == UNAME_METRIC:
-            host = raw.get("nodename", "")
-        else:
-            host = normalize(name, labels, rules)[2]
+        host = raw.get("nodename", "") if name == UNAME_METRIC else _node_of(raw, rules)
         if host.lower() not in _NO_HOST_NAME and host != address:
             names.setdefault(address, set()).add(host)
     return {address: next(iter(hosts)) for address, hosts in names.items() if len(hosts) == 1}

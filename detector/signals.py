@@ -210,7 +210,7 @@ class SignalMap:
             self._layout = None
         return added > 0 or moved
 
-    def _learn_cohorts(self, infos: Sequence[SeriesInfo]) -> None:
+    def _learn_cohorts(self, series: IntArray) -> None:
         """A node's cohort: the value of the first of ``cohort_labels`` (in that order) that
         any of the series it sent carries, identity or context label; "" while none does
         (the nodes without one form one cohort). Learnt from each series' first observation
@@ -218,12 +218,14 @@ class SignalMap:
         start. A series that brings a better-ranked label (a target that answered later), or
         a new value of the same label (the scheduler relabelled the node's targets for its
         next job: its series come back as new ones), moves all of the node's columns to that
-        cohort; the next ``sync`` reports the changed layout."""
+        cohort; the next ``sync`` reports the changed layout. ``series``: index columns, in
+        the order their values were first sent."""
         if not self._cohort_labels:
             return
         rank = {name: r for r, name in enumerate(self._cohort_labels)}
         moved: set[str] = set()
-        for info in infos:
+        infos = self.index.infos
+        for info in (infos[i] for i in series.tolist()):
             if not info.node:
                 continue
             best = self._node_cohort.get(info.node, (len(rank), ""))
@@ -419,12 +421,12 @@ class SignalMap:
             step = a["resolution"][rd]
             out[rd] = np.round(out[rd] / step) * step
         seen = self._seen[:n_series]
-        first = seen < ~missing
+        sent = ~missing
+        first = seen < sent
         if first.any():  # a series observed for the first time
-            infos = self.index.infos
-            self._learn_cohorts([infos[i] for i in np.flatnonzero(first).tolist()])
+            self._learn_cohorts(np.flatnonzero(first))
             self._retire_replaced(a["series_slot"], first, missing, seen)
-            seen |= ~missing
+            seen |= sent
             self._known = None
         self._presence_values(a, missing, out)
         if a["frozen"].size:
@@ -593,8 +595,7 @@ class SignalMap:
             self._seen = grown
         self._seen[: seen.shape[0]] |= seen
         self._known = None
-        infos = self.index.infos
-        self._learn_cohorts([infos[i] for i in np.flatnonzero(self._seen[: len(infos)]).tolist()])
+        self._learn_cohorts(np.flatnonzero(self._seen[: len(self.index)]))
         repeats = {k[len("repeats_") :]: v for k, v in state.items() if k.startswith("repeats_")}
         if self.repeats is not None and repeats:  # states saved before repeats.py have none
             self.repeats.load_state_dict(repeats)
