@@ -294,7 +294,12 @@ def _peer_column(
 
 @jit
 def _habituate(
-    t: float, out: FloatArray, habit: tuple[FloatArray, ...], h: FloatArray, block: int
+    t: float,
+    out: FloatArray,
+    habit: tuple[FloatArray, ...],
+    h: FloatArray,
+    habit_last: FloatArray,
+    block: int,
 ) -> None:
     """Discount a column's recurring peer excursions (``out``, its scores this block, 0 where
     not judged, in place; the counts scorer's burst habituation, with a run's peak and length
@@ -309,9 +314,9 @@ def _habituate(
     job checkpoints every hour soon scores a small fraction for it; a larger or longer
     excursion than its usual ones keeps the excess. ``habit`` = (runs, peaks, lengths,
     run_start, run_last, run_peak); ``h`` = (excursion_z, window, habituation_n, -1 /
-    half-life, then per block of columns the last time one of them was at or above
-    excursion_z), the latter updated here for ``block``. Called only for a block whose top
-    score reaches excursion_z or while one of its runs may be open."""
+    half-life); ``habit_last`` per block of columns the last time one of them was at or
+    above excursion_z, updated here for ``block``. Called only for a block whose top score
+    reaches excursion_z or while one of its runs may be open."""
     runs, peaks, lengths, run_start, run_last, run_peak = habit
     z_on, window, habituation_n, neg_inv_half_life = h[0], h[1], h[2], h[3]
     for j in range(out.shape[0]):
@@ -320,7 +325,7 @@ def _habituate(
         if not (z >= z_on or in_run):
             continue
         if z >= z_on:
-            h[4 + block] = t
+            habit_last[block] = t
         if not in_run:  # an onset: the previous run joins the tallies, decayed to now
             if run_start[j] > -np.inf:
                 dd = np.exp2((t - run_start[j]) * neg_inv_half_life)
@@ -351,6 +356,7 @@ def peer_step(
     floor: FloatArray,
     habit: tuple[FloatArray, ...],
     h: FloatArray,
+    habit_last: FloatArray,
     score_out: FloatArray,
 ) -> None:
     """One PeerDeviation tick: the group statistics, then per column the update and the habit
@@ -362,7 +368,8 @@ def peer_step(
     half-life or 0 for no smoothing, warmup); ``base`` = the habit baseline's arrays with parameters
     ``p``, or empty arrays for none; ``floor`` = per group row the least sigma the group can
     have (its readings' quantization noise: a group is one signal), or empty for none;
-    ``habit`` and ``h``: ``_habituate``'s arrays and parameters, or empty arrays for none."""
+    ``habit``, ``h`` and ``habit_last``: ``_habituate``'s arrays, parameters and per-block
+    times, or empty arrays for none."""
     neg_inv_scale, neg_inv_smooth, warmup = q[0], q[1], q[2]
     x = gathered(x_row, cols)
     scores = scratch(score_out, cols)
@@ -417,10 +424,10 @@ def peer_step(
             out[j] = out[j] if judged_all[j] else 0.0
             high += out[j] >= h[0]
         block = b0 // BLOCK
-        if habit[0].shape[0] > 0 and (high > 0 or t - h[4 + block] <= h[1]):
+        if habit[0].shape[0] > 0 and (high > 0 or t - habit_last[block] <= h[1]):
             hb = (
                 habit[0][b0:b1], habit[1][b0:b1], habit[2][b0:b1],
                 habit[3][b0:b1], habit[4][b0:b1], habit[5][b0:b1],
             )  # fmt: skip
-            _habituate(t, out, hb, h, block)
+            _habituate(t, out, hb, h, habit_last, block)
     scatter(scores, cols, score_out)

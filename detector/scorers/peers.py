@@ -159,8 +159,9 @@ class PeerDeviation(KernelScorer):
                 excursion_window_s,
                 habituation_n,
                 -1.0 / (baseline_half_life_s or _HABIT_HALF_LIFE_S),
-            ]  # then per block of columns its last excursion time (_habit_blocks)
+            ]
         )
+        self._habit_last = np.zeros(0)  # per block of columns its last excursion time
         self._layout: ColumnLayout | None = None
         self._floor = np.zeros(0)  # per group row: quantization sigma of its readings (none)
         # peer_step's parameter vectors, built once
@@ -278,7 +279,7 @@ class PeerDeviation(KernelScorer):
         )  # fmt: skip
         peer_step(
             float(t), x, cols, self._groups, g, layout.direction, state, q, base, p,
-            self._floor, habit, self._h, out,
+            self._floor, habit, self._h, self._habit_last, out,
         )  # fmt: skip
 
     def state_dict(self) -> dict[str, np.ndarray]:
@@ -300,10 +301,9 @@ class PeerDeviation(KernelScorer):
             self.baseline.load_state_dict(state, self._BASELINE)
 
     def _habit_blocks(self) -> None:
-        """peer_step's per-block times of the last excursion (after ``_h``'s 4 parameters),
-        from the columns' own, sized to the columns."""
+        """peer_step's per-block times of the last excursion, from the columns' own, sized
+        to the columns."""
         n = self.run_last.shape[0]
-        last = np.full(-(-n // BLOCK), -np.inf)
+        self._habit_last = np.full(-(-n // BLOCK), -np.inf)
         if n:
-            np.maximum.at(last, np.arange(n) // BLOCK, self.run_last)
-        self._h = np.concatenate([self._h[:4], last])
+            np.maximum.at(self._habit_last, np.arange(n) // BLOCK, self.run_last)
