@@ -205,3 +205,39 @@ def test_a_node_that_changes_jobs_is_judged_against_its_new_jobs_nodes() -> None
     job_b = range(160, 168)
     assert set() == run({"n3": job_b, "n4": job_b, "n5": job_b})
     assert {"n3"} == run({"n3": job_b})
+
+
+def test_a_node_whose_dcgm_target_is_relabelled_raises_no_health_alert() -> None:
+    """Six nodes with their job on their dcgm-exporter series; one node moves to the other
+    job: all its GPU series come back under a new identity and the old ones fall silent.
+    That is no lost telemetry (the old series counted as missing raised a health alert on
+    that node, health_series_missing_fraction); a GPU that then falls off the bus still
+    alerts."""
+    config = load_config(None, env={})
+    labels = config.labels.model_copy(update={"cohort_labels": ["training_job"]})
+    index = SeriesIndex()
+    pipeline = build_pipeline(config.model_copy(update={"labels": labels}), index)
+    metrics = ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK")
+
+    def gpus(node: str, job: str) -> list[int]:
+        return [
+            index.add(m, (*gpu_series(node)[:1], ("gpu", str(g)), ("training_job", job)))
+            for g in range(8)
+            for m in metrics
+        ]
+
+    cols = {f"n{i}": gpus(f"n{i}", "a" if i <= 3 else "b") for i in range(1, 7)}
+    rng = np.random.default_rng(1)
+    started: list[tuple[int, str]] = []
+    for k in range(300):
+        if k == 150:
+            cols["n3"] = gpus("n3", "b")
+        values = np.full(len(index), np.nan)
+        for node, c in cols.items():
+            values[c] = 50.0 + rng.normal(0.0, 1.0, len(c))
+        if k >= 250:
+            values[cols["n5"][:3]] = np.nan  # n5's GPU 0 falls off the bus
+        tick = pipeline.step(Frame(T0 + STEP * k, values))
+        started += [(k, a.node) for a in tick.started]
+    assert ["n5"] == [node for k, node in started]
+    assert started[0][0] >= 250
