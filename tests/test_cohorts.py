@@ -233,7 +233,7 @@ def test_a_node_whose_dcgm_target_is_relabelled_raises_no_health_alert() -> None
         if k == 150:
             cols["n3"] = gpus("n3", "b")
         values = np.full(len(index), np.nan)
-        for node, c in cols.items():
+        for c in cols.values():
             values[c] = 50.0 + rng.normal(0.0, 1.0, len(c))
         if k >= 250:
             values[cols["n5"][:3]] = np.nan  # n5's GPU 0 falls off the bus
