@@ -63,10 +63,7 @@ def _load(args: argparse.Namespace) -> tuple[Config, Calibration | None]:
 
 
 def _index(config: Config) -> SeriesIndex:
-    rules = LabelRules(
-        node_labels=tuple(config.labels.node_labels), gpu_labels=tuple(config.labels.gpu_labels)
-    )
-    return SeriesIndex(rules)
+    return SeriesIndex(LabelRules.from_config(config.labels))
 
 
 def _scenario(args: argparse.Namespace) -> Scenario:

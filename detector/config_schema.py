@@ -56,6 +56,16 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# labels.drop's defaults: container network devices (veth pairs; Calico's cali*, Cilium's
+# lxc*; the 15 hex digits of kube-prometheus-stack's netdev exclusion) and container mounts.
+DEFAULT_DROP = {
+    "device": r"veth.*|cali.*|lxc.*|[a-f0-9]{15}",
+    "mountpoint": (
+        r"/(var/lib/(kubelet|docker|containerd|containers/storage)|run/(containerd|k3s))/.+"
+    ),
+}
+
+
 def _check_label_names(names: list[str]) -> list[str]:
     bad = [n for n in names if not _LABEL_NAME.fullmatch(n)]
     if bad:
@@ -165,8 +175,24 @@ class LabelsConfig(_Section):
     )
     gpu_labels: list[str] = Field(default_factory=lambda: ["gpu"], min_length=1)
     cohort_labels: list[str] = Field(default_factory=list)  # empty: all nodes are one cohort
+    # Series never indexed: label -> regular expression, a series dropped when that label's
+    # value matches in full. The defaults are what containers bring and take away with them:
+    # their virtual network devices and their volume and runtime mounts (kube-prometheus-stack
+    # excludes the same at the exporter). Setting it replaces them; {} keeps every series.
+    drop: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_DROP))
 
     _names = field_validator("node_labels", "gpu_labels", "cohort_labels")(_check_label_names)
+
+    @field_validator("drop")
+    @classmethod
+    def _drop_patterns(cls, drop: dict[str, str]) -> dict[str, str]:
+        _check_label_names(list(drop))
+        for label, pattern in drop.items():
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{label}: not a regular expression ({exc}): {pattern!r}") from exc
+        return drop
 
 
 class RulesConfig(_Section):

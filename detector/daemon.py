@@ -146,9 +146,8 @@ class Daemon:
         self._last_save = float("-inf")
 
     def _fresh_pipeline(self) -> None:
-        labels = self.config.labels
         self.index = SeriesIndex(
-            LabelRules(node_labels=tuple(labels.node_labels), gpu_labels=tuple(labels.gpu_labels)),
+            LabelRules.from_config(self.config.labels),
             capacity=self.config.scrape.max_series_total,
         )
         self.pipeline: Pipeline = build_pipeline(self.config, self.index, self.calibration)
@@ -316,7 +315,7 @@ class Daemon:
                 for r in round_.targets
             }
         )
-        exporter.observe_series(len(self.index), self.index.refused)
+        exporter.observe_series(len(self.index), self.index.refused, self.index.dropped)
         exporter.set_alert_stats(self.alerts.stats())
         exporter.set_accounting(self.accounting.snapshot(now))
 

@@ -97,6 +97,7 @@ class Exporter:
         self._accounting: AccountingSnapshot | None = None
         self._series = 0
         self._series_refused = 0
+        self._series_dropped = 0
         self.node_stats: NodeScoreStats | None = None  # read when scraped
         self.registry.register(self)
 
@@ -127,11 +128,13 @@ class Exporter:
         self._scrape_s = {target: duration for target, (duration, _) in results.items()}
         self._scrape_errors.update((t, err) for t, (_, err) in results.items() if err)
 
-    def observe_series(self, series: int, refused: int) -> None:
-        """The series index: how many series it holds, and how many it refused since the
-        process started because it was full (``scrape.max_series_total``)."""
+    def observe_series(self, series: int, refused: int, dropped: int = 0) -> None:
+        """The series index: how many series it holds, how many it refused since the process
+        started because it was full (``scrape.max_series_total``), and how many ``labels.drop``
+        kept out."""
         self._series = series
         self._series_refused = refused
+        self._series_dropped = dropped
 
     def set_alert_stats(self, stats: AlertStats) -> None:
         self._alert_stats = stats
@@ -172,7 +175,12 @@ class Exporter:
             "Series dropped because the index was full (scrape.max_series_total).",
         )
         refused.add_metric([], float(self._series_refused))
-        yield from (series, refused)
+        dropped = CounterMetricFamily(
+            "detector_series_dropped",
+            "New series kept out of the index by labels.drop (container devices and mounts).",
+        )
+        dropped.add_metric([], float(self._series_dropped))
+        yield from (series, refused, dropped)
         yield from self._node_stats()
         yield from self._delivery()
         yield from self._evaluation()

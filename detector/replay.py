@@ -160,7 +160,8 @@ def simulated_frames(cluster: SimulatedCluster, index: SeriesIndex) -> Iterator[
             yield Frame(t, values)
             continue
         frame = np.full(len(index), np.nan)
-        frame[columns] = values
+        kept = columns >= 0  # -1: a series labels.drop keeps out
+        frame[columns[kept]] = values[kept]
         yield Frame(t, frame)
 
 

@@ -9,14 +9,19 @@ labels). Several raw spellings of one series (``Hostname`` vs ``hostname``, labe
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .config_schema import LabelsConfig
 from .model import IntArray, Labels, SeriesInfo
 
 Splitter = Callable[[str], tuple[str, Labels]]
+
+# Raw keys the lookups may cache beyond two per series before they are cleared (see columns)
+RAW_KEYS_SLACK = 100_000
 
 # Old dcgm-exporter namespace (dcgm_gpu_temp) -> field names (DCGM_FI_DEV_GPU_TEMP).
 _DCGM_OLD_PREFIX = "dcgm_"
@@ -65,6 +70,29 @@ class LabelRules:
     gpu_context_labels: frozenset[str] = frozenset(
         {"uuid", "pci_bus_id", "device", "modelName", "DCGM_FI_DRIVER_VERSION", "err_msg"}
     )
+    # Series never indexed: (label, pattern) pairs, a series dropped when the value of one of
+    # its labels matches the pattern in full (config ``labels.drop``: the network devices and
+    # mounts that come and go with containers).
+    drop: tuple[tuple[str, re.Pattern[str]], ...] = ()
+
+    @classmethod
+    def from_config(cls, labels: LabelsConfig) -> LabelRules:
+        """The rules of a config's ``labels`` section."""
+        return cls(
+            node_labels=tuple(labels.node_labels),
+            gpu_labels=tuple(labels.gpu_labels),
+            drop=tuple((label, re.compile(pattern)) for label, pattern in labels.drop.items()),
+        )
+
+    def dropped(self, labels: Labels) -> bool:
+        """Whether ``drop`` keeps the series ``labels`` out of the index."""
+        if not self.drop:
+            return False
+        raw = dict(labels)
+        return any(
+            (value := raw.get(label)) is not None and pattern.fullmatch(value) is not None
+            for label, pattern in self.drop
+        )
 
 
 def canonical_metric(name: str) -> str:
@@ -162,16 +190,22 @@ class SeriesIndex:
     infos: list[SeriesInfo] = field(default_factory=list)
     capacity: int | None = None  # most series ``columns`` will add (see there)
     refused: int = 0  # keys ``columns`` refused because the index was full
+    dropped: int = 0  # new series kept out by ``rules.drop`` (see ``add``)
     # nodes named by a scrape address -> the host's name (``host_names``; dumps set it)
     hosts: dict[str, str] = field(default_factory=dict)
     _by_identity: dict[tuple[str, Labels], int] = field(default_factory=dict)
     _by_raw: dict[Labels, dict[str, int]] = field(default_factory=dict)  # extra -> key -> col
+    _cached_keys: int = 0  # entries in all of ``_by_raw``
 
     def __len__(self) -> int:
         return len(self.infos)
 
     def add(self, name: str, labels: Labels) -> int:
-        """Column of the series ``name{labels}``, appending it if new."""
+        """Column of the series ``name{labels}``, appending it if new; -1 for a series
+        ``rules.drop`` keeps out (counted in ``dropped``; callers drop its samples)."""
+        if self.rules.dropped(labels):
+            self.dropped += 1
+            return -1
         metric, identity, node, gpu, context = normalize(name, labels, self.rules, self.hosts)
         key = (metric, identity)
         column = self._by_identity.get(key)
@@ -195,7 +229,14 @@ class SeriesIndex:
 
         Once the index holds ``capacity`` series, a key of a series not in it yet gets column
         -1 (the caller drops the sample) and is counted in ``refused``, unless ``essential``
-        (scrape health): label churn cannot grow memory without bound."""
+        (scrape health): label churn cannot grow memory without bound. A key of a series
+        ``rules.drop`` keeps out gets -1 too (counted in ``dropped``).
+
+        Raw keys are cached, those of dropped series too (a live container's device is in
+        every scrape). Keys also change without a new series (a context label such as a GPU's
+        pod) or come with a series that is dropped, for as long as the process runs; once the
+        cache holds more than two keys a series plus ``RAW_KEYS_SLACK`` it is cleared and
+        refills from the next scrapes, each key split once more (a dropped one counted again)."""
         lookup = self._by_raw.get(extra)
         if lookup is None:
             lookup = self._by_raw[extra] = {}
@@ -216,7 +257,10 @@ class SeriesIndex:
                         + extra
                     )
                 full = self.capacity is not None and len(self.infos) >= self.capacity
-                if full and not essential:
+                if not essential and self.rules.dropped(labels):
+                    column = -1  # cached: the key is in every scrape while its device lives
+                    self.dropped += 1
+                elif full and not essential:
                     known = self.column_of(name, labels)
                     if known is None:  # not cached: the lookup must not grow either
                         self.refused += 1
@@ -226,7 +270,11 @@ class SeriesIndex:
                 else:
                     column = self.add(name, labels)
                 lookup[key] = column
+                self._cached_keys += 1
             out[i] = column
+        if self._cached_keys > 2 * len(self.infos) + RAW_KEYS_SLACK:
+            self._by_raw.clear()
+            self._cached_keys = 0
         return out
 
     def nodes(self) -> list[str]:

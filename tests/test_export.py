@@ -52,6 +52,7 @@ def full_exporter() -> Exporter:
     """An exporter with every kind of state filled in."""
     exp = Exporter(CollectorRegistry(), version="1.2.3", top_k=2)
     exp.observe_tick(tick(T0, [0.2, 0.9, np.nan], gpu_scores=[0.95, np.nan]), duration_s=0.03)
+    exp.observe_series(3000, 7, dropped=270)
     exp.observe_signals(
         [
             SignalScore("n0", "1", "gpu_temp", 9.0),
@@ -149,6 +150,10 @@ def test_counters_and_delivery_and_accounting_are_exported() -> None:
     assert 3 == got[("detector_false_positives_total", ())]
     assert 1.5 == got[("detector_false_positives_per_day", ())]
     assert 1 == got[("detector_build_info", (("version", "1.2.3"),))]
+    series = tuple(
+        got[(f"detector_series{k}", ())] for k in ("", "_refused_total", "_dropped_total")
+    )
+    assert (3000, 7, 270) == series
 
 
 def test_lead_time_histogram_buckets_in_seconds() -> None:

@@ -193,7 +193,7 @@ def read_dump(
     runs, table = _parse(files, RunBuilder(chunk_samples), strict, stats)
     mapping = _columns(table.series, index)
     for run in merge_runs(runs, chunk_samples):
-        yield SampleBatch(run.times, mapping[run.ids], run.values)
+        yield _batch(run.times, mapping[run.ids], run.values)
 
 
 def _from_cache(
@@ -272,11 +272,20 @@ def _stream_cache(opened: Cache, index: SeriesIndex, chunk_samples: int) -> Iter
     step = max(1, chunk_samples)
     for start in range(0, total, step):
         end = min(total, start + step)
-        yield SampleBatch(
+        yield _batch(
             np.array(opened.times[start:end]),
             mapping[opened.columns[start:end]],
             np.array(opened.values[start:end]),
         )
+
+
+def _batch(times: np.ndarray, columns: np.ndarray, values: np.ndarray) -> SampleBatch:
+    """The samples of a batch but those of series the index keeps out (column -1:
+    ``labels.drop``)."""
+    keep = columns >= 0
+    if keep.all():
+        return SampleBatch(times, columns, values)
+    return SampleBatch(times[keep], columns[keep], values[keep])
 
 
 def _columns(series: Sequence[tuple[str, Labels]], index: SeriesIndex) -> Any:

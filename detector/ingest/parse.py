@@ -65,6 +65,9 @@ class ParseStats:
 
 
 PARSE_STATS = ParseStats()
+# split_series' cache: a few node pages' keys. Not more: keys of series that come and go
+# (containers' devices) would fill it for as long as the process runs, ~0.5 KB each.
+SPLIT_CACHE_KEYS = 1 << 14
 
 # --- the grammar as regex fragments. Quantifiers are possessive (*+ ++): the grammar never
 # needs to give back what a repeat took, and sre runs possessive repeats ~15% faster; it also
@@ -154,12 +157,13 @@ def _unescape(match: re.Match[str]) -> str:
     return _UNESCAPED.get(char, "\\" + char)
 
 
-@lru_cache(maxsize=1 << 20)
+@lru_cache(maxsize=SPLIT_CACHE_KEYS)
 def split_series(key: str) -> tuple[str, Labels]:
     """Metric name and labels (sorted (name, value) pairs, values unescaped) of a raw key.
 
-    Cached: the series index calls it once per new raw key. Raises ParseError (source
-    "series", line 0) on a malformed key or a label name given twice.
+    Cached, for callers that split every sample of a page (``iter_samples``); the series index
+    and the recorder keep their own per-key maps and call it only for new keys. Raises
+    ParseError (source "series", line 0) on a malformed key or a label name given twice.
     """
     brace = key.find("{")
     if _NAME_AT.fullmatch(key, 0, brace if brace >= 0 else len(key)) is None:

@@ -143,6 +143,7 @@ async def record(
         if segment is not None:
             segment.writer.close()
             files.append(segment.path)
+            keys.clear()  # relabelled keys of series since gone (label churn) must not pile up
             _log.info("dump written", file=str(segment.path), samples=segment.writer.samples)
             segment = None
 

@@ -1,0 +1,126 @@
+"""Series churn: a node whose containers come and go, with and without ``labels.drop``.
+
+    python bench/churn_bench.py [--hours 24] [--pods-per-hour 60] [--pod-minutes 30]
+
+Every container brings a virtual network device (a veth pair) that node-exporter reports with
+its own series until the container is gone, so a node's page keeps bringing series the
+detector has never seen. Without a filter each one takes a column of the series index for the
+life of the process, with its signal columns and scorer state: memory and the tick's CPU grow
+for as long as the daemon runs. ``labels.drop`` (config; its defaults name the container
+devices and mounts) keeps them out.
+
+What runs: node-exporter's real end-to-end page (../shared/data/exporters/node_exporter/
+e2e-output.txt, 5,483 lines) plus the live containers' devices, each device's 27 lines copied
+from the page's ``eth0`` with the device renamed (``veth<n>``). A container starts every
+``3600 / pods-per-hour`` s and lives ``pod-minutes``. Each 15 s tick does what the daemon does
+after the HTTP fetch: ``parse_exposition``, ``SeriesIndex.columns`` (the target's labels
+added), the frame, ``Pipeline.step`` (the production pipeline of the default config). Two
+variants, each in a fresh process: the default config, and ``labels.drop: {}`` (the index
+before the filter existed). Printed per variant: series in the index at the end, CPU ms per
+tick (median over the first and the last 10% of ticks), and the process's peak RSS after the
+first tick and at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import resource
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+PAGE = Path(__file__).resolve().parents[2] / "shared/data/exporters/node_exporter/e2e-output.txt"
+STEP_S = 15.0
+TARGET = (("instance", "10.0.0.1:9100"), ("job", "node"))
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_variant(drop: bool, ticks: int, every: int, life: int, out: multiprocessing.Queue) -> None:
+    from detector.config import Config
+    from detector.ingest.parse import parse_exposition, split_series
+    from detector.model import Frame
+    from detector.pipeline import build_pipeline
+    from detector.series import LabelRules, SeriesIndex
+
+    page = PAGE.read_text()
+    eth0 = [ln for ln in page.splitlines() if 'device="eth0"' in ln and not ln.startswith("#")]
+    config = Config() if drop else Config.model_validate({"labels": {"drop": {}}})
+    index = SeriesIndex(LabelRules.from_config(config.labels))
+    pipeline = build_pipeline(config, index)
+    cpu: list[float] = []
+    rss_first = 0.0
+    for k in range(ticks):
+        live = range(max(0, (k - life) // every + 1), k // every + 1)
+        devices = "\n".join(
+            ln.replace('device="eth0"', f'device="veth{pod:07x}"') for pod in live for ln in eth0
+        )
+        body = (page + devices + "\n").encode()
+        began = time.process_time()
+        exp = parse_exposition(body, source="bench")
+        cols = index.columns(exp.keys, split_series, TARGET)
+        frame = np.full(len(index), np.nan)
+        kept = cols >= 0
+        frame[cols[kept]] = np.asarray(exp.values, dtype=np.float64)[kept]
+        pipeline.step(Frame(1.7e9 + STEP_S * k, frame))
+        cpu.append(time.process_time() - began)
+        if k == 0:
+            rss_first = _rss_mb()
+    tenth = max(1, ticks // 10)
+    out.put(
+        {
+            "series": len(index),
+            "dropped": index.dropped,
+            "first_ms": statistics.median(cpu[1 : tenth + 1]) * 1e3,
+            "last_ms": statistics.median(cpu[-tenth:]) * 1e3,
+            "rss_first": rss_first,
+            "rss_end": _rss_mb(),
+        }
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hours", type=float, default=24.0)
+    parser.add_argument("--pods-per-hour", type=float, default=60.0)
+    parser.add_argument("--pod-minutes", type=float, default=30.0)
+    args = parser.parse_args()
+    ticks = int(args.hours * 3600 / STEP_S)
+    every = max(1, round(3600 / args.pods_per_hour / STEP_S))
+    life = max(1, round(args.pod_minutes * 60 / STEP_S))
+    print(
+        f"{args.hours:g} h of 15 s ticks ({ticks}), a container every {every * STEP_S:g} s "
+        f"living {life * STEP_S / 60:g} min ({life // every + 1} at a time, 27 series each)"
+    )
+    ctx = multiprocessing.get_context("spawn")
+    rows = {}
+    for name, drop in (("labels.drop: {} (no filter)", False), ("default labels.drop", True)):
+        queue: multiprocessing.Queue = ctx.Queue()
+        proc = ctx.Process(target=run_variant, args=(drop, ticks, every, life, queue))
+        proc.start()
+        rows[name] = queue.get()
+        proc.join()
+    print(
+        f"{'variant':<30}{'series':>9}{'dropped':>9}{'ms/tick first':>15}{'ms/tick last':>14}"
+        f"{'RSS MB first':>14}{'RSS MB end':>12}"
+    )
+    for name, r in rows.items():
+        print(
+            f"{name:<30}{r['series']:>9,}{r['dropped']:>9,}{r['first_ms']:>15.2f}"
+            f"{r['last_ms']:>14.2f}{r['rss_first']:>14.1f}{r['rss_end']:>12.1f}"
+        )
+    base, new = rows["labels.drop: {} (no filter)"], rows["default labels.drop"]
+    grown = base["series"] - new["series"]
+    print(
+        f"without the filter: {grown:,} series more, +{base['rss_end'] - new['rss_end']:.1f} MB, "
+        f"last tick {base['last_ms'] / new['last_ms']:.2f}x the filtered one's CPU"
+    )
+
+
+if __name__ == "__main__":
+    main()
