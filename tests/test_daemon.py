@@ -363,6 +363,24 @@ async def test_full_series_index_is_exported_as_refused_series(
     assert got["detector_series_refused_total"] == daemon.index.refused > 0
 
 
+async def test_series_matching_labels_drop_are_kept_out_and_counted(
+    tmp_path: Path, exporters: dict[str, tuple[str, str]], alertmanager: FakeAlertmanager
+) -> None:
+    """labels.drop from the config reaches the daemon's index: the simulated nodes' second
+    NIC (eth1) is never indexed, eth0 is, and /metrics counts the dropped series once each."""
+    config = daemon_config(
+        tmp_path, exporters, alertmanager.url, labels={"drop": {"device": "eth1"}}
+    )
+    (daemon,) = await run_until(config, lambda d, t: d.stats.ticks >= 3)
+    devices = [dict(info.labels).get("device") for info in daemon.index.infos]
+    assert "eth0" in devices
+    assert "eth1" not in devices
+    got = metrics(daemon)
+    dropped = got["detector_series_dropped_total"]
+    assert dropped == daemon.index.dropped > 0
+    assert dropped == devices.count("eth0")  # the same families on both NICs, each once
+
+
 async def test_node_score_statistics_reach_metrics(
     tmp_path: Path, exporters: dict[str, tuple[str, str]], alertmanager: FakeAlertmanager
 ) -> None:
