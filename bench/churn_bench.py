@@ -1,24 +1,31 @@
-"""Series churn: a node whose containers come and go, with and without ``labels.drop``.
+"""Series churn: series that come and go for as long as the daemon runs.
 
     python bench/churn_bench.py [--hours 24] [--pods-per-hour 60] [--pod-minutes 30]
+                                [--run-hours 4]
 
-Every container brings a virtual network device (a veth pair) that node-exporter reports with
-its own series until the container is gone, so a node's page keeps bringing series the
-detector has never seen. Without a filter each one takes a column of the series index for the
-life of the process, with its signal columns and scorer state: memory and the tick's CPU grow
-for as long as the daemon runs. ``labels.drop`` (config; its defaults name the container
-devices and mounts) keeps them out.
+Two ways a node keeps bringing series the detector has never seen:
+
+- containers: every container brings a virtual network device (a veth pair) that
+  node-exporter reports with its own series until the container is gone. Without a filter
+  each one takes a column of the series index for the life of the process, with its signal
+  columns and scorer state: memory and the tick's CPU grow for as long as the daemon runs.
+  ``labels.drop`` (config; its defaults name the container devices and mounts) keeps them out.
+  A container starts every ``3600 / pods-per-hour`` s and lives ``pod-minutes``; each device's
+  27 lines are copied from the page's ``eth0``, renamed ``veth<n>``. Variants: the default
+  config, and ``labels.drop: {}`` (the index before the filter existed).
+- relabels: the scheduler writes the node's job into its target labels (``training_job``,
+  the cohort label, ``labels.cohort_labels``), a new run id every ``run-hours``, so every
+  series of the page comes back under a new identity. The new series feed the columns of the
+  ones they replace (signals.py, ``_follow_relabels``): no new signal column, no scorer state,
+  but each is a series of the index. Variant: the default config with the cohort label.
 
 What runs: node-exporter's real end-to-end page (../shared/data/exporters/node_exporter/
-e2e-output.txt, 5,483 lines) plus the live containers' devices, each device's 27 lines copied
-from the page's ``eth0`` with the device renamed (``veth<n>``). A container starts every
-``3600 / pods-per-hour`` s and lives ``pod-minutes``. Each 15 s tick does what the daemon does
+e2e-output.txt, 5,483 lines) plus the churn above. Each 15 s tick does what the daemon does
 after the HTTP fetch: ``parse_exposition``, ``SeriesIndex.columns`` (the target's labels
-added), the frame, ``Pipeline.step`` (the production pipeline of the default config). Two
-variants, each in a fresh process: the default config, and ``labels.drop: {}`` (the index
-before the filter existed). Printed per variant: series in the index at the end, CPU ms per
-tick (median over the first and the last 10% of ticks), and the process's peak RSS after the
-first tick and at the end.
+added), the frame, ``Pipeline.step`` (the production pipeline of the config). Each variant runs
+in a fresh process. Printed per variant: series in the index and signal columns at the end,
+CPU ms per tick (median over the first and the last 10% of ticks), and the process's peak RSS
+after the first tick and at the end.
 """
 
 from __future__ import annotations
@@ -41,7 +48,9 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_variant(drop: bool, ticks: int, every: int, life: int, out: multiprocessing.Queue) -> None:
+def run_variant(
+    variant: str, ticks: int, every: int, life: int, run_ticks: int, out: multiprocessing.Queue
+) -> None:
     from detector.config import Config
     from detector.ingest.parse import parse_exposition, split_series
     from detector.model import Frame
@@ -50,20 +59,32 @@ def run_variant(drop: bool, ticks: int, every: int, life: int, out: multiprocess
 
     page = PAGE.read_text()
     eth0 = [ln for ln in page.splitlines() if 'device="eth0"' in ln and not ln.startswith("#")]
-    config = Config() if drop else Config.model_validate({"labels": {"drop": {}}})
+    labels = {
+        "no filter": {"drop": {}},
+        "filter": {},
+        "relabel": {"cohort_labels": ["training_job"]},
+    }[variant]
+    config = Config.model_validate({"labels": labels})
     index = SeriesIndex(LabelRules.from_config(config.labels))
     pipeline = build_pipeline(config, index)
     cpu: list[float] = []
     rss_first = 0.0
     for k in range(ticks):
-        live = range(max(0, (k - life) // every + 1), k // every + 1)
-        devices = "\n".join(
-            ln.replace('device="eth0"', f'device="veth{pod:07x}"') for pod in live for ln in eth0
-        )
-        body = (page + devices + "\n").encode()
+        if variant == "relabel":
+            body = page.encode()
+            target = (*TARGET, ("training_job", f"run-{k // run_ticks}"))
+        else:
+            live = range(max(0, (k - life) // every + 1), k // every + 1)
+            devices = "\n".join(
+                ln.replace('device="eth0"', f'device="veth{pod:07x}"')
+                for pod in live
+                for ln in eth0
+            )
+            body = (page + devices + "\n").encode()
+            target = TARGET
         began = time.process_time()
         exp = parse_exposition(body, source="bench")
-        cols = index.columns(exp.keys, split_series, TARGET)
+        cols = index.columns(exp.keys, split_series, target)
         frame = np.full(len(index), np.nan)
         kept = cols >= 0
         frame[cols[kept]] = np.asarray(exp.values, dtype=np.float64)[kept]
@@ -75,6 +96,7 @@ def run_variant(drop: bool, ticks: int, every: int, life: int, out: multiprocess
     out.put(
         {
             "series": len(index),
+            "signals": len(pipeline.signal_map),
             "dropped": index.dropped,
             "first_ms": statistics.median(cpu[1 : tenth + 1]) * 1e3,
             "last_ms": statistics.median(cpu[-tenth:]) * 1e3,
@@ -89,36 +111,46 @@ def main() -> None:
     parser.add_argument("--hours", type=float, default=24.0)
     parser.add_argument("--pods-per-hour", type=float, default=60.0)
     parser.add_argument("--pod-minutes", type=float, default=30.0)
+    parser.add_argument("--run-hours", type=float, default=4.0)
     args = parser.parse_args()
     ticks = int(args.hours * 3600 / STEP_S)
     every = max(1, round(3600 / args.pods_per_hour / STEP_S))
     life = max(1, round(args.pod_minutes * 60 / STEP_S))
+    run_ticks = max(1, round(args.run_hours * 3600 / STEP_S))
     print(
-        f"{args.hours:g} h of 15 s ticks ({ticks}), a container every {every * STEP_S:g} s "
-        f"living {life * STEP_S / 60:g} min ({life // every + 1} at a time, 27 series each)"
+        f"{args.hours:g} h of 15 s ticks ({ticks}); containers: one every {every * STEP_S:g} s "
+        f"living {life * STEP_S / 60:g} min ({life // every + 1} at a time, 27 series each); "
+        f"relabels: a new run id every {run_ticks * STEP_S / 3600:g} h"
     )
     ctx = multiprocessing.get_context("spawn")
+    names = {
+        "no filter": "containers, labels.drop: {}",
+        "filter": "containers, default labels.drop",
+        "relabel": "relabels, cohort label",
+    }
     rows = {}
-    for name, drop in (("labels.drop: {} (no filter)", False), ("default labels.drop", True)):
+    for variant in names:
         queue: multiprocessing.Queue = ctx.Queue()
-        proc = ctx.Process(target=run_variant, args=(drop, ticks, every, life, queue))
+        proc = ctx.Process(target=run_variant, args=(variant, ticks, every, life, run_ticks, queue))
         proc.start()
-        rows[name] = queue.get()
+        rows[variant] = queue.get()
         proc.join()
     print(
-        f"{'variant':<30}{'series':>9}{'dropped':>9}{'ms/tick first':>15}{'ms/tick last':>14}"
-        f"{'RSS MB first':>14}{'RSS MB end':>12}"
+        f"{'variant':<34}{'series':>9}{'signals':>9}{'dropped':>9}{'ms/tick first':>15}"
+        f"{'ms/tick last':>14}{'RSS MB first':>14}{'RSS MB end':>12}"
     )
-    for name, r in rows.items():
+    for variant, r in rows.items():
         print(
-            f"{name:<30}{r['series']:>9,}{r['dropped']:>9,}{r['first_ms']:>15.2f}"
-            f"{r['last_ms']:>14.2f}{r['rss_first']:>14.1f}{r['rss_end']:>12.1f}"
+            f"{names[variant]:<34}{r['series']:>9,}{r['signals']:>9,}{r['dropped']:>9,}"
+            f"{r['first_ms']:>15.2f}{r['last_ms']:>14.2f}{r['rss_first']:>14.1f}"
+            f"{r['rss_end']:>12.1f}"
         )
-    base, new = rows["labels.drop: {} (no filter)"], rows["default labels.drop"]
+    base, new = rows["no filter"], rows["filter"]
     grown = base["series"] - new["series"]
+    more_mb, cpu_ratio = base["rss_end"] - new["rss_end"], base["last_ms"] / new["last_ms"]
     print(
-        f"without the filter: {grown:,} series more, +{base['rss_end'] - new['rss_end']:.1f} MB, "
-        f"last tick {base['last_ms'] / new['last_ms']:.2f}x the filtered one's CPU"
+        f"containers without the filter: {grown:,} series more, +{more_mb:.1f} MB, "
+        f"last tick {cpu_ratio:.2f}x the filtered one's CPU"
     )
 
 

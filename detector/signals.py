@@ -2,7 +2,11 @@
 
 Every series the catalog scores becomes one signal column (first matching rule wins, see
 ``rules.SignalCatalog.classify``); presence signals add computed columns per entity. Columns are
-only appended, in index order, so a restored index rebuilds the same columns.
+only appended, in index order, so a restored index rebuilds the same columns. One exception: a
+series whose identity differs from a mapped one's only in the value of a cohort label (the
+scheduler relabelled the node's targets for its next job) gets no column of its own; it feeds
+the mapped series' column once it is observed while that one is not (``_follow_relabels``), so
+the column keeps its history across jobs.
 
 Transforms, per column, with ``prev`` the last *observed* value of its series:
 - level: ``value * scale``.
@@ -105,6 +109,12 @@ class SignalMap:
         self._slot_ids: dict[tuple[int, str], int] = {}
         self._count_nodes: set[int] = set()
         self._frozen_nodes: set[str] = set()
+        # Series whose identity holds a cohort label, by that identity without it -> their
+        # signal column; and the (series, column) pairs of the series that came after the
+        # column's first one, under another value of the label (see _follow_relabels).
+        self._relabel_keys: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
+        self._aliases: list[tuple[int, int]] = []
+        self._denom_metric: dict[int, str] = {}  # RATIO columns: their denominator's metric
         # Tick state.
         self._prev_value: FloatArray = np.empty(0)
         self._prev_time: FloatArray = np.empty(0)
@@ -164,6 +174,7 @@ class SignalMap:
         self._denom.append(-1)
         if kind == RATIO:
             self._unresolved[len(self._series) - 1] = (str(rule["denominator"]), info.labels)
+            self._denom_metric[len(self._series) - 1] = str(rule["denominator"])
 
     def _add_frozen(self, info: SeriesInfo) -> None:
         """The node's ``health_targets_frozen_fraction`` column, after its first scored
@@ -279,6 +290,8 @@ class SignalMap:
             rule = self.catalog.default_rule
             if not info.gpu and not rule.node_level:
                 return
+            if self._is_relabel(info):
+                return
             counter = self.catalog.is_counter(info.metric, self._declared_type(info.metric))
             kind = RATE if counter else LEVEL
             self._append(
@@ -295,6 +308,8 @@ class SignalMap:
         assert not isinstance(verdict, str)
         if verdict.truth is not None:  # ground truth (XID): read by xids.py, never scored
             return
+        if self._is_relabel(info):
+            return
         gpu = info.gpu if verdict.entity == "gpu" and info.gpu else None
         fields: dict[str, Any] = {
             "direction": verdict.direction,
@@ -305,6 +320,51 @@ class SignalMap:
         }
         self._append(info, info.column, _TRANSFORM[verdict.transform], verdict.name, gpu, **fields)
         self._add_frozen(info)
+
+    def _is_relabel(self, info: SeriesInfo) -> bool:
+        """Whether ``info`` is a series already mapped under another value of a cohort label
+        in its identity (the scheduler relabelled its target with the node's next job): it
+        then feeds that series' signal column from its first observation on
+        (``_follow_relabels``) instead of a column of its own. The first such series of an
+        identity is recorded and gets its column as usual (False)."""
+        cohort = self._cohort_labels
+        if not cohort or not any(key in cohort for key, _ in info.labels):
+            return False
+        rest = tuple(kv for kv in info.labels if kv[0] not in cohort)
+        col = self._relabel_keys.setdefault((info.metric, rest), len(self._series))
+        if col == len(self._series):
+            return False
+        self._aliases.append((info.column, col))
+        self._arrays = None
+        return True
+
+    def _follow_relabels(self, a: dict[str, np.ndarray], values: FloatArray) -> None:
+        """Switch a signal column to the series that now carries it: one of its relabelled
+        series observed while the series it reads is not. The column keeps its state (the
+        previous value for rates, every scorer's history), so a node that moves to its next
+        job under a new label value does not warm up again; its cohort moves with the new
+        series' first observation (``_learn_cohorts``)."""
+        pairs = a["alias_pairs"]
+        if not pairs.shape[0]:
+            return
+        alias, col = pairs[:, 0], pairs[:, 1]
+        now = ~np.isnan(values[alias]) & np.isnan(values[a["series"][col]])
+        for k in np.flatnonzero(now).tolist():
+            self._switch(k)
+
+    def _switch(self, k: int) -> None:
+        """Make alias ``k``'s series its column's source (the former source its alias)."""
+        series, col = self._aliases[k]
+        if self._series[col] == series:
+            return
+        self._aliases[k] = (self._series[col], col)
+        self._series[col] = series
+        metric = self._denom_metric.get(col)
+        if metric is not None:  # the denominator is the new series' sibling
+            self._denom[col] = -1
+            self._unresolved[col] = (metric, self.index.infos[series].labels)
+            self._resolve_denominators()
+        self._arrays = None
 
     def _add_presence(self, info: SeriesInfo, entity: int, node_id: int) -> None:
         missing = self._presence.get("health_series_missing_fraction")
@@ -363,6 +423,7 @@ class SignalMap:
                     dtype=np.int64,
                 ),
                 "weight": weight,
+                "alias_pairs": np.asarray(self._aliases, dtype=np.int64).reshape(-1, 2),
             }
         return self._arrays
 
@@ -382,6 +443,9 @@ class SignalMap:
             values[np.abs(values) >= DCGM_BLANK_THRESHOLD] = np.nan
         if self.repeats is not None:  # a cached scrape is no observation: as if lost
             self.repeats.blank(t, values)
+        if a["alias_pairs"].shape[0]:
+            self._follow_relabels(a, values)
+            a = self._tick_arrays()
 
         cur = padded[a["series"]]
         observed = ~np.isnan(cur)
@@ -572,6 +636,10 @@ class SignalMap:
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """Restore ``state_dict`` output; columns not mapped yet are restored when they are."""
         self.sync()
+        saved = {int(x) for x in state["series"].tolist()}
+        for k, (series, _) in enumerate(self._aliases):
+            if series in saved:  # the column read that relabelled series when saved
+                self._switch(k)
         where = {int(s): i for i, s in enumerate(self._series) if s >= 0}
         dens = state.get("prev_den", np.full(state["series"].shape[0], np.nan)).tolist()
         for s, v, t, d in zip(

@@ -241,3 +241,46 @@ def test_a_node_whose_dcgm_target_is_relabelled_raises_no_health_alert() -> None
         started += [(k, a.node) for a in tick.started]
     assert ["n5"] == [node for k, node in started]
     assert started[0][0] >= 250
+
+
+def test_a_relabelled_node_keeps_its_columns_and_their_history() -> None:
+    """Six nodes, jobs a (n1-n3) and b (n4-n6); at tick 100 the scheduler moves n3 to job b,
+    under a per-run job id: its series come back as new ones labelled "b-2". They feed n3's
+    existing signal columns (no new column, no warm-up), so a dip of n3's memory alone two
+    ticks after the move is caught, where new columns would still be warming up; and the
+    same dip in n3's new job's nodes together (their checkpoint) is not. A restart that
+    restores the state keeps reading the new series."""
+
+    def run(dips: dict[str, range]) -> tuple[set[str], Pipeline, dict[str, int]]:
+        config = load_config(None, env={})
+        labels = config.labels.model_copy(update={"cohort_labels": ["training_job"]})
+        index = SeriesIndex()
+        pipeline = build_pipeline(config.model_copy(update={"labels": labels}), index)
+        jobs = {"n1": "a-1", "n2": "a-1", "n3": "a-1", "n4": "b-2", "n5": "b-2", "n6": "b-2"}
+        cols = {n: index.add(MEM, node_series(n, training_job=j)) for n, j in jobs.items()}
+        rng = np.random.default_rng(7)
+        nodes: set[str] = set()
+        for k in range(140):
+            if k == 100:
+                width = len(pipeline.signal_map)
+                cols["n3"] = index.add(MEM, node_series("n3", training_job="b-2"))
+            values = np.full(len(index), np.nan)
+            for node, col in cols.items():
+                level = 0.6 if k in dips.get(node, range(0)) else 1.0
+                values[col] = level * 1e12 + rng.normal(0.0, 2e9)
+            nodes |= {a.node for a in pipeline.step(Frame(T0 + STEP * k, values)).started}
+        assert width == len(pipeline.signal_map)  # the new series took no column of its own
+        assert {"b-2"} == cohort_of(pipeline.signal_map, "n3")
+        return nodes, pipeline, cols
+
+    soon = range(102, 110)
+    caught, pipeline, cols = run({"n3": soon})
+    assert {"n3"} == caught
+    assert set() == run({"n3": soon, "n4": soon, "n5": soon})[0]
+    # the signal column reads the new series, also after a save and restore
+    signals = pipeline.signal_map
+    column = int(np.flatnonzero(signals.series_columns() == cols["n3"])[0])
+    restored = SignalMap(load_signal_rules(), pipeline.index, cohort_labels=("training_job",))
+    restored.load_state_dict(signals.state_dict())
+    assert cols["n3"] == restored.series_columns()[column]
+    assert signals._prev_value[column] == restored._prev_value[column]
