@@ -238,7 +238,12 @@ def daemon_config(urls: dict[str, tuple[str, str]], interval_s: float, folder: P
         "targets": {"static": static},
         # No jitter: it only delays the round's start; the timeout leaves the simulator
         # (one Python process rendering every page) time to answer 2,000 requests.
-        "scrape": {"interval_s": interval_s, "timeout_s": interval_s * 0.9, "jitter_fraction": 0},
+        "scrape": {
+            "interval_s": interval_s,
+            "timeout_s": interval_s * 0.9,
+            "jitter_fraction": 0,
+            "max_series_total": 10_000_000,  # a fleet sized by its memory, not the default
+        },
         "alerts": {"alertmanager_urls": []},
         "kmsg": {"enabled": False},
     }

@@ -164,6 +164,9 @@ def test_rendered_daemon_configs_load(helm: str, values: str, tmp_path: Path) ->
             env["DETECTOR_SHARD"] = f"3/{sts[0]['spec']['replicas']}"
         config = load_config(path, env)
         assert key.removesuffix(".yaml") == config.mode
+        # the series cap follows the pod's memory limit (bench/memory_bench.py: ~1.8 KB each)
+        cap = 1_500_000 if key == "fleet.yaml" else 250_000
+        assert cap == config.scrape.max_series_total
 
 
 def test_monitoring_toggles_render_operator_objects_with_release_label(helm: str) -> None:

@@ -1,0 +1,74 @@
+"""Resident memory per series: what sizes ``scrape.max_series_total`` against a memory limit.
+
+    python bench/memory_bench.py [--nodes 8 64] [--ticks 60]
+
+The built-in simulated cluster (demo scenario, 8 GPUs a node) at two sizes, each in a fresh
+process: its series mapped into the index of the default config and ``--ticks`` ticks through
+``Pipeline.step`` (every scorer's state grown to its columns), then the process's resident
+memory after a full garbage collection (Linux /proc). The simulator's own arrays are freed
+before the reading. Printed: series, signal columns and resident MB per size; the slope
+between the two sizes (KB per series, i.e. what each series costs beyond the process's fixed
+size), and how many series fit the Helm chart's memory limits (1 GiB agent, 4 GiB fleet) at
+that slope above the smaller run's memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import multiprocessing
+import resource
+from pathlib import Path
+
+
+def _rss_mb() -> float:
+    gc.collect()
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * resource.getpagesize() / 2**20
+
+
+def measure(nodes: int, ticks: int, out: multiprocessing.Queue) -> None:
+    from detector.config import Config
+    from detector.pipeline import build_pipeline
+    from detector.replay import simulated_frames
+    from detector.series import LabelRules, SeriesIndex
+    from detector.simulate import Scenario, SimulatedCluster
+
+    cluster = SimulatedCluster(dataclasses.replace(Scenario.demo(), nodes=nodes, days=0.1))
+    config = Config()
+    index = SeriesIndex(LabelRules.from_config(config.labels))
+    pipeline = build_pipeline(config, index)
+    frames = simulated_frames(cluster, index)
+    for _, frame in zip(range(ticks), frames, strict=False):
+        pipeline.step(frame)
+    del frames, cluster
+    out.put((len(index), len(pipeline.signal_map), _rss_mb()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, nargs=2, default=[8, 64])
+    parser.add_argument("--ticks", type=int, default=60)
+    args = parser.parse_args()
+    ctx = multiprocessing.get_context("spawn")
+    rows = []
+    for nodes in args.nodes:
+        queue: multiprocessing.Queue = ctx.Queue()
+        proc = ctx.Process(target=measure, args=(nodes, args.ticks, queue))
+        proc.start()
+        rows.append((nodes, *queue.get()))
+        proc.join()
+    print(f"{'nodes':>6}{'series':>9}{'signals':>9}{'RSS MB':>9}")
+    for nodes, series, signals, rss in rows:
+        print(f"{nodes:>6}{series:>9,}{signals:>9,}{rss:>9.1f}")
+    (_, s0, _, m0), (_, s1, _, m1) = rows
+    per_series_kb = (m1 - m0) * 1024 / (s1 - s0)
+    print(f"slope: {per_series_kb:.2f} KB a series")
+    for name, limit_mb in (("agent, 1 GiB", 1024), ("fleet, 4 GiB", 4096)):
+        fit = (limit_mb - m0) * 1024 / per_series_kb
+        print(f"{name}: ~{fit:,.0f} series fit above the {m0:.0f} MB of the smaller run")
+
+
+if __name__ == "__main__":
+    main()
