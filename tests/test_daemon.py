@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -379,6 +380,63 @@ async def test_series_matching_labels_drop_are_kept_out_and_counted(
     dropped = got["detector_series_dropped_total"]
     assert dropped == daemon.index.dropped > 0
     assert dropped == devices.count("eth0")  # the same families on both NICs, each once
+
+
+async def test_a_node_that_file_sd_moves_to_another_job_keeps_its_signal_columns(
+    tmp_path: Path, exporters: dict[str, tuple[str, str]], alertmanager: FakeAlertmanager
+) -> None:
+    """file_sd targets carry each node's job, the cohort label. After 4 ticks the scheduler
+    rewrites the file to move node-03 to job "b-2": its series come back under new identities
+    (the index grows by them) and feed node-03's signal columns (it gets none more), which
+    read the new series and move to cohort "b-2" while the other nodes stay in "a-1"."""
+    sd = tmp_path / "targets.json"
+
+    def write(jobs: dict[str, str]) -> None:
+        groups = []
+        for node, pair in exporters.items():
+            for url, kind in zip(pair, ("dcgm", "node"), strict=True):
+                parts = urlsplit(url)
+                labels = {
+                    "job": kind,
+                    "node": node,
+                    "training_job": jobs[node],
+                    "__metrics_path__": parts.path,
+                }
+                groups.append({"targets": [parts.netloc], "labels": labels})
+        sd.write_text(json.dumps(groups))
+
+    write(dict.fromkeys(exporters, "a-1"))
+    config = daemon_config(
+        tmp_path,
+        {},
+        alertmanager.url,
+        targets={"file_sd": [str(sd)], "file_sd_refresh_s": 0.01},
+        labels={"cohort_labels": ["training_job"]},
+    )
+    before: dict[str, int] = {}
+
+    def node03_columns(daemon: Daemon) -> list[int]:
+        signals = daemon.pipeline.signal_map
+        node = signals.node_names.index("node-03")
+        return [i for i in range(len(signals)) if signals._node[i] == node]
+
+    def done(daemon: Daemon, tick: TickResult) -> bool:
+        if daemon.stats.ticks == 4:
+            before.update(series=len(daemon.index), columns=len(node03_columns(daemon)))
+            write(dict.fromkeys(exporters, "a-1") | {"node-03": "b-2"})
+        return daemon.stats.ticks >= 9
+
+    (daemon,) = await run_until(config, done)
+    signals = daemon.pipeline.signal_map
+    columns = node03_columns(daemon)
+    assert len(daemon.index) > before["series"]
+    assert before["columns"] == len(columns)
+    read = [signals.column_names(i)[3] for i in columns]
+    jobs = {dict(daemon.index.infos[s].labels).get("training_job") for s in read if s >= 0}
+    assert {"b-2"} == jobs
+    assert {"b-2"} == {signals.cohort_names[signals._cohort[i]] for i in columns}
+    others = [i for i in range(len(signals)) if signals.node_names[signals._node[i]] != "node-03"]
+    assert {"a-1"} == {signals.cohort_names[signals._cohort[i]] for i in others}
 
 
 async def test_node_score_statistics_reach_metrics(
