@@ -15,9 +15,9 @@ Two ways a node keeps bringing series the detector has never seen:
   config, and ``labels.drop: {}`` (the index before the filter existed).
 - relabels: the scheduler writes the node's job into its target labels (``training_job``,
   the cohort label, ``labels.cohort_labels``), a new run id every ``run-hours``, so every
-  series of the page comes back under a new identity. The new series feed the columns of the
-  ones they replace (signals.py, ``_follow_relabels``): no new signal column, no scorer state,
-  but each is a series of the index. Variant: the default config with the cohort label.
+  series of the page comes back under a new identity. The index gives each the column of the
+  series it relabels (series.py, ``SeriesIndex._relabelled``): no new series, signal column
+  or scorer state. Variant: the default config with the cohort label.
 
 What runs: node-exporter's real end-to-end page (../shared/data/exporters/node_exporter/
 e2e-output.txt, 5,483 lines) plus the churn above. Each 15 s tick does what the daemon does

@@ -74,6 +74,10 @@ class LabelRules:
     # its labels matches the pattern in full (config ``labels.drop``: the network devices and
     # mounts that come and go with containers).
     drop: tuple[tuple[str, re.Pattern[str]], ...] = ()
+    # Labels a scheduler rewrites on a node's targets with each job (the cohort labels): a
+    # scraped series that differs from a known one only in them is that series, relabelled
+    # (SeriesIndex.columns).
+    relabel: frozenset[str] = frozenset()
 
     @classmethod
     def from_config(cls, labels: LabelsConfig) -> LabelRules:
@@ -82,6 +86,7 @@ class LabelRules:
             node_labels=tuple(labels.node_labels),
             gpu_labels=tuple(labels.gpu_labels),
             drop=tuple((label, re.compile(pattern)) for label, pattern in labels.drop.items()),
+            relabel=frozenset(labels.cohort_labels),
         )
 
     def dropped(self, labels: Labels) -> bool:
@@ -196,6 +201,12 @@ class SeriesIndex:
     _by_identity: dict[tuple[str, Labels], int] = field(default_factory=dict)
     _by_raw: dict[Labels, dict[str, int]] = field(default_factory=dict)  # extra -> key -> col
     _cached_keys: int = 0  # entries in all of ``_by_raw``
+    # identity without ``rules.relabel`` labels -> column, for series that have one
+    _by_relabel_key: dict[tuple[str, Labels], int] = field(default_factory=dict)
+    # columns a scrape relabelled (``columns``) since the signal stage last took them
+    relabelled: list[int] = field(default_factory=list)
+    # per target (its labels but ``rules.relabel``), the labels it was last scraped with
+    _target_labels: dict[Labels, Labels] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.infos)
@@ -213,6 +224,37 @@ class SeriesIndex:
             column = len(self.infos)
             self.infos.append(SeriesInfo(column, metric, identity, node, gpu, context))
             self._by_identity[key] = column
+            relabel_key = self._relabel_key(metric, identity)
+            if relabel_key is not None:
+                self._by_relabel_key.setdefault(relabel_key, column)
+        return column
+
+    def _relabel_key(self, metric: str, identity: Labels) -> tuple[str, Labels] | None:
+        relabel = self.rules.relabel
+        if not relabel or not any(k in relabel for k, _ in identity):
+            return None
+        return metric, tuple(kv for kv in identity if kv[0] not in relabel)
+
+    def _relabelled(self, name: str, labels: Labels) -> int | None:
+        """The column of a scraped series with ``rules.relabel`` labels, when it is a known
+        series relabelled: its identity differs from that series' current one only in those
+        labels (its node's targets were rewritten with the next job, or back to a former one).
+        The column then takes the new labels (noted in ``relabelled``) and keeps its place, so
+        a live daemon's index does not grow with each job. None for any other series. Only
+        scrapes relabel (``columns``): a dump holds every labelling of a series from the start,
+        so ``add`` gives each its column and the signal stage follows them in time
+        (signals.py)."""
+        metric, identity, node, gpu, context = normalize(name, labels, self.rules, self.hosts)
+        relabel_key = self._relabel_key(metric, identity)
+        if relabel_key is None:
+            return None
+        column = self._by_identity.get((metric, identity))
+        if column is None:
+            column = self._by_relabel_key.get(relabel_key)
+        if column is not None and self.infos[column].labels != identity:
+            self.infos[column] = SeriesInfo(column, metric, identity, node, gpu, context)
+            self._by_identity[(metric, identity)] = column
+            self.relabelled.append(column)
         return column
 
     def column_of(self, name: str, labels: Labels) -> int | None:
@@ -237,6 +279,12 @@ class SeriesIndex:
         pod) or come with a series that is dropped, for as long as the process runs; once the
         cache holds more than two keys a series plus ``RAW_KEYS_SLACK`` it is cleared and
         refills from the next scrapes, each key split once more (a dropped one counted again)."""
+        if self.rules.relabel and any(k in self.rules.relabel for k, _ in extra):
+            # the target's labels changed (its node's next job): its keys are looked at again
+            target = tuple(kv for kv in extra if kv[0] not in self.rules.relabel)
+            if self._target_labels.setdefault(target, extra) != extra:
+                self._target_labels[target] = extra
+                self._cached_keys -= len(self._by_raw.pop(extra, {}))
         lookup = self._by_raw.get(extra)
         if lookup is None:
             lookup = self._by_raw[extra] = {}
@@ -257,9 +305,15 @@ class SeriesIndex:
                         + extra
                     )
                 full = self.capacity is not None and len(self.infos) >= self.capacity
-                if not essential and self.rules.dropped(labels):
+                dropped = not essential and self.rules.dropped(labels)
+                relabelled = None
+                if not dropped and self.rules.relabel:
+                    relabelled = self._relabelled(name, labels)
+                if dropped:
                     column = -1  # cached: the key is in every scrape while its device lives
                     self.dropped += 1
+                elif relabelled is not None:
+                    column = relabelled
                 elif full and not essential:
                     known = self.column_of(name, labels)
                     if known is None:  # not cached: the lookup must not grow either
@@ -287,3 +341,6 @@ class SeriesIndex:
                 raise ValueError(f"series column {info.column} out of order")
             self.infos.append(info)
             self._by_identity[(info.metric, info.labels)] = info.column
+            relabel_key = self._relabel_key(info.metric, info.labels)
+            if relabel_key is not None:
+                self._by_relabel_key.setdefault(relabel_key, info.column)

@@ -6,7 +6,8 @@ only appended, in index order, so a restored index rebuilds the same columns. On
 series whose identity differs from a mapped one's only in the value of a cohort label (the
 scheduler relabelled the node's targets for its next job) gets no column of its own; it feeds
 the mapped series' column once it is observed while that one is not (``_follow_relabels``), so
-the column keeps its history across jobs.
+the column keeps its history across jobs. (That is a dump's case, which holds every labelling
+from the start; a live scrape's relabelled series keeps its index column, series.py.)
 
 Transforms, per column, with ``prev`` the last *observed* value of its series:
 - level: ``value * scale``.
@@ -229,8 +230,9 @@ class SignalMap:
         start. A series that brings a better-ranked label (a target that answered later), or
         a new value of the same label (the scheduler relabelled the node's targets for its
         next job: its series come back as new ones), moves all of the node's columns to that
-        cohort; the next ``sync`` reports the changed layout. ``series``: index columns, in
-        the order their values were first sent."""
+        cohort; the next ``sync`` reports the changed layout. A live scrape's relabelled series
+        keep their columns (``SeriesIndex.columns``) and are learnt again from their new
+        labels. ``series``: index columns, in the order their values were first sent."""
         if not self._cohort_labels:
             return
         rank = {name: r for r, name in enumerate(self._cohort_labels)}
@@ -433,6 +435,10 @@ class SignalMap:
             self.sync()
         a = self._tick_arrays()
         n_series = self._synced
+        if self.index.relabelled:  # scraped series the index relabelled: their new labels
+            relabelled = np.unique(np.asarray(self.index.relabelled, dtype=np.int64))
+            self.index.relabelled.clear()
+            self._learn_cohorts(relabelled[relabelled < n_series])
         # One slot past the series holds NaN, so computed columns (series -1) gather NaN.
         padded = np.empty(n_series + 1)
         width = min(n_series, frame_values.shape[0])
