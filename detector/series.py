@@ -201,7 +201,7 @@ class SeriesIndex:
     _by_identity: dict[tuple[str, Labels], int] = field(default_factory=dict)
     _by_raw: dict[Labels, dict[str, int]] = field(default_factory=dict)  # extra -> key -> col
     _cached_keys: int = 0  # entries in all of ``_by_raw``
-    # identity without ``rules.relabel`` labels -> column, for series that have one
+    # identity without ``rules.relabel`` labels -> column (with such labels configured)
     _by_relabel_key: dict[tuple[str, Labels], int] = field(default_factory=dict)
     # columns a scrape relabelled (``columns``) since the signal stage last took them
     relabelled: list[int] = field(default_factory=list)
@@ -230,15 +230,17 @@ class SeriesIndex:
         return column
 
     def _relabel_key(self, metric: str, identity: Labels) -> tuple[str, Labels] | None:
+        """The identity without ``rules.relabel`` labels (a node's series before its first
+        job carry none of them), None when there are no such labels."""
         relabel = self.rules.relabel
-        if not relabel or not any(k in relabel for k, _ in identity):
+        if not relabel:
             return None
         return metric, tuple(kv for kv in identity if kv[0] not in relabel)
 
     def _relabelled(self, name: str, labels: Labels) -> int | None:
-        """The column of a scraped series with ``rules.relabel`` labels, when it is a known
-        series relabelled: its identity differs from that series' current one only in those
-        labels (its node's targets were rewritten with the next job, or back to a former one).
+        """The column of a scraped series when it is a known series relabelled: its identity
+        differs from that series' current one only in ``rules.relabel`` labels (its node's
+        targets were rewritten with the next job, or back to a former one, or got their first).
         The column then takes the new labels (noted in ``relabelled``) and keeps its place, so
         a live daemon's index does not grow with each job. None for any other series. Only
         scrapes relabel (``columns``): a dump holds every labelling of a series from the start,
@@ -279,7 +281,7 @@ class SeriesIndex:
         pod) or come with a series that is dropped, for as long as the process runs; once the
         cache holds more than two keys a series plus ``RAW_KEYS_SLACK`` it is cleared and
         refills from the next scrapes, each key split once more (a dropped one counted again)."""
-        if self.rules.relabel and any(k in self.rules.relabel for k, _ in extra):
+        if self.rules.relabel:
             # the target's labels changed (its node's next job): its keys are looked at again
             target = tuple(kv for kv in extra if kv[0] not in self.rules.relabel)
             if self._target_labels.setdefault(target, extra) != extra:

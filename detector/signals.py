@@ -325,12 +325,12 @@ class SignalMap:
 
     def _is_relabel(self, info: SeriesInfo) -> bool:
         """Whether ``info`` is a series already mapped under another value of a cohort label
-        in its identity (the scheduler relabelled its target with the node's next job): it
-        then feeds that series' signal column from its first observation on
-        (``_follow_relabels``) instead of a column of its own. The first such series of an
-        identity is recorded and gets its column as usual (False)."""
+        in its identity, or without one (the scheduler relabelled its target with the node's
+        next job): it then feeds that series' signal column from its first observation on
+        (``_follow_relabels``) instead of a column of its own. The first series of an
+        identity without cohort labels is recorded and gets its column as usual (False)."""
         cohort = self._cohort_labels
-        if not cohort or not any(key in cohort for key, _ in info.labels):
+        if not cohort:
             return False
         rest = tuple(kv for kv in info.labels if kv[0] not in cohort)
         col = self._relabel_keys.setdefault((info.metric, rest), len(self._series))

@@ -27,10 +27,11 @@ def test_new_key_among_known_ones_gets_a_new_column_and_keeps_the_others() -> No
 
 
 def test_a_relabelled_target_keeps_its_series_columns() -> None:
-    """A target whose cohort label the scheduler rewrites (job a, then b, then a again): each
-    scrape's series keep their columns, take the new labels and are listed in ``relabelled``
-    for the signal stage; the index does not grow. Without that label among the relabel
-    labels, or through ``add`` (a dump's series), each labelling is a series of its own."""
+    """A target whose cohort label the scheduler rewrites (job a, then b, then a again, or a
+    first job where it had none): each scrape's series keep their columns, take the new
+    labels and are listed in ``relabelled`` for the signal stage; the index does not grow.
+    Without that label among the relabel labels, or through ``add`` (a dump's series), each
+    labelling is a series of its own."""
     keys = ['DCGM_FI_DEV_GPU_TEMP{gpu="0"}', "node_load1"]
 
     def target(job: str) -> tuple[tuple[str, str], ...]:
@@ -49,6 +50,12 @@ def test_a_relabelled_target_keeps_its_series_columns() -> None:
     restored.extend_from(index.infos)
     assert first == restored.columns(keys, split_series, target("c")).tolist()
     assert 2 == len(restored)
+
+    # a node's targets before its first job carry no job label
+    fresh = SeriesIndex(LabelRules(relabel=frozenset({"training_job"})))
+    before = fresh.columns(keys, split_series, TARGET).tolist()
+    assert before == fresh.columns(keys, split_series, target("a")).tolist()
+    assert 2 == len(fresh)
 
     plain = SeriesIndex()
     plain.columns(keys, split_series, target("a"))
