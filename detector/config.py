@@ -112,8 +112,13 @@ def describe_config(c: Config, path: Path, env: Mapping[str, str]) -> str:
     s = c.scrape
     lines.append(
         f"  scrape: every {s.interval_s:g}s, timeout {s.timeout_s:g}s, "
-        f"body limit {s.body_limit_bytes / (1024 * 1024):g} MiB"
+        f"body limit {s.body_limit_bytes / (1024 * 1024):g} MiB, "
+        f"at most {s.max_series_total:,} series"
     )
+    lb = c.labels
+    cohorts = ", ".join(lb.cohort_labels) or "none (one cohort)"
+    drops = ", ".join(f"{label}=~{pattern}" for label, pattern in lb.drop.items()) or "none"
+    lines.append(f"  labels: cohorts by {cohorts}; series dropped where {drops}")
     a = c.alerts
     threshold = (
         f"{a.threshold:g}"

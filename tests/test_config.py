@@ -260,6 +260,8 @@ def test_check_config_names_overrides_and_missing_files(tmp_path: Path) -> None:
     path = write(tmp_path, "calibration:\n  path: cal.json\ntargets:\n  file_sd: [sd/*.yaml]\n")
     summary = check_config(path, {"DETECTOR_ALERTS__SHADOW": "true"})
     assert "SHADOW (nothing sent)" in summary
+    assert "at most 250,000 series" in summary
+    assert "series dropped where device=~veth.*|cali.*" in summary
     assert "environment overrides: DETECTOR_ALERTS__SHADOW" in summary
     assert f"warning: {tmp_path / 'cal.json'} does not exist" in summary
     assert f"warning: {tmp_path / 'sd' / '*.yaml'} matches no file" in summary
