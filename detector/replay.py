@@ -58,6 +58,7 @@ class ReplayResult:
     signal_names: tuple[str, ...] = ()
     threshold: float = float("nan")  # the alert threshold the pipeline ran with
     signal_weights: dict[str, float] = field(default_factory=dict)  # calibrated multipliers
+    dropped: int = 0  # series labels.drop kept out of the index
 
 
 class ScoreRecorder:
@@ -240,6 +241,7 @@ def run_replay(
         end=end,
         ticks=ticks,
         series=len(pipeline.index),
+        dropped=pipeline.index.dropped,
         alerts=alerts,
         failures=failures,
         all_xids=all_xids,
@@ -341,7 +343,8 @@ def summary_lines(result: ReplayResult) -> list[str]:
         return "-" if v is None else f"{v / 60:+.1f} min"
 
     lines = [
-        f"replayed {days / 86400:.2f} days, {result.ticks} ticks, {result.series} series, "
+        f"replayed {days / 86400:.2f} days, {result.ticks} ticks, {result.series} series"
+        f"{f' ({result.dropped} dropped by labels.drop)' if result.dropped else ''}, "
         f"{len(result.node_names)} nodes in {result.wall_s:.1f} s "
         f"({days / 86400 / max(result.wall_s, 1e-9) * 60:.1f} days/min)",
         f"failures {s['failures']}  detected {s['detected']}  "

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from detector import series as series_module
+from detector.cli import main
 from detector.config import Config, load_config
 from detector.config_schema import DEFAULT_DROP
 from detector.errors import ConfigError
@@ -139,9 +140,12 @@ def test_the_raw_key_cache_is_cleared_before_churned_keys_pile_up(
     assert 1000 <= index.dropped
 
 
-def test_a_dump_with_container_devices_replays_without_them(tmp_path: Path) -> None:
+def test_a_dump_with_container_devices_replays_without_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A recorded dump (promtool's OpenMetrics) with a veth beside eth0: read_dump's batches
-    carry every eth0 sample and none of the veth's, and the index holds no veth series."""
+    carry every eth0 sample and none of the veth's, the index holds no veth series, and the
+    replay's summary counts the dropped one."""
     samples = [
         Sample("node_network_receive_bytes_total", (("device", d), ("instance", "n1")), v, t)
         for t in (1.7e9, 1.7e9 + 15, 1.7e9 + 30)
@@ -156,6 +160,9 @@ def test_a_dump_with_container_devices_replays_without_them(tmp_path: Path) -> N
     assert "eth0" == dict(index.infos[0].labels)["device"]
     assert [0, 0, 0] == columns.tolist()
     assert 1 == index.dropped
+    # `detector replay` of it says so in its summary
+    assert 0 == main(["replay", str(path)])
+    assert "1 series (1 dropped by labels.drop)," in capsys.readouterr().out
 
 
 def test_a_drop_pattern_that_is_not_a_regular_expression_is_a_config_error(
