@@ -3,8 +3,8 @@
 Every series the catalog scores becomes one signal column (first matching rule wins, see
 ``rules.SignalCatalog.classify``); presence signals add computed columns per entity. Columns are
 only appended, in index order, so a restored index rebuilds the same columns. One exception: a
-series whose identity differs from a mapped one's only in the value of a cohort label (the
-scheduler relabelled the node's targets for its next job) gets no column of its own; it feeds
+series whose identity differs from a mapped one's only in its cohort labels (the scheduler
+relabelled the node's targets for its next job) gets no column of its own; it feeds
 the mapped series' column once it is observed while that one is not (``_follow_relabels``), so
 the column keeps its history across jobs. (That is a dump's case, which holds every labelling
 from the start; a live scrape's relabelled series keeps its index column, series.py.)
@@ -110,9 +110,9 @@ class SignalMap:
         self._slot_ids: dict[tuple[int, str], int] = {}
         self._count_nodes: set[int] = set()
         self._frozen_nodes: set[str] = set()
-        # Series whose identity holds a cohort label, by that identity without it -> their
-        # signal column; and the (series, column) pairs of the series that came after the
-        # column's first one, under another value of the label (see _follow_relabels).
+        # With cohort labels: series identities without them -> the signal column of the first
+        # such series; and the (series, column) pairs of the series that came after it, under
+        # another value of a cohort label (see _is_relabel, _follow_relabels).
         self._relabel_keys: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
         self._aliases: list[tuple[int, int]] = []
         self._denom_metric: dict[int, str] = {}  # RATIO columns: their denominator's metric
