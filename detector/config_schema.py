@@ -57,9 +57,11 @@ class _Section(BaseModel):
 
 
 # labels.drop's defaults: container network devices (veth pairs; Calico's cali*, Cilium's
-# lxc*; the 15 hex digits of kube-prometheus-stack's netdev exclusion) and container mounts.
+# lxc*; the host-side veths of the AWS VPC, GKE and Azure CNIs, a prefix and 11 hex digits;
+# Docker's user networks' bridges; the 15 hex digits of kube-prometheus-stack's netdev
+# exclusion) and container mounts.
 DEFAULT_DROP = {
-    "device": r"veth.*|cali.*|lxc.*|[a-f0-9]{15}",
+    "device": r"veth.*|cali.*|lxc.*|(eni|gke|azv)[0-9a-f]{11}|br-[0-9a-f]{12}|[a-f0-9]{15}",
     "mountpoint": (
         r"/(var/lib/(kubelet|docker|containerd|containers/storage)|run/(containerd|k3s))/.+"
     ),

@@ -90,6 +90,8 @@ def test_host_devices_mounts_and_nfs_exports_are_kept() -> None:
         'node_network_receive_errs_total{device="bond0"}',
         'node_network_receive_errs_total{device="ens1f0np0"}',
         'node_network_receive_errs_total{device="docker0"}',
+        'node_network_receive_errs_total{device="eno1"}',
+        'node_network_receive_errs_total{device="enp1s0f0"}',
         'node_infiniband_port_data_received_bytes_total{device="mlx5_0",port="1"}',
         'node_disk_io_time_seconds_total{device="nvme0n1"}',
         'node_filesystem_avail_bytes{device="/dev/md0",mountpoint="/raid"}',
@@ -102,6 +104,9 @@ def test_host_devices_mounts_and_nfs_exports_are_kept() -> None:
         'node_network_receive_errs_total{device="cali5e2b8d0e1f2"}',
         'node_network_receive_errs_total{device="lxc9a8b7c6d5e4f"}',
         'node_network_receive_errs_total{device="0123456789abcde"}',
+        'node_network_receive_errs_total{device="eni3f2a1c9b7d0"}',
+        'node_network_receive_errs_total{device="gke5e2b8d0e1f2"}',
+        'node_network_receive_errs_total{device="br-4c1d2e3f4a5b"}',
         'node_filesystem_avail_bytes{device="tmpfs",mountpoint="' + KUBELET.format(uid="u1") + '"}',
         'node_filesystem_avail_bytes{device="shm",mountpoint="/run/containerd/io.containerd'
         '.grpc.v1.cri/sandboxes/ab12/shm"}',
