@@ -180,9 +180,10 @@ class LabelsConfig(_Section):
     gpu_labels: list[str] = Field(default_factory=lambda: ["gpu"], min_length=1)
     cohort_labels: list[str] = Field(default_factory=list)  # empty: all nodes are one cohort
     # Series never indexed: label -> regular expression, a series dropped when that label's
-    # value matches in full. The defaults are what containers bring and take away with them:
-    # their virtual network devices and their volume and runtime mounts (kube-prometheus-stack
-    # excludes the same at the exporter). Setting it replaces them; {} keeps every series.
+    # value matches in full (``__name__``: the metric name, as in Prometheus relabelling).
+    # The defaults are what containers bring and take away with them: their virtual network
+    # devices and their volume and runtime mounts (kube-prometheus-stack excludes much the
+    # same at the exporter). Setting it replaces them; {} keeps every series.
     drop: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_DROP))
 
     _names = field_validator("node_labels", "gpu_labels", "cohort_labels")(_check_label_names)

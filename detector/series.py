@@ -71,8 +71,8 @@ class LabelRules:
         {"uuid", "pci_bus_id", "device", "modelName", "DCGM_FI_DRIVER_VERSION", "err_msg"}
     )
     # Series never indexed: (label, pattern) pairs, a series dropped when the value of one of
-    # its labels matches the pattern in full (config ``labels.drop``: the network devices and
-    # mounts that come and go with containers).
+    # its labels (``__name__``: its metric name) matches the pattern in full (config
+    # ``labels.drop``: the network devices and mounts that come and go with containers).
     drop: tuple[tuple[str, re.Pattern[str]], ...] = ()
     # Labels a scheduler rewrites on a node's targets with each job (the cohort labels): a
     # scraped series that differs from a known one only in them is that series, relabelled
@@ -89,11 +89,12 @@ class LabelRules:
             relabel=frozenset(labels.cohort_labels),
         )
 
-    def dropped(self, labels: Labels) -> bool:
-        """Whether ``drop`` keeps the series ``labels`` out of the index."""
+    def dropped(self, name: str, labels: Labels) -> bool:
+        """Whether ``drop`` keeps the series ``name{labels}`` out of the index."""
         if not self.drop:
             return False
         raw = dict(labels)
+        raw["__name__"] = name
         return any(
             (value := raw.get(label)) is not None and pattern.fullmatch(value) is not None
             for label, pattern in self.drop
@@ -214,7 +215,7 @@ class SeriesIndex:
     def add(self, name: str, labels: Labels) -> int:
         """Column of the series ``name{labels}``, appending it if new; -1 for a series
         ``rules.drop`` keeps out (counted in ``dropped``; callers drop its samples)."""
-        if self.rules.dropped(labels):
+        if self.rules.dropped(name, labels):
             self.dropped += 1
             return -1
         metric, identity, node, gpu, context = normalize(name, labels, self.rules, self.hosts)
@@ -307,7 +308,7 @@ class SeriesIndex:
                         + extra
                     )
                 full = self.capacity is not None and len(self.infos) >= self.capacity
-                dropped = not essential and self.rules.dropped(labels)
+                dropped = not essential and self.rules.dropped(name, labels)
                 relabelled = None
                 if not dropped and self.rules.relabel:
                     relabelled = self._relabelled(name, labels)

@@ -145,6 +145,21 @@ def test_the_raw_key_cache_is_cleared_before_churned_keys_pile_up(
     assert 1000 <= index.dropped
 
 
+def test_a_metric_name_can_be_dropped_too() -> None:
+    """``__name__`` names the metric, as in Prometheus relabelling: the Go runtime's series
+    are kept out, the host's are not; other labels still apply beside it."""
+    index = index_for({"__name__": "go_.*", "device": "veth.*"})
+    keys = [
+        'go_gc_duration_seconds{quantile="0.5"}',
+        "go_goroutines",
+        "node_load1",
+        'node_network_receive_errs_total{device="veth1"}',
+        'node_network_receive_errs_total{device="eth0"}',
+    ]
+    assert [-1, -1, 0, -1, 1] == index.columns(keys, split_series, TARGET).tolist()
+    assert 3 == index.dropped
+
+
 def test_a_dump_with_container_devices_replays_without_them(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
