@@ -71,6 +71,9 @@ _FILE_PATH_FIELDS = (
     ("server", "tls_key"),
     ("kmsg", "path"),
 )
+# scrape.max_series_total by mode, where the config leaves it out (~1.8 KB a series)
+AGENT_MAX_SERIES = 250_000
+FLEET_MAX_SERIES = 2_000_000
 _SECRET_WORDS = ("basic_auth", "password", "token", "secret", "authorization")
 
 Loc = tuple[str | int, ...]
@@ -344,4 +347,7 @@ def _resolve(config: Config, env: Mapping[str, str]) -> Config:
         update["node_name"] = env.get("NODE_NAME") or socket.gethostname()
     if config.kmsg.enabled is None:
         update["kmsg"] = config.kmsg.model_copy(update={"enabled": config.mode == "agent"})
+    if config.scrape.max_series_total is None:
+        cap = AGENT_MAX_SERIES if config.mode == "agent" else FLEET_MAX_SERIES
+        update["scrape"] = config.scrape.model_copy(update={"max_series_total": cap})
     return config.model_copy(update=update) if update else config

@@ -157,9 +157,10 @@ class ScrapeConfig(_Section):
     jitter_fraction: float = Field(default=0.1, ge=0, lt=1)
     max_series_per_target: int = Field(default=200_000, gt=0)
     # All targets together: past it, series not yet known are refused (label churn). A series
-    # takes ~1.8 KB (bench/memory_bench.py), so the default fits an agent's 1 GiB with room to
-    # spare (a GPU node publishes ~5,000); a fleet sets it to its memory limit.
-    max_series_total: int = Field(default=250_000, gt=0)
+    # takes ~1.8 KB (bench/memory_bench.py). None: by mode (config.py), 250,000 for an agent
+    # (its 1 GiB with room to spare; a GPU node publishes ~5,000), 2,000,000 for a fleet
+    # (~3.7 GB); set it to the memory limit.
+    max_series_total: int | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _timeout_below_interval(self) -> ScrapeConfig:

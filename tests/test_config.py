@@ -37,7 +37,8 @@ def error_of(path: Path | None, env: dict[str, str] | None = None) -> str:
 def test_empty_file_is_valid_with_production_defaults(tmp_path: Path) -> None:
     """An empty file loads to the documented production defaults."""
     config = load_config(write(tmp_path, ""), {})
-    assert Config() == config.model_copy(update={"kmsg": Config().kmsg})
+    resolved = {"kmsg": Config().kmsg, "scrape": Config().scrape}  # by mode, see _resolve
+    assert Config() == config.model_copy(update=resolved)
     assert ("fleet", 15.0, 5.0) == (config.mode, config.scrape.interval_s, config.scrape.timeout_s)
     assert 32 * 1024 * 1024 == config.scrape.body_limit_bytes
     assert ["node", "hostname", "Hostname", "instance"] == config.labels.node_labels
@@ -177,6 +178,16 @@ def test_shard_is_parsed_and_index_below_count() -> None:
     assert "must be written 'i/N'" in error_of(None, {"DETECTOR_SHARD": "two of four"})
 
 
+def test_the_series_cap_follows_the_mode_unless_set() -> None:
+    """scrape.max_series_total left out: 250,000 for an agent (one node, a 1 GiB pod), 2M for
+    a fleet; a value given is kept in either mode."""
+    agent = load_config(None, {"DETECTOR_MODE": "agent", "NODE_NAME": "n1"})
+    assert 250_000 == agent.scrape.max_series_total
+    assert 2_000_000 == load_config(None, {}).scrape.max_series_total
+    given = {"DETECTOR_MODE": "agent", "DETECTOR_SCRAPE__MAX_SERIES_TOTAL": "5000"}
+    assert 5000 == load_config(None, given).scrape.max_series_total
+
+
 def test_shard_is_rejected_in_agent_mode() -> None:
     """Sharding only exists in fleet mode."""
     message = error_of(None, {"DETECTOR_MODE": "agent", "DETECTOR_SHARD": "0/2"})
@@ -260,7 +271,7 @@ def test_check_config_names_overrides_and_missing_files(tmp_path: Path) -> None:
     path = write(tmp_path, "calibration:\n  path: cal.json\ntargets:\n  file_sd: [sd/*.yaml]\n")
     summary = check_config(path, {"DETECTOR_ALERTS__SHADOW": "true"})
     assert "SHADOW (nothing sent)" in summary
-    assert "at most 250,000 series" in summary
+    assert "at most 2,000,000 series" in summary  # fleet mode
     assert "series dropped where device=~veth.*|cali.*" in summary
     assert "environment overrides: DETECTOR_ALERTS__SHADOW" in summary
     assert f"warning: {tmp_path / 'cal.json'} does not exist" in summary
