@@ -16,7 +16,7 @@ Two ways a node keeps bringing series the detector has never seen:
 - relabels: the scheduler writes the node's job into its target labels (``training_job``,
   the cohort label, ``labels.cohort_labels``), a new run id every ``run-hours``, so every
   series of the page comes back under a new identity. The index gives each the column of the
-  series it relabels (series.py, ``SeriesIndex._relabelled``): no new series, signal column
+  series it relabels (series.py, ``SeriesIndex._known``): no new series, signal column
   or scorer state. Variant: the default config with the cohort label.
 
 What runs: node-exporter's real end-to-end page (../shared/data/exporters/node_exporter/
@@ -33,30 +33,21 @@ collection).
 from __future__ import annotations
 
 import argparse
-import gc
-import multiprocessing
-import resource
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from fresh_process import in_fresh_process, resident_mb
 
 PAGE = Path(__file__).resolve().parents[2] / "shared/data/exporters/node_exporter/e2e-output.txt"
 STEP_S = 15.0
 TARGET = (("instance", "10.0.0.1:9100"), ("job", "node"))
 
 
-def _rss_mb() -> float:
-    """Resident memory now (Linux /proc), after a full collection."""
-    gc.collect()
-    pages = int(Path("/proc/self/statm").read_text().split()[1])
-    return pages * resource.getpagesize() / 2**20
-
-
-def run_variant(
-    variant: str, ticks: int, every: int, life: int, run_ticks: int, out: multiprocessing.Queue
-) -> None:
+def run_variant(variant: str, ticks: int, every: int, life: int, run_ticks: int) -> dict[str, Any]:
+    """One variant's run (in a fresh process: ``main``); its figures."""
     from detector.config import Config
     from detector.ingest.parse import parse_exposition, split_series
     from detector.model import Frame
@@ -78,7 +69,10 @@ def run_variant(
     for k in range(ticks):
         if variant == "relabel":
             body = page.encode()
-            target = (*TARGET, ("training_job", f"run-{k // run_ticks}"))
+            target: tuple[tuple[str, str], ...] = (
+                *TARGET,
+                ("training_job", f"run-{k // run_ticks}"),
+            )
         else:
             live = range(max(0, (k - life) // every + 1), k // every + 1)
             devices = "\n".join(
@@ -97,20 +91,18 @@ def run_variant(
         pipeline.step(Frame(1.7e9 + STEP_S * k, frame))
         cpu.append(time.process_time() - began)
         if k == 0:
-            rss_first = _rss_mb()
+            rss_first = resident_mb()
     tenth = max(1, ticks // 10)
-    out.put(
-        {
-            "series": len(index),
-            "signals": len(pipeline.signal_map),
-            "dropped": index.dropped,
-            "first_ms": statistics.median(cpu[1 : tenth + 1]) * 1e3,
-            "last_ms": statistics.median(cpu[-tenth:]) * 1e3,
-            "last_mean_ms": statistics.fmean(cpu[-tenth:]) * 1e3,
-            "rss_first": rss_first,
-            "rss_end": _rss_mb(),
-        }
-    )
+    return {
+        "series": len(index),
+        "signals": len(pipeline.signal_map),
+        "dropped": index.dropped,
+        "first_ms": statistics.median(cpu[1 : tenth + 1]) * 1e3,
+        "last_ms": statistics.median(cpu[-tenth:]) * 1e3,
+        "last_mean_ms": statistics.fmean(cpu[-tenth:]) * 1e3,
+        "rss_first": rss_first,
+        "rss_end": resident_mb(),
+    }
 
 
 def main() -> None:
@@ -129,7 +121,6 @@ def main() -> None:
         f"living {life * STEP_S / 60:g} min ({life // every + 1} at a time, 27 series each); "
         f"relabels: a new run id every {run_ticks * STEP_S / 3600:g} h"
     )
-    ctx = multiprocessing.get_context("spawn")
     names = {
         "no filter": "containers, labels.drop: {}",
         "filter": "containers, default labels.drop",
@@ -137,11 +128,7 @@ def main() -> None:
     }
     rows = {}
     for variant in names:
-        queue: multiprocessing.Queue = ctx.Queue()
-        proc = ctx.Process(target=run_variant, args=(variant, ticks, every, life, run_ticks, queue))
-        proc.start()
-        rows[variant] = queue.get()
-        proc.join()
+        rows[variant] = in_fresh_process(run_variant, variant, ticks, every, life, run_ticks)
     print(
         f"{'variant':<34}{'series':>9}{'signals':>9}{'dropped':>9}{'ms/tick first':>15}"
         f"{'last':>7}{'last mean':>11}{'RSS MB first':>14}{'RSS MB end':>12}"

@@ -16,19 +16,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gc
-import multiprocessing
-import resource
-from pathlib import Path
+
+from fresh_process import in_fresh_process, resident_mb
 
 
-def _rss_mb() -> float:
-    gc.collect()
-    pages = int(Path("/proc/self/statm").read_text().split()[1])
-    return pages * resource.getpagesize() / 2**20
-
-
-def measure(nodes: int, ticks: int, out: multiprocessing.Queue) -> None:
+def measure(nodes: int, ticks: int) -> tuple[int, int, float]:
+    """Series, signal columns and resident MB after ``ticks`` ticks of ``nodes`` nodes."""
     from detector.config import Config
     from detector.pipeline import build_pipeline
     from detector.replay import simulated_frames
@@ -43,7 +36,7 @@ def measure(nodes: int, ticks: int, out: multiprocessing.Queue) -> None:
     for _, frame in zip(range(ticks), frames, strict=False):
         pipeline.step(frame)
     del frames, cluster
-    out.put((len(index), len(pipeline.signal_map), _rss_mb()))
+    return len(index), len(pipeline.signal_map), resident_mb()
 
 
 def main() -> None:
@@ -51,14 +44,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, nargs=2, default=[8, 64])
     parser.add_argument("--ticks", type=int, default=60)
     args = parser.parse_args()
-    ctx = multiprocessing.get_context("spawn")
-    rows = []
-    for nodes in args.nodes:
-        queue: multiprocessing.Queue = ctx.Queue()
-        proc = ctx.Process(target=measure, args=(nodes, args.ticks, queue))
-        proc.start()
-        rows.append((nodes, *queue.get()))
-        proc.join()
+    rows = [(nodes, *in_fresh_process(measure, nodes, args.ticks)) for nodes in args.nodes]
     print(f"{'nodes':>6}{'series':>9}{'signals':>9}{'RSS MB':>9}")
     for nodes, series, signals, rss in rows:
         print(f"{nodes:>6}{series:>9,}{signals:>9,}{rss:>9.1f}")

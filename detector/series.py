@@ -101,6 +101,15 @@ class LabelRules:
         )
 
 
+def without(labels: Labels, names: frozenset[str] | tuple[str, ...]) -> Labels:
+    """``labels`` but those named in ``names``."""
+    return tuple(kv for kv in labels if kv[0] not in names)
+
+
+# normalize's result: (metric, identity labels, node, gpu, context labels)
+Normalized = tuple[str, Labels, str, str, Labels]
+
+
 def canonical_metric(name: str) -> str:
     """The metric name under which a series is scored (DCGM field aliases folded)."""
     alias = _DCGM_ALIASES.get(name)
@@ -135,7 +144,7 @@ def _node_of(raw: Mapping[str, str], rules: LabelRules) -> str:
 
 def normalize(
     name: str, labels: Labels, rules: LabelRules, hosts: Mapping[str, str] | None = None
-) -> tuple[str, Labels, str, str, Labels]:
+) -> Normalized:
     """Normalize one series: (metric, identity labels, node, gpu, context labels). ``hosts``
     renames nodes named by a scrape address (``host_names``)."""
     raw = _renamed(labels, rules)
@@ -218,44 +227,41 @@ class SeriesIndex:
         if self.rules.dropped(name, labels):
             self.dropped += 1
             return -1
-        metric, identity, node, gpu, context = normalize(name, labels, self.rules, self.hosts)
-        key = (metric, identity)
-        column = self._by_identity.get(key)
-        if column is None:
-            column = len(self.infos)
-            self.infos.append(SeriesInfo(column, metric, identity, node, gpu, context))
-            self._by_identity[key] = column
-            relabel_key = self._relabel_key(metric, identity)
-            if relabel_key is not None:
-                self._by_relabel_key.setdefault(relabel_key, column)
+        series = normalize(name, labels, self.rules, self.hosts)
+        column = self._by_identity.get(series[:2])
+        return self._append(series) if column is None else column
+
+    def _append(self, series: Normalized) -> int:
+        column = len(self.infos)
+        self._register(SeriesInfo(column, *series))
         return column
 
-    def _relabel_key(self, metric: str, identity: Labels) -> tuple[str, Labels] | None:
-        """The identity without ``rules.relabel`` labels (a node's series before its first
-        job carry none of them), None when there are no such labels."""
-        relabel = self.rules.relabel
-        if not relabel:
-            return None
-        return metric, tuple(kv for kv in identity if kv[0] not in relabel)
+    def _register(self, info: SeriesInfo) -> None:
+        """``info`` as the index's next column, found by its identity and, with relabel
+        labels configured, by its identity without them."""
+        self.infos.append(info)
+        self._by_identity[(info.metric, info.labels)] = info.column
+        if self.rules.relabel:
+            key = (info.metric, without(info.labels, self.rules.relabel))
+            self._by_relabel_key.setdefault(key, info.column)
 
-    def _relabelled(self, name: str, labels: Labels) -> int | None:
-        """The column of a scraped series when it is a known series relabelled: its identity
-        differs from that series' current one only in ``rules.relabel`` labels (its node's
-        targets were rewritten with the next job, or back to a former one, or got their first).
-        The column then takes the new labels (noted in ``relabelled``) and keeps its place, so
-        a live daemon's index does not grow with each job. None for any other series. Only
-        scrapes relabel (``columns``): a dump holds every labelling of a series from the start,
-        so ``add`` gives each its column and the signal stage follows them in time
-        (signals.py)."""
-        metric, identity, node, gpu, context = normalize(name, labels, self.rules, self.hosts)
-        relabel_key = self._relabel_key(metric, identity)
-        if relabel_key is None:
-            return None
+    def _known(self, series: Normalized) -> int | None:
+        """Column of a scraped series the index knows, None for a new one. With
+        ``rules.relabel`` labels, a series is known too when its identity differs from a
+        known one's current identity only in those labels: the series relabelled (its node's
+        targets were rewritten with the next job, or back to a former one, or got their
+        first). The column then takes the new labels (noted in ``relabelled``) and keeps its
+        place, so a live daemon's index does not grow with each job. Only scrapes relabel
+        (``columns``): a dump holds every labelling of a series from the start, so ``add``
+        gives each its column and the signal stage follows them in time (signals.py)."""
+        metric, identity = series[:2]
         column = self._by_identity.get((metric, identity))
+        if not self.rules.relabel:
+            return column
         if column is None:
-            column = self._by_relabel_key.get(relabel_key)
+            column = self._by_relabel_key.get((metric, without(identity, self.rules.relabel)))
         if column is not None and self.infos[column].labels != identity:
-            self.infos[column] = SeriesInfo(column, metric, identity, node, gpu, context)
+            self.infos[column] = SeriesInfo(column, *series)
             self._by_identity[(metric, identity)] = column
             self.relabelled.append(column)
         return column
@@ -284,7 +290,7 @@ class SeriesIndex:
         refills from the next scrapes, each key split once more (a dropped one counted again)."""
         if self.rules.relabel:
             # the target's labels changed (its node's next job): its keys are looked at again
-            target = tuple(kv for kv in extra if kv[0] not in self.rules.relabel)
+            target = without(extra, self.rules.relabel)
             if self._target_labels.setdefault(target, extra) != extra:
                 self._target_labels[target] = extra
                 self._cached_keys -= len(self._by_raw.pop(extra, {}))
@@ -307,25 +313,18 @@ class SeriesIndex:
                         tuple((f"exported_{k}", v) if k in mine else (k, v) for k, v in labels)
                         + extra
                     )
-                full = self.capacity is not None and len(self.infos) >= self.capacity
-                dropped = not essential and self.rules.dropped(name, labels)
-                relabelled = None
-                if not dropped and self.rules.relabel:
-                    relabelled = self._relabelled(name, labels)
-                if dropped:
+                if not essential and self.rules.dropped(name, labels):
                     column = -1  # cached: the key is in every scrape while its device lives
                     self.dropped += 1
-                elif relabelled is not None:
-                    column = relabelled
-                elif full and not essential:
-                    known = self.column_of(name, labels)
-                    if known is None:  # not cached: the lookup must not grow either
-                        self.refused += 1
+                else:
+                    series = normalize(name, labels, self.rules, self.hosts)
+                    known = self._known(series)
+                    full = self.capacity is not None and len(self.infos) >= self.capacity
+                    if known is None and full and not essential:
+                        self.refused += 1  # not cached: the lookup must not grow either
                         out[i] = -1
                         continue
-                    column = known
-                else:
-                    column = self.add(name, labels)
+                    column = self._append(series) if known is None else known
                 lookup[key] = column
                 self._cached_keys += 1
             out[i] = column
@@ -342,8 +341,4 @@ class SeriesIndex:
         for info in infos:
             if info.column != len(self.infos):
                 raise ValueError(f"series column {info.column} out of order")
-            self.infos.append(info)
-            self._by_identity[(info.metric, info.labels)] = info.column
-            relabel_key = self._relabel_key(info.metric, info.labels)
-            if relabel_key is not None:
-                self._by_relabel_key.setdefault(relabel_key, info.column)
+            self._register(info)

@@ -46,7 +46,7 @@ import numpy as np
 from .model import DCGM_BLANK_THRESHOLD, BoolArray, ColumnLayout, FloatArray, IntArray, SeriesInfo
 from .repeats import RepeatedScrapes, target_key
 from .rules import SignalCatalog
-from .series import SeriesIndex
+from .series import SeriesIndex, without
 
 LEVEL, RATE, EDGE, MISSING, GPU_COUNT, RATIO, FROZEN = 0, 1, 2, 3, 4, 5, 6
 _TRANSFORM = {"level": LEVEL, "rate": RATE, "edge": EDGE, "ratio": RATIO}
@@ -329,15 +329,13 @@ class SignalMap:
         next job): it then feeds that series' signal column from its first observation on
         (``_follow_relabels``) instead of a column of its own. The first series of an
         identity without cohort labels is recorded and gets its column as usual (False)."""
-        cohort = self._cohort_labels
-        if not cohort:
+        if not self._cohort_labels:
             return False
-        rest = tuple(kv for kv in info.labels if kv[0] not in cohort)
-        col = self._relabel_keys.setdefault((info.metric, rest), len(self._series))
+        key = (info.metric, without(info.labels, self._cohort_labels))
+        col = self._relabel_keys.setdefault(key, len(self._series))
         if col == len(self._series):
             return False
-        self._aliases.append((info.column, col))
-        self._arrays = None
+        self._aliases.append((info.column, col))  # sync rebuilds the tick arrays
         return True
 
     def _follow_relabels(self, a: dict[str, np.ndarray], values: FloatArray) -> None:
@@ -347,8 +345,6 @@ class SignalMap:
         job under a new label value does not warm up again; its cohort moves with the new
         series' first observation (``_learn_cohorts``)."""
         pairs = a["alias_pairs"]
-        if not pairs.shape[0]:
-            return
         alias, col = pairs[:, 0], pairs[:, 1]
         now = ~np.isnan(values[alias]) & np.isnan(values[a["series"][col]])
         for k in np.flatnonzero(now).tolist():
