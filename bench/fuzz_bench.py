@@ -43,6 +43,7 @@ from detector.config import load_config
 from detector.errors import ConfigError, DumpError, EventsError, ParseError
 from detector.ingest.dumps import DumpStats, read_dump
 from detector.ingest.events import load_events, parse_events
+from detector.ingest.kernel_log import parse_kernel_log
 from detector.ingest.parse import parse_exposition, split_series
 from detector.logs import configure_logging
 from detector.rules import load_signal_rules, load_xid_catalog
@@ -403,6 +404,40 @@ def case_rules_xid(rng: random.Random, tmp: Path) -> Any:
     return text
 
 
+_XID_TEXT = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
+KERNEL_LOG_SHAPES = [  # every shape kernel_log.py accepts, and one it skips
+    f"2026-11-30T13:37:13+0000 gpu-05 kernel: {_XID_TEXT}",
+    f"2026-11-30T13:37:13.250000+01:00 gpu-05 kernel: [ 8123.456789] {_XID_TEXT}",
+    f"2026-11-30T13:37:13,000000+00:00 {_XID_TEXT}",
+    f'2026-11-30T13:37:13Z {{host="gpu-05", job="kernel"}} {_XID_TEXT}',
+    json.dumps(
+        {"__REALTIME_TIMESTAMP": "1796045833000000", "_HOSTNAME": "g", "MESSAGE": _XID_TEXT}
+    ),
+    "__REALTIME_TIMESTAMP=1796045833000000\n_HOSTNAME=gpu-05\nMESSAGE=" + _XID_TEXT + "\n",
+    "nvidia-nvswitch0: SXid (PCI:0000:07:00.0): 12028, Non-fatal, Link 45 egress",
+    "2026-11-30T13:00:00+0000 gpu-05 kernel: e1000e: eth0 NIC Link is Up",
+]
+
+
+def case_kernel_log(rng: random.Random, tmp: Path) -> Any:
+    """A kernel log export as ``--events``: the accepted shapes, mutated, read through the
+    events loader's sniffing (a file) or the log parser itself."""
+    lines = "\n".join(rng.choice(KERNEL_LOG_SHAPES) for _ in range(rng.randint(1, 12)))
+    text = "\n".join(mutate_lines(rng, lines.split("\n"), rng.randint(0, 3))) + "\n"
+    try:
+        if rng.random() < 0.3:
+            path = tmp / f"gpu-{rng.randrange(1 << 30)}.log"
+            path.write_bytes(maybe_gzip(rng, finish_bytes(rng, text)))
+            events = load_events(path)
+            path.unlink()
+        else:
+            events = parse_kernel_log(text.split("\n"), "fuzz.log", "gpu-05")
+    except EventsError:
+        return text
+    assert all(0 <= e.time <= 1e11 and e.node and e.xid > 0 for e in events)
+    return text
+
+
 TARGETS: dict[str, tuple[Callable[[random.Random, Path], Any], int]] = {
     "parse": (case_parse, 30),
     "parse_good_lines": (case_parse_good_lines, 8),
@@ -410,6 +445,7 @@ TARGETS: dict[str, tuple[Callable[[random.Random, Path], Any], int]] = {
     "dump_json": (case_dump_json, 10),
     "dump_tsdb": (case_dump_tsdb, 10),
     "events": (case_events, 15),
+    "kernel_log": (case_kernel_log, 5),
     "config": (case_config, 7),
     "rules_signals": (case_rules_signals, 5),
     "rules_xid": (case_rules_xid, 5),

@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="FILE",
-        help="failure events JSONL (repeatable)",
+        help="failure events: JSONL, or a kernel log export with NVRM Xid lines (repeatable)",
     )
     common.add_argument(
         "--step",

@@ -90,7 +90,8 @@ class XidEvent:
     gpu: str | None
     xid: int
     end: float | None = None
-    source: str = ""  # "events-file", "dump", "kmsg", ...
+    source: str = ""  # "events-file", "dump", "kmsg", "kernel-log", ...
+    pci: str | None = None  # a kernel log's PCI bus id, until replay maps it to ``gpu``
 
 
 @dataclass(frozen=True, slots=True)

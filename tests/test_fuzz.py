@@ -34,6 +34,7 @@ from detector.config import load_config
 from detector.errors import ConfigError, DumpError, EventsError, ParseError
 from detector.ingest.dumps import DumpStats, read_dump
 from detector.ingest.events import load_events, parse_events
+from detector.ingest.kernel_log import parse_kernel_log
 from detector.ingest.parse import parse_exposition, split_series
 from detector.model import Exposition
 from detector.rules import load_signal_rules, load_xid_catalog
@@ -401,6 +402,38 @@ def test_events_loader_raises_only_events_error_naming_the_line(
         message = "events.jsonl:1: "
     assert re.match(r"events\.jsonl:\d+: ", message), message
     assert all(math.isfinite(e.time) and e.time >= 0 for e in events)
+
+
+_XID_TEXT = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus."
+KERNEL_LOG_LINES = [
+    f"2026-11-30T13:37:13+0000 gpu-05 kernel: {_XID_TEXT}",
+    f"2026-11-30T13:37:13.250000+01:00 gpu-05 kernel: [ 81.5] {_XID_TEXT}",
+    f"2026-11-30T13:37:13,000000+00:00 {_XID_TEXT}",
+    f'2026-11-30T13:37:13Z {{host="gpu-05"}} {_XID_TEXT}',
+    json.dumps(
+        {"__REALTIME_TIMESTAMP": "1796045833000000", "_HOSTNAME": "g", "MESSAGE": _XID_TEXT}
+    ),
+    "__REALTIME_TIMESTAMP=1796045833000000",
+    f"MESSAGE={_XID_TEXT}",
+    "",
+    "2026-11-30T13:00:00+0000 gpu-05 kernel: e1000e: eth0 NIC Link is Up",
+]
+
+
+@fuzz()
+@given(st.data())
+def test_kernel_log_events_raise_only_events_error(data: st.DataObject) -> None:
+    """Mutated kernel log exports (every accepted shape) give events or an EventsError naming
+    the file; never another exception, never a time that is not a plausible unix time."""
+    lines = data.draw(mutated_lines(KERNEL_LOG_LINES))
+    try:
+        events = parse_kernel_log(lines, "kern.log", "gpu-05")
+    except EventsError as exc:
+        events, message = [], str(exc)
+    else:
+        message = "kern.log"
+    assert message.startswith("kern.log"), message
+    assert all(0 <= e.time <= 1e11 and e.node and e.xid > 0 for e in events)
 
 
 def _load_message(

@@ -18,13 +18,15 @@ Reading is strict about what a line means and tolerant about how it is written:
 
 The first bad line raises :class:`~detector.errors.EventsError` naming file, line and field.
 Events come back sorted by time (stable), with ``source="events-file"``. ``.gz`` files are read
-and written transparently.
+and written transparently. A file that is not JSONL is read as a kernel log export
+(kernel_log.py: the Xid lines of ``journalctl -k``, rsyslog, ``dmesg --time-format iso``, Loki).
 """
 
 from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import json
 import math
 import zlib
@@ -35,6 +37,7 @@ from typing import IO, Any
 
 from ..errors import EventsError
 from ..model import XidEvent
+from .kernel_log import node_of_file, parse_kernel_log
 
 SOURCE = "events-file"
 # Unix seconds stay below 1e11 until the year 5138; anything larger is almost surely milliseconds.
@@ -163,13 +166,37 @@ def parse_events(lines: Iterable[str], source: str) -> list[XidEvent]:
 
 
 def load_events(path: Path) -> list[XidEvent]:
-    """Read an events file (``.gz`` allowed); raise EventsError naming file, line and field."""
+    """Read an events file (``.gz`` allowed); raise EventsError naming file, line and field.
+    A file that is not JSONL (its first line that is not blank or a comment is not a JSON
+    object, or is a journal entry) is read as a kernel log export (kernel_log.py)."""
     try:
         with _open_text(path, write=False) as handle:
-            return parse_events(handle, str(path))
+            head: list[str] = []
+            for line in handle:
+                head.append(line)
+                text = line.strip()
+                if text and not text.startswith("#"):
+                    break
+            lines = itertools.chain(head, handle)
+            meaningful = [x for x in head if x.strip() and not x.strip().startswith("#")]
+            if not meaningful or _is_jsonl(meaningful[0]):
+                return parse_events(lines, str(path))
+            return parse_kernel_log(lines, str(path), node_of_file(path))
     except (OSError, EOFError, UnicodeDecodeError, zlib.error) as exc:  # zlib: corrupt .gz
         reason = getattr(exc, "strerror", None) or exc
         raise EventsError(f"{path}: cannot read events file: {reason}") from None
+
+
+def _is_jsonl(first: str) -> bool:
+    """Whether a file whose first meaningful line is ``first`` is events JSONL: a line that
+    starts like JSON and is not a journal entry (``journalctl -o json``)."""
+    if not first.lstrip().startswith(("{", "[")):
+        return False
+    try:
+        record = json.loads(first)
+    except (ValueError, RecursionError):
+        return True  # broken JSONL: parse_events says where
+    return not (isinstance(record, dict) and "MESSAGE" in record and "xid" not in record)
 
 
 def _event_record(event: XidEvent) -> dict[str, Any]:

@@ -36,11 +36,12 @@ import errno
 import os
 import re
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..logs import get_logger
-from ..model import XidEvent
+from ..model import SeriesInfo, XidEvent
 from ..series import SeriesIndex
 
 _log = get_logger(component="kmsg")
@@ -93,7 +94,7 @@ def parse_xid_line(line: str) -> KernelXid | None:
     if match is None:
         return None
     pci = normalize_pci(match["pci"])
-    if pci is None:
+    if pci is None or int(match["code"]) == 0:  # no driver writes XID 0: a garbled line
         return None
     rest = match["rest"].strip()
     pid: int | None = None
@@ -108,6 +109,20 @@ def parse_xid_line(line: str) -> KernelXid | None:
             process = None if name in ("", "<unknown>") else name
             rest = rest[named.end() :]
     return KernelXid(int(match["code"]), pci, match["kind"] == "SXid", pid, process, rest.strip())
+
+
+def gpus_by_pci(infos: Sequence[SeriesInfo]) -> dict[tuple[str, str], str]:
+    """(node, normalized PCI bus id) -> GPU label, from the ``pci_bus_id`` dcgm-exporter puts
+    on each GPU's series (the first GPU seen with a bus id keeps it)."""
+    gpus: dict[tuple[str, str], str] = {}
+    for info in infos:
+        if not info.gpu:
+            continue
+        bus = dict(info.context).get("pci_bus_id") or dict(info.labels).get("pci_bus_id")
+        pci = normalize_pci(bus) if bus else None
+        if pci is not None:
+            gpus.setdefault((info.node, pci), info.gpu)
+    return gpus
 
 
 class KmsgFollower:
@@ -230,15 +245,10 @@ class KernelXids:
         self.messages: dict[XidEvent, str] = {}  # kernel text of each event, for alerts
 
     def _sync(self) -> None:
-        for info in self.index.infos[self._synced :]:
-            if info.node:
-                self._nodes.add(info.node)
-            if not info.gpu:
-                continue
-            bus = dict(info.context).get("pci_bus_id") or dict(info.labels).get("pci_bus_id")
-            pci = normalize_pci(bus) if bus else None
-            if pci is not None:
-                self._gpus.setdefault((info.node, pci), info.gpu)
+        new = self.index.infos[self._synced :]
+        self._nodes.update(info.node for info in new if info.node)
+        for key, gpu in gpus_by_pci(new).items():
+            self._gpus.setdefault(key, gpu)
         self._synced = len(self.index.infos)
 
     def resolve(self, pci: str) -> tuple[str, str | None]:

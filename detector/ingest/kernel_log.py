@@ -1,0 +1,204 @@
+"""Kernel logs as the failure events of a replay or calibration (``--events``).
+
+The kernel log is where XIDs are first written (``NVRM: Xid (PCI:0000:3b:00): 79, ...``), so an
+operator's history of failures usually is a log export, not our events JSONL. ``load_events``
+(events.py) hands a file here when it is not JSONL; every Xid/SXid line becomes an XidEvent
+(``source="kernel-log"``, or ``"kernel-log-sxid"``) carrying the line's PCI bus id, which
+``run_replay`` maps to the GPU through the dump's ``pci_bus_id`` labels (``kmsg.gpus_by_pci``,
+as the live daemon does), so the same failure in the dump's DCGM XID gauge is one episode.
+
+Accepted exports (the node is the line's host name; a format without one takes it from the
+file name up to its first ``.``, e.g. ``gpu-05.log``):
+
+- ``journalctl -k -o short-iso`` (or ``short-iso-precise``) and RFC 3339 syslog files
+  (rsyslog's file format):
+  ``2026-11-30T13:37:13+0000 gpu-05 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=...``
+- ``journalctl -k -o json``: one JSON object a line (``__REALTIME_TIMESTAMP``, ``_HOSTNAME``,
+  ``MESSAGE``);
+- ``journalctl -k -o export``: ``KEY=value`` records separated by blank lines;
+- ``dmesg --time-format iso`` (no host name): ``2026-11-30T13:37:13,123456+00:00 NVRM: ...``;
+- Loki's ``logcli query`` output: ``2026-11-30T13:37:13Z {host="gpu-05", ...} NVRM: ...``
+  (the node from the ``node``, ``host``, ``hostname`` or ``instance`` label).
+
+A time must say its UTC offset (as in the events file: local time would shift every failure by
+hours). An Xid line whose time cannot be read, e.g. traditional syslog (``Nov 30 13:37:13``,
+no year or zone), ``dmesg -T`` or seconds since boot, raises EventsError naming the file and
+line and the exports that work. Lines without an Xid are skipped, whatever they are; a file
+in which no line has one of the shapes above is refused (it is neither events nor a log).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+
+from ..errors import EventsError
+from ..model import SeriesInfo, XidEvent
+from .kmsg import gpus_by_pci, parse_xid_line
+
+SOURCE = "kernel-log"
+MAX_UNIX_SECONDS = 1e11  # as events.py: beyond, a time is not seconds
+_ISO = re.compile(
+    r"^(?P<ts>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?P<zone>Z|[+-]\d{2}:?\d{2})?)"
+    r"\s+(?P<rest>.*)$"
+)
+_HOST = re.compile(r"^(?P<host>\S+)\s+kernel(?:\[\d+\])?:\s")  # "gpu-05 kernel: ..."
+_LOKI = re.compile(r"^\{(?P<labels>[^}]*)\}\s")
+_LOKI_LABEL = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+_LOKI_NODE = ("node", "host", "hostname", "instance")
+_EXPORT_FIELD = re.compile(r"^(?P<key>[A-Z_][A-Z0-9_]*)=(?P<value>.*)$")
+_UNTIMED = (  # shapes of logs whose lines do not carry a usable time
+    (re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d "), "syslog without year or zone"),
+    (re.compile(r"^\[[A-Z][a-z]{2} [A-Z][a-z]{2} "), "dmesg -T (local time, no zone)"),
+    (re.compile(r"^\[\s*\d+\.\d+\]"), "dmesg (seconds since boot)"),
+    (re.compile(r"^\d+,\d+,\d+,[^;]*;"), "/dev/kmsg records (microseconds since boot)"),
+)
+_EXPORTS = (
+    "export it with `journalctl -k -o short-iso` (or -o json), `dmesg --time-format iso`, or "
+    "write events JSONL"
+)
+
+
+def _iso_seconds(text: str, where: str) -> float:
+    try:
+        parsed = datetime.fromisoformat(text)  # 3.11: ',' decimals, 'Z', +0100 and +01:00
+        seconds = parsed.timestamp()
+    except (ValueError, OverflowError):
+        raise EventsError(f"{where}: unreadable time {text!r}; {_EXPORTS}") from None
+    if parsed.tzinfo is None:
+        raise EventsError(f"{where}: the time {text!r} has no UTC offset; {_EXPORTS}")
+    return _checked(seconds, text, where)
+
+
+def _checked(seconds: float, text: str, where: str) -> float:
+    if not 0.0 <= seconds <= MAX_UNIX_SECONDS:
+        raise EventsError(f"{where}: the time {text!r} is not a plausible unix time")
+    return seconds
+
+
+def _event(line: str, seconds: float, node: str, where: str) -> XidEvent | None:
+    parsed = parse_xid_line(line)
+    if parsed is None:
+        return None
+    if not node:
+        raise EventsError(f"{where}: an Xid line names no host and the file name none")
+    return XidEvent(
+        seconds,
+        node,
+        None,
+        parsed.xid,
+        source=f"{SOURCE}-sxid" if parsed.sxid else SOURCE,
+        pci=None if parsed.sxid else parsed.pci,
+    )
+
+
+def _text_line(line: str, file_node: str, where: str) -> tuple[bool, XidEvent | None]:
+    """(whether the line has a known timestamped shape, its event or None)."""
+    match = _ISO.match(line)
+    if match is None:
+        if parse_xid_line(line) is not None:
+            shape = next((name for pattern, name in _UNTIMED if pattern.match(line)), "")
+            said = f" ({shape})" if shape else ""
+            raise EventsError(f"{where}: an Xid line without a readable time{said}; {_EXPORTS}")
+        return False, None
+    rest, node = match["rest"], file_node
+    host = _HOST.match(rest)
+    loki = _LOKI.match(rest)
+    if host is not None:
+        node = host["host"]
+    elif loki is not None:
+        labels = dict(_LOKI_LABEL.findall(loki["labels"]))
+        named = next((labels[k] for k in _LOKI_NODE if labels.get(k)), "")
+        node = named.rsplit(":", 1)[0] if named.count(":") == 1 else named or node
+    if parse_xid_line(rest) is None:
+        return True, None
+    if match["zone"] is None:
+        raise EventsError(f"{where}: the time {match['ts']!r} has no UTC offset; {_EXPORTS}")
+    return True, _event(rest, _iso_seconds(match["ts"], where), node, where)
+
+
+def _journal_record(fields: dict[str, str], file_node: str, where: str) -> XidEvent | None:
+    message = fields.get("MESSAGE")
+    if not isinstance(message, str) or parse_xid_line(message) is None:
+        return None
+    usec = str(fields.get("__REALTIME_TIMESTAMP", ""))
+    if not (usec.isascii() and usec.isdigit() and len(usec) <= 18):
+        raise EventsError(f"{where}: an Xid record without __REALTIME_TIMESTAMP; {_EXPORTS}")
+    node = str(fields.get("_HOSTNAME") or file_node)
+    return _event(message, _checked(int(usec) / 1e6, usec, where), node, where)
+
+
+def parse_kernel_log(lines: Iterable[str], source: str, file_node: str = "") -> list[XidEvent]:
+    """The Xid events of a kernel log export (module docstring); ``source`` names it in
+    errors, ``file_node`` is the node of lines that name no host."""
+    events: list[XidEvent] = []
+    shaped = False
+    record: dict[str, str] = {}
+    record_line = 0
+    for number, raw in enumerate(lines, start=1):
+        line = raw.rstrip("\r\n")
+        where = f"{source}:{number}"
+        text = line.strip()
+        if line.startswith("{"):  # journalctl -o json
+            try:
+                fields = json.loads(line)
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(fields, dict) and "MESSAGE" in fields:
+                shaped = True
+                found = _journal_record(fields, file_node, where)
+                events.extend([found] if found else [])
+            continue
+        field = _EXPORT_FIELD.match(line)
+        if field is not None:  # journalctl -o export: a record's KEY=value lines
+            record.setdefault(field["key"], field["value"])
+            record_line = record_line or number
+            continue
+        if not text:
+            if record:
+                shaped = shaped or "MESSAGE" in record
+                found = _journal_record(record, file_node, f"{source}:{record_line}")
+                events.extend([found] if found else [])
+            record, record_line = {}, 0
+            continue
+        known, found = _text_line(text, file_node, where)
+        shaped = shaped or known
+        events.extend([found] if found else [])
+    if record:
+        shaped = shaped or "MESSAGE" in record
+        found = _journal_record(record, file_node, f"{source}:{record_line}")
+        events.extend([found] if found else [])
+    if not shaped:
+        raise EventsError(
+            f"{source}: neither events JSONL nor a kernel log with timestamps; {_EXPORTS}"
+        )
+    events.sort(key=lambda event: event.time)
+    return events
+
+
+def node_of_file(path: Path) -> str:
+    """The node a log file without host names is about: its name up to the first '.'."""
+    return path.name.split(".", 1)[0]
+
+
+def place_events(events: Sequence[XidEvent], infos: Sequence[SeriesInfo]) -> list[XidEvent]:
+    """``events`` named as the data names them: a node known only by its short name (a log's
+    ``gpu-05`` for the data's ``gpu-05.cluster.local``, when no other node shares it) takes
+    the data's name, and a kernel log's PCI bus id its GPU (``kmsg.gpus_by_pci``)."""
+    nodes = {info.node for info in infos if info.node}
+    short: dict[str, list[str]] = {}
+    for node in nodes:
+        short.setdefault(node.split(".", 1)[0], []).append(node)
+    gpus = gpus_by_pci(infos) if any(ev.pci for ev in events) else {}
+    placed: list[XidEvent] = []
+    for ev in events:
+        node = ev.node
+        if node not in nodes and len(same := short.get(node.split(".", 1)[0], [])) == 1:
+            node = same[0]
+        gpu = gpus.get((node, ev.pci), ev.gpu) if ev.pci else ev.gpu
+        placed.append(ev if (node, gpu) == (ev.node, ev.gpu) else replace(ev, node=node, gpu=gpu))
+    return placed
