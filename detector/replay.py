@@ -24,8 +24,7 @@ from .evaluation import Evaluation, evaluate
 from .frame import frames_from_batches
 from .ingest.dumps import DumpStats, read_dump
 from .ingest.dumps_store import load_array
-from .ingest.events import load_events
-from .ingest.kernel_log import place_events
+from .ingest.events import load_events, place_events
 from .model import Alert, FloatArray, Frame, SampleBatch, XidEvent
 from .pipeline import Pipeline, TickResult
 from .progress import ProgressSink
@@ -227,7 +226,7 @@ def run_replay(
     catalog = pipeline.xid_catalog
     hosts = pipeline.index.hosts  # events naming a node by its address: by its host name
     named = [replace(ev, node=hosts.get(ev.node, ev.node)) for ev in events] if hosts else events
-    named = place_events(named, pipeline.index.infos)  # short host names, kernel logs' PCI ids
+    named = place_events(named, pipeline.index.infos)  # short host names, GPU UUIDs and PCI ids
     all_xids = dedupe_episodes([*named, *data_xids], catalog)
     failures = [ev for ev in all_xids if is_failure(ev, catalog)]
     if ticks < 2:

@@ -13,8 +13,7 @@ import pytest
 
 from detector.cli import main
 from detector.errors import EventsError
-from detector.ingest.events import load_events
-from detector.ingest.kernel_log import place_events
+from detector.ingest.events import load_events, place_events
 from detector.model import SeriesInfo, XidEvent
 
 MOMENT = datetime(2026, 11, 30, 13, 37, 13, tzinfo=UTC).timestamp()
@@ -151,12 +150,14 @@ def test_jsonl_stays_jsonl(tmp_path: Path) -> None:
 
 def _info(column: int, node: str, gpu: str, bus: str) -> SeriesInfo:
     labels = (("gpu", gpu), ("node", node))
-    return SeriesInfo(column, "DCGM_FI_DEV_GPU_TEMP", labels, node, gpu, (("pci_bus_id", bus),))
+    context = (("pci_bus_id", bus), ("uuid", f"GPU-{column:08d}-AB"))
+    return SeriesInfo(column, "DCGM_FI_DEV_GPU_TEMP", labels, node, gpu, context)
 
 
-def test_place_events_maps_pci_ids_and_short_host_names() -> None:
+def test_place_events_maps_pci_ids_uuids_and_short_host_names() -> None:
     """A log's short host name takes the data's full name when only one node has it; its PCI
-    id takes the GPU with that pci_bus_id on that node (another node's same bus: not)."""
+    id takes the GPU with that pci_bus_id on that node (another node's same bus: not); an
+    event naming its GPU by UUID or PCI bus id takes the GPU's label."""
     infos = [
         _info(0, "gpu-05.cluster.local", "2", "00000000:3B:00.0"),
         _info(1, "gpu-06.cluster.local", "4", "00000000:3B:00.0"),
@@ -168,6 +169,9 @@ def test_place_events_maps_pci_ids_and_short_host_names() -> None:
         XidEvent(2.0, "gpu-06.cluster.local", None, 48, pci="0000:5d:00"),  # unknown bus
         XidEvent(3.0, "a", None, 79, pci="0000:18:00"),  # two nodes named a.*: kept
         XidEvent(4.0, "gpu-05", "7", 13),  # no PCI id: its GPU kept
+        XidEvent(5.0, "gpu-05", "gpu-00000000-ab", 79),  # the UUID, in another case
+        XidEvent(6.0, "gpu-06.cluster.local", "0000:3B:00.0", 79),  # the bus id
+        XidEvent(7.0, "gpu-06.cluster.local", "GPU-00000000-AB", 79),  # node-05's UUID
     ]
     placed = place_events(events, infos)
     assert [(e.node, e.gpu) for e in placed] == [
@@ -175,6 +179,9 @@ def test_place_events_maps_pci_ids_and_short_host_names() -> None:
         ("gpu-06.cluster.local", None),
         ("a", None),
         ("gpu-05.cluster.local", "7"),
+        ("gpu-05.cluster.local", "2"),
+        ("gpu-06.cluster.local", "4"),
+        ("gpu-06.cluster.local", "GPU-00000000-AB"),
     ]
 
 

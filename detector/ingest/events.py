@@ -30,14 +30,16 @@ import itertools
 import json
 import math
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
 from ..errors import EventsError
-from ..model import XidEvent
+from ..model import SeriesInfo, XidEvent
 from .kernel_log import node_of_file, parse_kernel_log
+from .kmsg import normalize_pci
 
 SOURCE = "events-file"
 # Unix seconds stay below 1e11 until the year 5138; anything larger is almost surely milliseconds.
@@ -219,3 +221,52 @@ def write_events(path: Path, events: Iterable[XidEvent]) -> None:
     with _open_text(path, write=True) as handle:
         for event in events:
             handle.write(json.dumps(_event_record(event), separators=(", ", ": ")) + "\n")
+
+
+def _gpu_names(infos: Sequence[SeriesInfo]) -> dict[tuple[str, str], str]:
+    """(node, a name of one of its GPUs) -> that GPU's label. A GPU is named by its label
+    (``gpu="3"``), its UUID (lower case) and its PCI bus id (normalized), as dcgm-exporter's
+    series carry them; the first GPU seen with a name keeps it."""
+    names: dict[tuple[str, str], str] = {}
+    for info in infos:
+        if not info.gpu:
+            continue
+        labels = dict(info.labels + info.context)
+        names.setdefault((info.node, info.gpu), info.gpu)
+        uuid = labels.get("uuid") or labels.get("UUID")
+        if uuid:
+            names.setdefault((info.node, uuid.lower()), info.gpu)
+        pci = normalize_pci(labels.get("pci_bus_id", ""))
+        if pci is not None:
+            names.setdefault((info.node, pci), info.gpu)
+    return names
+
+
+def place_events(events: Sequence[XidEvent], infos: Sequence[SeriesInfo]) -> list[XidEvent]:
+    """``events`` named as the data names them. A node known only by its short name (a log's
+    ``gpu-05`` for the data's ``gpu-05.cluster.local``, when no other node shares it) takes
+    the data's name; a GPU named by its UUID or PCI bus id, or a kernel log's PCI bus id,
+    takes the GPU's label, so the failure is one episode with the same XID in the dump's DCGM
+    gauge. Names the data does not know are kept."""
+    nodes = {info.node for info in infos if info.node}
+    short: dict[str, list[str]] = {}
+    for known in nodes:
+        short.setdefault(known.split(".", 1)[0], []).append(known)
+    gpus = _gpu_names(infos) if any(ev.pci or ev.gpu for ev in events) else {}
+    placed: list[XidEvent] = []
+    for ev in events:
+        node = ev.node
+        if node not in nodes and len(same := short.get(node.split(".", 1)[0], [])) == 1:
+            node = same[0]
+        gpu = ev.gpu
+        name = ev.pci or ev.gpu
+        if name:
+            pci = normalize_pci(name) if ":" in name else None
+            gpu = (
+                gpus.get((node, name))
+                or gpus.get((node, name.lower()))
+                or (gpus.get((node, pci)) if pci else None)
+                or ev.gpu
+            )
+        placed.append(ev if (node, gpu) == (ev.node, ev.gpu) else replace(ev, node=node, gpu=gpu))
+    return placed

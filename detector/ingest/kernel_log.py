@@ -4,7 +4,7 @@ The kernel log is where XIDs are first written (``NVRM: Xid (PCI:0000:3b:00): 79
 operator's history of failures usually is a log export, not our events JSONL. ``load_events``
 (events.py) hands a file here when it is not JSONL; every Xid/SXid line becomes an XidEvent
 (``source="kernel-log"``, or ``"kernel-log-sxid"``) carrying the line's PCI bus id, which
-``run_replay`` maps to the GPU through the dump's ``pci_bus_id`` labels (``kmsg.gpus_by_pci``,
+``run_replay`` maps to the GPU through the dump's ``pci_bus_id`` labels (``events.place_events``,
 as the live daemon does), so the same failure in the dump's DCGM XID gauge is one episode.
 
 Accepted exports (the node is the line's host name; a format without one takes it from the
@@ -31,14 +31,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
 from ..errors import EventsError
-from ..model import SeriesInfo, XidEvent
-from .kmsg import gpus_by_pci, parse_xid_line
+from ..model import XidEvent
+from .kmsg import parse_xid_line
 
 SOURCE = "kernel-log"
 MAX_UNIX_SECONDS = 1e11  # as events.py: beyond, a time is not seconds
@@ -183,22 +182,3 @@ def parse_kernel_log(lines: Iterable[str], source: str, file_node: str = "") -> 
 def node_of_file(path: Path) -> str:
     """The node a log file without host names is about: its name up to the first '.'."""
     return path.name.split(".", 1)[0]
-
-
-def place_events(events: Sequence[XidEvent], infos: Sequence[SeriesInfo]) -> list[XidEvent]:
-    """``events`` named as the data names them: a node known only by its short name (a log's
-    ``gpu-05`` for the data's ``gpu-05.cluster.local``, when no other node shares it) takes
-    the data's name, and a kernel log's PCI bus id its GPU (``kmsg.gpus_by_pci``)."""
-    nodes = {info.node for info in infos if info.node}
-    short: dict[str, list[str]] = {}
-    for node in nodes:
-        short.setdefault(node.split(".", 1)[0], []).append(node)
-    gpus = gpus_by_pci(infos) if any(ev.pci for ev in events) else {}
-    placed: list[XidEvent] = []
-    for ev in events:
-        node = ev.node
-        if node not in nodes and len(same := short.get(node.split(".", 1)[0], [])) == 1:
-            node = same[0]
-        gpu = gpus.get((node, ev.pci), ev.gpu) if ev.pci else ev.gpu
-        placed.append(ev if (node, gpu) == (ev.node, ev.gpu) else replace(ev, node=node, gpu=gpu))
-    return placed
