@@ -11,7 +11,9 @@ What is checked, each against the real tool's own API:
   (rules/prometheus/detector.rules.yaml with ``for`` durations divided by 60 and group
   intervals of 1 s, see ``shorten_rules``) without error, and fires GPUFailureSuspected for
   the failed GPU, which it routes to the same Alertmanager;
-- the daemon scrapes that node-exporter as one of its own targets, without errors.
+- the daemon scrapes that node-exporter as one of its own targets, without errors;
+- Prometheus also scrapes the simulated exporters, and a replay of its own ``query_range``
+  export with the failure as an events file finds the failure.
 
 A missing binary skips these tests on a developer machine and fails them under CI (``CI``
 set), where .ci/run installs the three packages.
@@ -20,6 +22,7 @@ set), where .ci/run installs the three packages.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,13 +35,17 @@ from e2e.procs import wait_until
 from e2e.stack import (
     FAILED_GPU,
     FAILED_NODE,
+    FAILURE_AT_S,
     REAL_HOST,
+    REPAIR_S,
     RULES,
+    SPEED,
     Stack,
     duration_s,
     shorten_rules,
 )
 
+from detector.cli import main
 from detector.ingest.parse import parse_exposition
 
 ALERT = "GPUFailureSuspected"
@@ -222,7 +229,8 @@ def test_prometheus_scrapes_detector_and_real_node_exporter(stack: Stack) -> Non
         return targets if targets and all(t["health"] == "up" for t in targets) else None
 
     targets = wait_until(all_up, 30.0, "every Prometheus target up", stack.procs)
-    assert ["gpu-failure-detector", "node"] == sorted(t["labels"]["job"] for t in targets)
+    jobs = sorted({t["labels"]["job"] for t in targets})
+    assert ["dcgm", "gpu-failure-detector", "node", "node-sim"] == jobs
     cpu = _prom_query(stack, 'node_cpu_seconds_total{job="node"}')
     assert cpu
     assert {"idle", "user", "system"} <= {s["metric"]["mode"] for s in cpu}
@@ -260,6 +268,54 @@ def test_daemon_scrapes_the_real_node_exporter(stack: Stack) -> None:
         if line.startswith("{") and json.loads(line).get("target") == target
     ]
     assert [] == failures
+
+
+@pytest.mark.tools
+@pytest.mark.slow
+def test_a_replay_of_prometheus_own_query_range_finds_the_failure(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """What Prometheus stored while it scraped the simulated exporters, read back through its
+    HTTP API (``query_range``, as an operator would export history) and replayed with the
+    failure as an events file: the real format, staleness and labels of a Prometheus export
+    (``instance``, ``job``, the ``node`` target label, ``Hostname``), the same nodes, and the
+    vanished GPU's failure found, as the live daemon found it."""
+    back_s = (FAILURE_AT_S + REPAIR_S) / SPEED + 5.0
+    wait_until(
+        lambda: time.monotonic() - stack.sim_started > back_s or None,
+        back_s + 10.0,
+        "the GPU to be back",
+        stack.procs,
+    )
+    answer = _get(
+        f"{stack.prometheus}/api/v1/query_range",
+        query='{job=~"dcgm|node-sim"}',
+        start=str(stack.sim_started_wall),
+        end=str(time.time()),
+        step="1",
+    )
+    assert "success" == answer["status"]
+    dump = tmp_path / "prometheus.json"
+    dump.write_text(json.dumps(answer))
+    events = tmp_path / "events.jsonl"
+    failed_at = stack.sim_started_wall + FAILURE_AT_S / SPEED
+    failure = {"time": failed_at, "node": FAILED_NODE, "gpu": FAILED_GPU, "xid": 79}
+    events.write_text(json.dumps(failure))
+    config = tmp_path / "replay.yaml"
+    alerts = {"min_duration_s": 0, "min_observations": 1, "cooldown_s": 0, "clear_duration_s": 0}
+    config.write_text(yaml.safe_dump({"alerts": alerts}))  # as the daemon's (stack.py)
+    report = tmp_path / "report.json"
+    scores = tmp_path / "scores.csv"
+    argv = ["replay", str(dump), "--events", str(events), "--config", str(config)]
+    argv += ["--step", "1", "--report-json", str(report), "--scores-out", str(scores)]
+    assert 0 == main([*argv, "--quiet"])
+    result = json.loads(report.read_text())
+    nodes = {line.split(",")[1] for line in scores.read_text().splitlines()[1:]}
+    assert {"node-01", "node-02", "node-03", "node-04"} == nodes
+    [failure] = result["failures"]
+    assert (failure["node"], failure["gpu"], failure["xid"]) == (FAILED_NODE, FAILED_GPU, 79)
+    assert failure["detected"], result
+    assert 0 == result["summary"]["false_positives"], result["alerts"]
 
 
 def test_rule_durations_are_shortened_not_changed(tmp_path: Path) -> None:

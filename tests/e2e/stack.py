@@ -22,6 +22,7 @@ XID forcing is covered in-process by tests/test_daemon.py on a fast clock.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import sys
@@ -103,6 +104,7 @@ class Stack:
         self.poller: Poller | None = None
         self.rules: dict[str, Any] = {}
         self.sim_started = float("nan")  # time.monotonic() when the simulated clock started
+        self.sim_started_wall = float("nan")  # the same moment in unix seconds
 
     # -- addresses --------------------------------------------------------------------------
     @property
@@ -159,6 +161,7 @@ class Stack:
 
         self.exporters = serve(SCENARIO, port=0, speed=SPEED)
         self.sim_started = time.monotonic()
+        self.sim_started_wall = time.time()
         daemon = self._start_daemon()
         wait_http(daemon, f"{self.detector}/readyz", timeout_s=30.0)
         # Prometheus last: its first scrape of the detector finds it up, so the detector
@@ -171,6 +174,8 @@ class Stack:
             rules_file=self.tmp / "detector.rules.yaml",
             detector_port=self.detector_port,
             node_exporter_port=self.ne_port,
+            dcgm_targets=self._sim_targets(0),
+            node_sim_targets=self._sim_targets(1),
         )
         prom = self._start(
             "prometheus",
@@ -195,6 +200,19 @@ class Stack:
             }
         )
         self.poller.start()
+
+    def _sim_targets(self, page: int) -> str:
+        """Prometheus static_configs (YAML flow) of the simulated exporters' ``page`` (0 dcgm,
+        1 node-exporter): one target a node, named by a ``node`` target label as relabelling
+        does in a real cluster, its path in ``__metrics_path__``."""
+        assert self.exporters is not None
+        configs = []
+        for node, urls in sorted(self.exporters.urls.items()):
+            address, path = re.match(r"http://([^/]+)(/.*)", urls[page]).groups()  # type: ignore[union-attr]
+            configs.append(
+                {"targets": [address], "labels": {"__metrics_path__": path, "node": node}}
+            )
+        return json.dumps(configs)
 
     def _start(self, name: str, *argv: str, cwd: Path | None = None, **kw: Any) -> Proc:
         proc = Proc(name, argv, self.tmp / "logs", cwd=cwd, **kw)
