@@ -235,3 +235,14 @@ def test_a_kernel_log_replays_like_its_events_file(
     assert from_log["summary"] == from_events["summary"]
     assert from_log["summary"]["failures"] >= 2
     assert all(row["gpu"] is not None for row in from_log["failures"])
+
+
+def test_an_xid_zero_line_is_no_event(tmp_path: Path) -> None:
+    """No driver writes XID 0: such a line (a garbled one) is skipped, here and live."""
+    zero = XID.replace("): 79,", "): 0,")
+    path = _write(
+        tmp_path / "k.log",
+        f"2026-11-30T13:37:13+0000 gpu-05 kernel: {zero}",
+        f"2026-11-30T13:37:14+0000 gpu-05 kernel: {XID}",
+    )
+    assert [e.xid for e in load_events(path)] == [79]
