@@ -120,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="FILE",
-        help="failure events: JSONL, or a kernel log export with NVRM Xid lines (repeatable)",
+        help="failure events: JSONL, a kernel log export with NVRM Xid lines, or a directory "
+        "of them (repeatable)",
     )
     common.add_argument(
         "--step",

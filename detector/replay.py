@@ -19,7 +19,7 @@ import numpy as np
 
 from .calibration import describe_weights
 from .episodes import EpisodeParams, Episodes
-from .errors import DumpError
+from .errors import DumpError, EventsError
 from .evaluation import Evaluation, evaluate
 from .frame import frames_from_batches
 from .ingest.dumps import DumpStats, read_dump
@@ -328,9 +328,17 @@ def evaluate_at_threshold(
 
 
 def load_event_files(paths: Sequence[Path]) -> list[XidEvent]:
+    """The events of every ``--events`` path; a directory is its visible files, sorted by
+    name (not recursive), e.g. one kernel log per node named after it."""
     events: list[XidEvent] = []
     for path in paths:
-        events.extend(load_events(path))
+        files = [path]
+        if path.is_dir():
+            files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+            if not files:
+                raise EventsError(f"{path}: an events directory holding no file")
+        for file in files:
+            events.extend(load_events(file))
     return events
 
 
