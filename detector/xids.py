@@ -11,6 +11,12 @@ Pre-existing values: the first observation of a series when its node is first se
 whatever happened before we started watching (possibly weeks ago), so it is a baseline, not an
 event. A series that appears *later* on an already watched node is new: an event if nonzero.
 Values that vanish and return are compared with the last observed value (no re-fire).
+
+When: an event is stamped with the tick that saw it, unless that tick ends a gap (the series,
+or for a new series its node, unobserved for more than ``GAP_INTERVALS`` of its usual
+interval: an exporter restart, a partition, the daemon down). The XID then happened somewhere
+in the gap: the event is stamped at the gap's start with ``end`` at the tick that saw it, so
+an alert raised during the gap matches it but is not counted as before it.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from .rules import XidCatalog
 from .series import SeriesIndex
 
 _GAUGE, _COUNT = 0, 1
+GAP_INTERVALS = 2.5  # a gap: unobserved this many usual intervals (one lost scrape is 2)
 
 
 class XidExtractor:
@@ -41,7 +48,12 @@ class XidExtractor:
         self._label_code: list[int] = []  # code from err_code/xid label, -1 if none
         self._infos: list[SeriesInfo] = []
         self._prev: FloatArray = np.empty(0)
+        self._prev_t: FloatArray = np.empty(0)  # when each series was last observed
+        self._interval: FloatArray = np.empty(0)  # its last interval between observations
         self._nodes_seen: set[str] = set()
+        # per node: when any of its XID series was last observed, and that interval
+        self._node_t: dict[str, float] = {}
+        self._node_interval: dict[str, float] = {}
         # Array forms of the lists above, rebuilt when series are added (not every tick), and
         # per XID series whether its node is already watched (so a tick only names new nodes).
         self._columns_arr = np.zeros(0, dtype=np.int64)
@@ -69,6 +81,8 @@ class XidExtractor:
         if self._prev.shape[0] < len(self._columns):
             grow = np.full(len(self._columns) - self._prev.shape[0], np.nan)
             self._prev = np.concatenate([self._prev, grow])
+            self._prev_t = np.concatenate([self._prev_t, grow])
+            self._interval = np.concatenate([self._interval, grow])
         self._columns_arr = np.asarray(self._columns, dtype=np.int64)
         self._gauge = np.asarray(self._kind, dtype=np.int64) == _GAUGE
         self._refresh_watched()
@@ -98,24 +112,48 @@ class XidExtractor:
         new_series = [i for i in candidates.tolist() if self._infos[i].node in watched]
         events = []
         for i in sorted(set(np.flatnonzero(fired).tolist()) | set(new_series)):
-            event = self._event(i, t, float(values[i]))
+            event = self._event(i, t, float(values[i]), self._gap_start(i, t))
             if event is not None:
                 events.append(event)
         prev[observed] = values[observed]
+        self._interval[observed] = t - self._prev_t[observed]  # NaN on a first observation
+        self._prev_t[observed] = t
+        for node in {self._infos[i].node for i in np.flatnonzero(observed).tolist()}:
+            last = self._node_t.get(node)
+            if last is not None and t > last:
+                self._node_interval[node] = t - last
+            self._node_t[node] = t
         newly = np.flatnonzero(observed & ~self._node_watched)
         if newly.size:  # a node seen for the first time (rare after the first tick)
             watched.update(self._infos[i].node for i in newly.tolist())
             self._refresh_watched()
         return events
 
-    def _event(self, i: int, t: float, value: float) -> XidEvent | None:
+    def _gap_start(self, i: int, t: float) -> float | None:
+        """When the gap that tick ``t`` ends began, for series ``i`` (a series seen before:
+        its own last observation; a new one: its node's), or None for no gap."""
+        if np.isfinite(self._prev_t[i]):
+            last, interval = float(self._prev_t[i]), float(self._interval[i])
+        else:
+            node = self._infos[i].node
+            last = self._node_t.get(node, np.nan)
+            interval = self._node_interval.get(node, np.nan)
+        gap = interval > 0.0 and t - last > GAP_INTERVALS * interval  # False with NaNs
+        return last if gap else None
+
+    def _event(self, i: int, t: float, value: float, gap_start: float | None) -> XidEvent | None:
         info = self._infos[i]
         code = self._label_code[i]
         if code < 0:
             if self._kind[i] == _COUNT or value != int(value) or value <= 0:
                 return None  # a count without an xid label names no code
             code = int(value)
-        event = XidEvent(t, info.node, info.gpu or None, code, source="dcgm")
+        gpu = info.gpu or None
+        event = (
+            XidEvent(t, info.node, gpu, code, source="dcgm")
+            if gap_start is None
+            else XidEvent(gap_start, info.node, gpu, code, end=t, source="dcgm")
+        )
         message = dict(info.context).get("err_msg", "")
         if message:
             self.messages[event] = message
@@ -123,20 +161,41 @@ class XidExtractor:
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Last observed values by series column and the watched nodes."""
+        nodes = sorted(self._node_t)
         return {
             "columns": np.asarray(self._columns, dtype=np.int64),
             "prev": self._prev.copy(),
+            "prev_t": self._prev_t.copy(),
+            "interval": self._interval.copy(),
             "nodes": np.asarray(sorted(self._nodes_seen), dtype=np.str_),
+            "node_names": np.asarray(nodes, dtype=np.str_),
+            "node_t": np.asarray([self._node_t[n] for n in nodes], dtype=np.float64),
+            "node_interval": np.asarray(
+                [self._node_interval.get(n, np.nan) for n in nodes], dtype=np.float64
+            ),
         }
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         self._sync()
         where = {c: i for i, c in enumerate(self._columns)}
-        for column, value in zip(state["columns"].tolist(), state["prev"].tolist(), strict=True):
+        n = state["columns"].shape[0]
+        times = state.get("prev_t", np.full(n, np.nan))  # states from before session 11
+        intervals = state.get("interval", np.full(n, np.nan))
+        for column, value, at, interval in zip(
+            state["columns"].tolist(), state["prev"].tolist(), times.tolist(),
+            intervals.tolist(), strict=True,
+        ):  # fmt: skip
             i = where.get(int(column))
             if i is not None:
-                self._prev[i] = value
+                self._prev[i], self._prev_t[i], self._interval[i] = value, at, interval
         self._nodes_seen.update(str(n) for n in state["nodes"].tolist())
+        names = state.get("node_names", np.zeros(0, dtype=np.str_)).tolist()
+        at_node = state.get("node_t", np.zeros(0)).tolist()
+        iv_node = state.get("node_interval", np.zeros(0)).tolist()
+        for name, at, interval in zip(names, at_node, iv_node, strict=True):
+            self._node_t[str(name)] = at
+            if np.isfinite(interval):
+                self._node_interval[str(name)] = interval
         self._refresh_watched()
 
 

@@ -165,3 +165,47 @@ def test_is_failure_for_app_faults_and_154_actions() -> None:
     assert is_failure(x154, CATALOG)
     cleared = "GPU recovery action changed from 0x2 (Node Reboot Required) to 0x0 (None)"
     assert not is_failure(x154, CATALOG, cleared)
+
+
+def test_a_change_seen_after_a_gap_is_stamped_at_the_gap() -> None:
+    """The XID happened somewhere in the gap: stamped at its start, ``end`` at the tick that
+    saw it (an alert in the gap matches it but is not counted as before it). One lost scrape
+    (twice the interval) is no gap."""
+    feed = Feed()
+    g0, g1 = (GAUGE, labels("0")), (GAUGE, labels("1"))
+    for t in (0, 30, 60):
+        feed.tick(t, {g0: 0.0, g1: 0.0})
+    feed.tick(90, {g1: 0.0})  # g0's scrape lost once
+    [late] = feed.tick(120, {g0: 79.0, g1: 0.0})
+    assert (late.time, late.end) == (120.0, None)
+    for t in range(150, 1200, 30):  # node n1 unobserved for 17.5 min
+        assert [] == feed.tick(t, {})
+    [gap] = feed.tick(1200, {g0: 79.0, g1: 48.0})
+    assert (gap.time, gap.end, gap.gpu, gap.xid) == (120.0, 1200.0, "1", 48)
+
+
+def test_a_new_series_after_its_node_was_unseen_is_stamped_at_the_gap() -> None:
+    """A new err_code series on a watched node that was unobserved for a while: the node's
+    last observation starts the gap."""
+    feed = Feed()
+    other = (GAUGE, labels("0", err_code="31", err_msg="MMU fault"))
+    for t in (0, 30, 60):
+        feed.tick(t, {other: 31.0})
+    fresh = (GAUGE, labels("2", err_code="79", err_msg="GPU has fallen off the bus"))
+    [event] = feed.tick(600, {other: 31.0, fresh: 79.0})
+    assert (event.time, event.end, event.xid) == (60.0, 600.0, 79)
+
+
+def test_a_restart_keeps_when_each_series_was_last_seen() -> None:
+    """The daemon down for 10 minutes: a code changed meanwhile is stamped at the last tick
+    before the restart, from the saved state."""
+    feed = Feed()
+    key = (GAUGE, labels("0"))
+    for t in (0, 30, 60):
+        feed.tick(t, {key: 0.0})
+    restarted = XidExtractor(feed.index, CATALOG)
+    restarted.load_state_dict(feed.extractor.state_dict())
+    frame: FloatArray = np.full(len(feed.index), np.nan)
+    frame[feed.index.column_of(*key)] = 79.0
+    [event] = restarted.update(660, frame)
+    assert (event.time, event.end) == (60.0, 660.0)
