@@ -114,6 +114,8 @@ class SignalMap:
         # such series; and the (series, column) pairs of the series that came after it, under
         # another value of a cohort label (see _is_relabel, _follow_relabels).
         self._relabel_keys: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
+        # (node, label rank, value) -> the series carrying that cohort label value
+        self._cohort_series: dict[tuple[str, int, str], list[int]] = {}
         self._aliases: list[tuple[int, int]] = []
         self._denom_metric: dict[int, str] = {}  # RATIO columns: their denominator's metric
         # Tick state.
@@ -266,6 +268,11 @@ class SignalMap:
                 self._arrays = None
 
     def _map_series(self, info: SeriesInfo) -> None:
+        if self._cohort_labels and info.node:
+            labels = dict((*info.labels, *info.context))
+            for r, name in enumerate(self._cohort_labels):
+                if value := labels.get(name):
+                    self._cohort_series.setdefault((info.node, r, value), []).append(info.column)
         entity = -1
         verdict = self.catalog.classify(info.metric)
         if info.gpu:
@@ -343,12 +350,25 @@ class SignalMap:
         series observed while the series it reads is not. The column keeps its state (the
         previous value for rates, every scorer's history), so a node that moves to its next
         job under a new label value does not warm up again; its cohort moves with the new
-        series' first observation (``_learn_cohorts``)."""
+        series' first observation (``_learn_cohorts``), and with a switch when no series of the
+        node carries its present cohort's label value that tick any more, so a node back in a
+        former job (a -> b -> a, whose series were all sent before) rejoins that cohort."""
         pairs = a["alias_pairs"]
         alias, col = pairs[:, 0], pairs[:, 1]
         now = ~np.isnan(values[alias]) & np.isnan(values[a["series"][col]])
-        for k in np.flatnonzero(now).tolist():
+        switched = np.flatnonzero(now)
+        for k in switched.tolist():
             self._switch(k)
+        if not switched.size:
+            return
+        infos, kept = self.index.infos, set()
+        for node in {infos[s].node for s in alias[switched].tolist()}:
+            current = self._node_cohort.get(node)
+            carrying = self._cohort_series.get((node, *current), []) if current else []
+            if carrying and not np.isnan(values[carrying]).all():
+                kept.add(node)  # its present cohort's label is still sent: no move
+        back = [s for s in alias[switched].tolist() if infos[s].node not in kept]
+        self._learn_cohorts(np.asarray(back, dtype=np.int64))
 
     def _switch(self, k: int) -> None:
         """Make alias ``k``'s series its column's source (the former source its alias)."""

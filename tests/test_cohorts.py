@@ -112,6 +112,34 @@ def test_a_new_value_of_the_label_moves_the_node_to_that_cohort() -> None:
     assert {"b"} == cohort_of(restored, "n1")
 
 
+def test_a_node_back_in_a_former_job_rejoins_its_cohort() -> None:
+    """A dump holds every labelling from the start: a node that runs job a, then b, then a
+    again sends a's series once more, none of them new. When b's label is no longer sent it
+    is back in a's cohort (it stayed in b's before); while b's label is still sent beside
+    them (a target relabelled before the other), it stays in b."""
+    index = SeriesIndex()
+    signals = SignalMap(load_signal_rules(), index, cohort_labels=("training_job",))
+    mem_a = index.add(MEM, node_series("n1", training_job="a"))
+    mem_b = index.add(MEM, node_series("n1", training_job="b"))
+    load_b = index.add("node_load1", node_series("n1", training_job="b"))
+    load_a = index.add("node_load1", node_series("n1", training_job="a"))
+    peer = index.add(MEM, node_series("n2", training_job="a"))
+    send(signals, 0, mem_a, load_a, peer)
+    signals.sync()
+    assert {"a"} == cohort_of(signals, "n1")
+    columns = len(signals.layout)
+    send(signals, 30, mem_b, load_b, peer)
+    signals.sync()
+    assert {"b"} == cohort_of(signals, "n1")
+    send(signals, 60, mem_a, load_b, peer)  # node-exporter's memory target relabelled first
+    signals.sync()
+    assert {"b"} == cohort_of(signals, "n1")
+    send(signals, 90, mem_a, load_a, peer)
+    assert signals.sync()
+    assert {"a"} == cohort_of(signals, "n1")
+    assert columns == len(signals.layout)  # the labellings feed the same columns
+
+
 def cluster(cohort_labels: list[str]) -> tuple[Pipeline, dict[str, int]]:
     """Four nodes: a 3-node training job "a" and a 1-node job "b" (label training_job)."""
     config = load_config(None, env={})
