@@ -12,8 +12,8 @@ What is checked, each against the real tool's own API:
   intervals of 1 s, see ``shorten_rules``) without error, and fires GPUFailureSuspected for
   the failed GPU, which it routes to the same Alertmanager;
 - the daemon scrapes that node-exporter as one of its own targets, without errors;
-- Prometheus also scrapes the simulated exporters, and a replay of its own ``query_range``
-  export with the failure as an events file finds the failure.
+- Prometheus also scrapes the simulated exporters, and replays of its own exports
+  (``query_range``, ``promtool tsdb dump``) with the failure as an events file find it.
 
 A missing binary skips these tests on a developer machine and fails them under CI (``CI``
 set), where .ci/run installs the three packages.
@@ -22,6 +22,7 @@ set), where .ci/run installs the three packages.
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +32,7 @@ import httpx
 import pytest
 import yaml
 from e2e.observe import Notification
-from e2e.procs import wait_until
+from e2e.procs import require_tool, wait_until
 from e2e.stack import (
     FAILED_GPU,
     FAILED_NODE,
@@ -272,14 +273,13 @@ def test_daemon_scrapes_the_real_node_exporter(stack: Stack) -> None:
 
 @pytest.mark.tools
 @pytest.mark.slow
-def test_a_replay_of_prometheus_own_query_range_finds_the_failure(
-    stack: Stack, tmp_path: Path
-) -> None:
-    """What Prometheus stored while it scraped the simulated exporters, read back through its
-    HTTP API (``query_range``, as an operator would export history) and replayed with the
-    failure as an events file: the real format, staleness and labels of a Prometheus export
-    (``instance``, ``job``, the ``node`` target label, ``Hostname``), the same nodes, and the
-    vanished GPU's failure found, as the live daemon found it."""
+def test_replays_of_prometheus_own_exports_find_the_failure(stack: Stack, tmp_path: Path) -> None:
+    """What Prometheus stored while it scraped the simulated exporters, exported the two ways
+    docs/evaluate.md gives (``query_range`` through the HTTP API, and ``promtool tsdb dump
+    --match`` of its data directory), each replayed with the failure as an events file: the
+    real formats, staleness and labels of a Prometheus export (``instance``, ``job``, the
+    ``node`` target label, ``Hostname``), the same four nodes, and the vanished GPU's failure
+    found, as the live daemon found it, with no false alert."""
     back_s = (FAILURE_AT_S + REPAIR_S) / SPEED + 5.0
     wait_until(
         lambda: time.monotonic() - stack.sim_started > back_s or None,
@@ -287,16 +287,32 @@ def test_a_replay_of_prometheus_own_query_range_finds_the_failure(
         "the GPU to be back",
         stack.procs,
     )
+    selector = '{job=~"dcgm|node-sim"}'
+    # One span for both exports: after it the replays below load this process, which also
+    # serves the simulated exporters, and their slower scrapes are a telemetry anomaly of
+    # their own (the tsdb dump, unbounded, ended in health_scrape_duration alerts).
+    start, end = stack.sim_started_wall, time.time()
     answer = _get(
         f"{stack.prometheus}/api/v1/query_range",
-        query='{job=~"dcgm|node-sim"}',
-        start=str(stack.sim_started_wall),
-        end=str(time.time()),
+        query=selector,
+        start=str(start),
+        end=str(end),
         step="1",
     )
     assert "success" == answer["status"]
-    dump = tmp_path / "prometheus.json"
-    dump.write_text(json.dumps(answer))
+    from_api = tmp_path / "prometheus.json"
+    from_api.write_text(json.dumps(answer))
+    from_tsdb = tmp_path / "prometheus.tsdb"
+    span = [f"--min-time={int(start * 1000)}", f"--max-time={int(end * 1000)}"]
+    dumped = subprocess.run(
+        [require_tool("promtool"), "tsdb", "dump", f"--match={selector}", *span, str(stack.tsdb)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert 0 == dumped.returncode, dumped.stderr
+    from_tsdb.write_text(dumped.stdout)
     events = tmp_path / "events.jsonl"
     failed_at = stack.sim_started_wall + FAILURE_AT_S / SPEED
     failure = {"time": failed_at, "node": FAILED_NODE, "gpu": FAILED_GPU, "xid": 79}
@@ -304,18 +320,18 @@ def test_a_replay_of_prometheus_own_query_range_finds_the_failure(
     config = tmp_path / "replay.yaml"
     alerts = {"min_duration_s": 0, "min_observations": 1, "cooldown_s": 0, "clear_duration_s": 0}
     config.write_text(yaml.safe_dump({"alerts": alerts}))  # as the daemon's (stack.py)
-    report = tmp_path / "report.json"
-    scores = tmp_path / "scores.csv"
-    argv = ["replay", str(dump), "--events", str(events), "--config", str(config)]
-    argv += ["--step", "1", "--report-json", str(report), "--scores-out", str(scores)]
-    assert 0 == main([*argv, "--quiet"])
-    result = json.loads(report.read_text())
-    nodes = {line.split(",")[1] for line in scores.read_text().splitlines()[1:]}
-    assert {"node-01", "node-02", "node-03", "node-04"} == nodes
-    [failure] = result["failures"]
-    assert (failure["node"], failure["gpu"], failure["xid"]) == (FAILED_NODE, FAILED_GPU, 79)
-    assert failure["detected"], result
-    assert 0 == result["summary"]["false_positives"], result["alerts"]
+    for dump in (from_api, from_tsdb):
+        report, scores = tmp_path / f"{dump.name}.json", tmp_path / f"{dump.name}.csv"
+        argv = ["replay", str(dump), "--events", str(events), "--config", str(config)]
+        argv += ["--step", "1", "--report-json", str(report), "--scores-out", str(scores)]
+        assert 0 == main([*argv, "--quiet"]), dump
+        result = json.loads(report.read_text())
+        nodes = {line.split(",")[1] for line in scores.read_text().splitlines()[1:]}
+        assert {"node-01", "node-02", "node-03", "node-04"} == nodes, dump
+        [found] = result["failures"]
+        assert (found["node"], found["gpu"], found["xid"]) == (FAILED_NODE, FAILED_GPU, 79)
+        assert found["detected"], (dump, result)
+        assert 0 == result["summary"]["false_positives"], (dump, result["alerts"])
 
 
 def test_rule_durations_are_shortened_not_changed(tmp_path: Path) -> None:

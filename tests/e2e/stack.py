@@ -105,6 +105,7 @@ class Stack:
         self.rules: dict[str, Any] = {}
         self.sim_started = float("nan")  # time.monotonic() when the simulated clock started
         self.sim_started_wall = float("nan")  # the same moment in unix seconds
+        self.tsdb = tmp / "prom-data"  # Prometheus' data directory
 
     # -- addresses --------------------------------------------------------------------------
     @property
@@ -181,7 +182,7 @@ class Stack:
             "prometheus",
             prometheus,
             f"--config.file={prom_config}",
-            f"--storage.tsdb.path={self.tmp / 'prom-data'}",
+            f"--storage.tsdb.path={self.tsdb}",
             f"--web.listen-address=127.0.0.1:{self.prom_port}",
             "--web.enable-lifecycle",
         )
