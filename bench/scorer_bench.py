@@ -193,14 +193,30 @@ def per_scorer_us(
     return {name: statistics.median(ns[1:]) / 1e3 for name, ns in spent.items()}
 
 
+class _RiverCase:
+    """What both river loops share: ``nodes`` nodes of the realistic layout, its stream, each
+    scorer's columns and the peer groups (as ``PeerDeviation`` forms them). The loops' bodies
+    stay written out: a helper called per group inside the timing would slow river's side."""
+
+    def __init__(self, nodes: int, ticks: int) -> None:
+        self.layout, subsets = rules_layout(nodes * 376)  # 376 columns a node
+        self.n = len(self.layout)
+        empty = np.zeros(0, dtype=np.int64)
+        self.x = stream(self.n, ticks, subsets.get("counts", empty))
+        self.cols = {s: subsets.get(s, empty).tolist() for s in SCORERS}
+        peer_idx = subsets.get("peers", empty)
+        self.groups = [
+            peer_idx[row[row >= 0]].tolist()
+            for matrix in peer_groups(self.layout.subset(peer_idx), 3)
+            for row in matrix
+        ]
+
+
 def river_same_work(nodes: int, ticks: int) -> tuple[int, float]:
     """(columns, CPU seconds) of the river loop doing the realistic path's work per column
     (module docstring) on ``nodes`` nodes of the realistic layout."""
-    layout, subsets = rules_layout(nodes * 376)  # 376 columns per node in rules_layout
-    n = len(layout)
-    empty = np.zeros(0, dtype=np.int64)
-    x = stream(n, ticks, subsets.get("counts", empty))
-    cols = {s: subsets.get(s, empty).tolist() for s in SCORERS}
+    case = _RiverCase(nodes, ticks)
+    n, x, cols, groups = case.n, case.x, case.cols, case.groups
     level = {
         j: (stats.EWMean(fading_factor=0.01), stats.EWVar(fading_factor=0.01))
         for j in cols["zscore"]
@@ -209,12 +225,6 @@ def river_same_work(nodes: int, ticks: int) -> tuple[int, float]:
     rate = {j: stats.EWMean(fading_factor=0.01) for j in cols["counts"]}
     health = {j: stats.EWMean(fading_factor=0.01) for j in cols["health"]}
     deviation = {j: stats.EWMean(fading_factor=0.1) for j in cols["peers"]}
-    peer_idx = subsets.get("peers", empty)
-    groups = [
-        peer_idx[row[row >= 0]].tolist()
-        for matrix in peer_groups(layout.subset(peer_idx), 3)
-        for row in matrix
-    ]
     out = [0.0] * n
     start = time.process_time()
     for row in x:
@@ -290,11 +300,8 @@ def river_complete_work(nodes: int, ticks: int) -> tuple[int, float]:
     """(columns, CPU seconds) of the river loop doing what the project computes per column on
     every tick, on ``nodes`` nodes of the realistic layout: ``river_same_work`` plus the
     parts that loop leaves out (module docstring: "complete same-work loop")."""
-    layout, subsets = rules_layout(nodes * 376)
-    n = len(layout)
-    empty = np.zeros(0, dtype=np.int64)
-    x = stream(n, ticks, subsets.get("counts", empty))
-    cols = {s: subsets.get(s, empty).tolist() for s in SCORERS}
+    case = _RiverCase(nodes, ticks)
+    layout, n, x, cols, groups = case.layout, case.n, case.x, case.cols, case.groups
     level = {j: _RiverBaseline(0.01, 20, 4.0, 1e-6) for j in cols["zscore"]}
     slow = {j: _RiverBaseline(0.001, 30, 4.0, 1e-6) for j in cols["changepoint"]}
     change = {j: drift.PageHinkley() for j in cols["changepoint"]}
@@ -306,12 +313,6 @@ def river_complete_work(nodes: int, ticks: int) -> tuple[int, float]:
     scale = {j: stats.EWMean(fading_factor=0.025) for j in cols["peers"]}
     smooth = {j: stats.EWMean(fading_factor=0.3) for j in cols["peers"]}
     habit = {j: _RiverBaseline(0.001, 20, 4.0, 1.0) for j in cols["peers"]}
-    peer_idx = subsets.get("peers", empty)
-    groups = [
-        peer_idx[row[row >= 0]].tolist()
-        for matrix in peer_groups(layout.subset(peer_idx), 3)
-        for row in matrix
-    ]
     out = [0.0] * n
     start = time.process_time()
     for row in x:
