@@ -37,7 +37,7 @@ from pathlib import Path
 
 from ..errors import EventsError
 from ..model import XidEvent
-from .kmsg import parse_xid_line
+from .kmsg import KernelXid, parse_xid_line
 
 SOURCE = "kernel-log"
 MAX_UNIX_SECONDS = 1e11  # as events.py: beyond, a time is not seconds
@@ -79,32 +79,37 @@ def _checked(seconds: float, text: str, where: str) -> float:
     return seconds
 
 
-def _event(line: str, seconds: float, node: str, where: str) -> XidEvent | None:
-    parsed = parse_xid_line(line)
-    if parsed is None:
-        return None
+def _event(xid: KernelXid, seconds: float, node: str, where: str) -> XidEvent:
     if not node:
         raise EventsError(f"{where}: an Xid line names no host and the file name none")
     return XidEvent(
         seconds,
         node,
         None,
-        parsed.xid,
-        source=f"{SOURCE}-sxid" if parsed.sxid else SOURCE,
-        pci=None if parsed.sxid else parsed.pci,
+        xid.xid,
+        source=f"{SOURCE}-sxid" if xid.sxid else SOURCE,
+        pci=None if xid.sxid else xid.pci,
     )
+
+
+def _xid_in(text: str) -> KernelXid | None:
+    """The Xid/SXid of a line; most of a log's lines have none, found without a regex."""
+    return parse_xid_line(text) if "Xid" in text else None
 
 
 def _text_line(line: str, file_node: str, where: str) -> tuple[bool, XidEvent | None]:
     """(whether the line has a known timestamped shape, its event or None)."""
     match = _ISO.match(line)
     if match is None:
-        if parse_xid_line(line) is not None:
+        if _xid_in(line) is not None:
             shape = next((name for pattern, name in _UNTIMED if pattern.match(line)), "")
             said = f" ({shape})" if shape else ""
             raise EventsError(f"{where}: an Xid line without a readable time{said}; {_EXPORTS}")
         return False, None
     rest, node = match["rest"], file_node
+    xid = _xid_in(rest)
+    if xid is None:
+        return True, None
     host = _HOST.match(rest)
     loki = _LOKI.match(rest)
     if host is not None:
@@ -113,64 +118,64 @@ def _text_line(line: str, file_node: str, where: str) -> tuple[bool, XidEvent | 
         labels = dict(_LOKI_LABEL.findall(loki["labels"]))
         named = next((labels[k] for k in _LOKI_NODE if labels.get(k)), "")
         node = named.rsplit(":", 1)[0] if named.count(":") == 1 else named or node
-    if parse_xid_line(rest) is None:
-        return True, None
     if match["zone"] is None:
         raise EventsError(f"{where}: the time {match['ts']!r} has no UTC offset; {_EXPORTS}")
-    return True, _event(rest, _iso_seconds(match["ts"], where), node, where)
+    return True, _event(xid, _iso_seconds(match["ts"], where), node, where)
 
 
 def _journal_record(fields: dict[str, str], file_node: str, where: str) -> XidEvent | None:
     message = fields.get("MESSAGE")
-    if not isinstance(message, str) or parse_xid_line(message) is None:
+    xid = _xid_in(message) if isinstance(message, str) else None
+    if xid is None:
         return None
     usec = str(fields.get("__REALTIME_TIMESTAMP", ""))
     if not (usec.isascii() and usec.isdigit() and len(usec) <= 18):
         raise EventsError(f"{where}: an Xid record without __REALTIME_TIMESTAMP; {_EXPORTS}")
     node = str(fields.get("_HOSTNAME") or file_node)
-    return _event(message, _checked(int(usec) / 1e6, usec, where), node, where)
+    return _event(xid, _checked(int(usec) / 1e6, usec, where), node, where)
 
 
 def parse_kernel_log(lines: Iterable[str], source: str, file_node: str = "") -> list[XidEvent]:
     """The Xid events of a kernel log export (module docstring); ``source`` names it in
     errors, ``file_node`` is the node of lines that name no host."""
     events: list[XidEvent] = []
-    shaped = False
-    record: dict[str, str] = {}
+    shaped = False  # a line of a known shape seen (else the file is no log)
+    record: dict[str, str] = {}  # the journal export record being read, from record_line
     record_line = 0
+
+    def journal(fields: dict[str, str], where: str) -> None:
+        nonlocal shaped
+        shaped = shaped or "MESSAGE" in fields
+        found = _journal_record(fields, file_node, where)
+        events.extend([found] if found else [])
+
     for number, raw in enumerate(lines, start=1):
         line = raw.rstrip("\r\n")
         where = f"{source}:{number}"
-        text = line.strip()
         if line.startswith("{"):  # journalctl -o json
             try:
                 fields = json.loads(line)
             except (ValueError, RecursionError):
                 continue
-            if isinstance(fields, dict) and "MESSAGE" in fields:
-                shaped = True
-                found = _journal_record(fields, file_node, where)
-                events.extend([found] if found else [])
+            if isinstance(fields, dict):
+                journal(fields, where)
             continue
         field = _EXPORT_FIELD.match(line)
         if field is not None:  # journalctl -o export: a record's KEY=value lines
             record.setdefault(field["key"], field["value"])
             record_line = record_line or number
             continue
-        if not text:
+        text = line.strip()
+        if not text:  # the end of an export record
             if record:
-                shaped = shaped or "MESSAGE" in record
-                found = _journal_record(record, file_node, f"{source}:{record_line}")
-                events.extend([found] if found else [])
+                journal(record, f"{source}:{record_line}")
             record, record_line = {}, 0
             continue
         known, found = _text_line(text, file_node, where)
         shaped = shaped or known
         events.extend([found] if found else [])
     if record:
-        shaped = shaped or "MESSAGE" in record
-        found = _journal_record(record, file_node, f"{source}:{record_line}")
-        events.extend([found] if found else [])
+        journal(record, f"{source}:{record_line}")
     if not shaped:
         raise EventsError(
             f"{source}: neither events JSONL nor a kernel log with timestamps; {_EXPORTS}"
