@@ -51,9 +51,12 @@ class XidExtractor:
         self._prev_t: FloatArray = np.empty(0)  # when each series was last observed
         self._interval: FloatArray = np.empty(0)  # its last interval between observations
         self._nodes_seen: set[str] = set()
-        # per node: when any of its XID series was last observed, and that interval
-        self._node_t: dict[str, float] = {}
-        self._node_interval: dict[str, float] = {}
+        # per node (ids in _node_ids): when any of its XID series was last observed, and the
+        # interval before that; per XID series its node's id
+        self._node_ids: dict[str, int] = {}
+        self._node_t: FloatArray = np.empty(0)
+        self._node_interval: FloatArray = np.empty(0)
+        self._node_of = np.zeros(0, dtype=np.int64)
         # Array forms of the lists above, rebuilt when series are added (not every tick), and
         # per XID series whether its node is already watched (so a tick only names new nodes).
         self._columns_arr = np.zeros(0, dtype=np.int64)
@@ -85,6 +88,12 @@ class XidExtractor:
             self._interval = np.concatenate([self._interval, grow])
         self._columns_arr = np.asarray(self._columns, dtype=np.int64)
         self._gauge = np.asarray(self._kind, dtype=np.int64) == _GAUGE
+        ids = [self._node_ids.setdefault(i.node, len(self._node_ids)) for i in self._infos]
+        self._node_of = np.asarray(ids, dtype=np.int64)
+        grown = len(self._node_ids) - self._node_t.shape[0]
+        if grown > 0:
+            self._node_t = np.concatenate([self._node_t, np.full(grown, np.nan)])
+            self._node_interval = np.concatenate([self._node_interval, np.full(grown, np.nan)])
         self._refresh_watched()
 
     def _refresh_watched(self) -> None:
@@ -118,11 +127,11 @@ class XidExtractor:
         prev[observed] = values[observed]
         self._interval[observed] = t - self._prev_t[observed]  # NaN on a first observation
         self._prev_t[observed] = t
-        for node in {self._infos[i].node for i in np.flatnonzero(observed).tolist()}:
-            last = self._node_t.get(node)
-            if last is not None and t > last:
-                self._node_interval[node] = t - last
-            self._node_t[node] = t
+        nodes = np.unique(self._node_of[observed])
+        last = self._node_t[nodes]
+        later = t > last  # False where never observed (NaN)
+        self._node_interval[nodes[later]] = t - last[later]
+        self._node_t[nodes] = t
         newly = np.flatnonzero(observed & ~self._node_watched)
         if newly.size:  # a node seen for the first time (rare after the first tick)
             watched.update(self._infos[i].node for i in newly.tolist())
@@ -135,9 +144,8 @@ class XidExtractor:
         if np.isfinite(self._prev_t[i]):
             last, interval = float(self._prev_t[i]), float(self._interval[i])
         else:
-            node = self._infos[i].node
-            last = self._node_t.get(node, np.nan)
-            interval = self._node_interval.get(node, np.nan)
+            node = self._node_of[i]
+            last, interval = float(self._node_t[node]), float(self._node_interval[node])
         gap = interval > 0.0 and t - last > GAP_INTERVALS * interval  # False with NaNs
         return last if gap else None
 
@@ -161,7 +169,8 @@ class XidExtractor:
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Last observed values by series column and the watched nodes."""
-        nodes = sorted(self._node_t)
+        nodes = sorted(self._node_ids)
+        ids = [self._node_ids[n] for n in nodes]
         return {
             "columns": np.asarray(self._columns, dtype=np.int64),
             "prev": self._prev.copy(),
@@ -169,10 +178,8 @@ class XidExtractor:
             "interval": self._interval.copy(),
             "nodes": np.asarray(sorted(self._nodes_seen), dtype=np.str_),
             "node_names": np.asarray(nodes, dtype=np.str_),
-            "node_t": np.asarray([self._node_t[n] for n in nodes], dtype=np.float64),
-            "node_interval": np.asarray(
-                [self._node_interval.get(n, np.nan) for n in nodes], dtype=np.float64
-            ),
+            "node_t": self._node_t[ids],
+            "node_interval": self._node_interval[ids],
         }
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
@@ -193,9 +200,9 @@ class XidExtractor:
         at_node = state.get("node_t", np.zeros(0)).tolist()
         iv_node = state.get("node_interval", np.zeros(0)).tolist()
         for name, at, interval in zip(names, at_node, iv_node, strict=True):
-            self._node_t[str(name)] = at
-            if np.isfinite(interval):
-                self._node_interval[str(name)] = interval
+            node = self._node_ids.get(str(name))
+            if node is not None:
+                self._node_t[node], self._node_interval[node] = at, interval
         self._refresh_watched()
 
 
