@@ -174,6 +174,7 @@ def normalize(
 
 
 UNAME_METRIC = "node_uname_info"  # node-exporter: the host's uname, nodename among them
+POD_INFO_METRIC = "kube_pod_info"  # kube-state-metrics: each pod's node and IP
 _NO_HOST_NAME = frozenset({"", "localhost", "localhost.localdomain", "unknown", "(none)"})
 
 
@@ -184,9 +185,23 @@ def host_names(series: Iterable[tuple[str, Labels]], rules: LabelRules) -> dict[
     two, its node-level evidence apart from its GPUs' and from the XIDs naming the host.
     A name comes from a series naming its node by another label beside its ``instance``
     (dcgm-exporter's ``Hostname``) or from node-exporter's ``node_uname_info`` (``nodename``).
-    An address given two names (a push gateway's, a proxy's) keeps its own."""
+    An address given two names (a push gateway's, a proxy's) keeps its own.
+
+    In Kubernetes, dcgm-exporter without host networking names itself, not its node: its
+    ``Hostname`` is its pod's name and its ``instance`` the pod's IP, both gone with the pod.
+    With kube-state-metrics' ``kube_pod_info`` in the dump, a pod's name and IP are filed
+    under the pod's node (the GPUs join their node's node-exporter series, and the node keeps
+    its name across exporter restarts)."""
     names: dict[str, set[str]] = {}
+    pods: dict[str, set[str]] = {}  # a pod's name or IP -> its node (kube_pod_info)
     for name, labels in series:
+        if name == POD_INFO_METRIC:
+            own = dict(labels)  # its exported_* are the pod's own labels (honor_labels off)
+            node = own.get("exported_node") or own.get("node", "")
+            for key in ("exported_pod", "pod_ip") if "exported_pod" in own else ("pod", "pod_ip"):
+                if own.get(key) and node:
+                    pods.setdefault(own[key], set()).add(node)
+            continue
         raw = _renamed(labels, rules)
         address = _host_part(raw.get("instance", ""))
         if not address:
@@ -194,7 +209,10 @@ def host_names(series: Iterable[tuple[str, Labels]], rules: LabelRules) -> dict[
         host = raw.get("nodename", "") if name == UNAME_METRIC else _node_of(raw, rules)
         if host.lower() not in _NO_HOST_NAME and host != address:
             names.setdefault(address, set()).add(host)
-    return {address: next(iter(hosts)) for address, hosts in names.items() if len(hosts) == 1}
+    nodes = {pod: next(iter(found)) for pod, found in pods.items() if len(found) == 1}
+    out = {address: next(iter(hosts)) for address, hosts in names.items() if len(hosts) == 1}
+    out = {address: nodes.get(host, host) for address, host in out.items()}  # pod -> its node
+    return {**nodes, **{a: h for a, h in out.items() if a not in nodes}}
 
 
 @dataclass

@@ -123,6 +123,45 @@ def test_host_names_of_scrape_addresses() -> None:
     assert "10.0.0.7" == index.infos[columns[3]].node
 
 
+def test_kube_pod_info_files_a_pod_named_dcgm_exporter_under_its_node() -> None:
+    """dcgm-exporter in Kubernetes without host networking: Hostname is its pod's name,
+    instance its pod's IP (dcgm-exporter PR #129, issue #78). kube-state-metrics'
+    kube_pod_info (its own pod and namespace moved to exported_* by honor_labels off) names
+    the pod's node, so its GPUs join the node-exporter series of that node, and a restarted
+    exporter pod (new name, new IP) is still that node."""
+    dcgm = "DCGM_FI_DEV_GPU_TEMP"
+
+    def exporter(pod: str, ip: str) -> Labels:
+        return tuple(sorted({
+            "Hostname": pod, "gpu": "0", "instance": f"{ip}:9400", "pod": pod,
+            "exported_pod": "train-0", "namespace": "gpu-operator",
+        }.items()))  # fmt: skip
+
+    def pod_info(pod: str, ip: str, node: str) -> tuple[str, Labels]:
+        labels = {
+            "exported_pod": pod, "exported_namespace": "gpu-operator", "node": node,
+            "pod_ip": ip, "host_ip": "10.0.0.5", "pod": "kube-state-metrics-7d9f",
+            "instance": "10.244.9.9:8080",
+        }  # fmt: skip
+        return "kube_pod_info", tuple(sorted(labels.items()))
+
+    series = [
+        (dcgm, exporter("nvidia-dcgm-exporter-cwbcm", "10.244.1.7")),
+        (dcgm, exporter("nvidia-dcgm-exporter-x2k9p", "10.244.1.8")),  # after a restart
+        ("node_uname_info", (("instance", "10.0.0.5:9100"), ("nodename", "gpu-05"))),
+        ("node_load1", (("instance", "10.0.0.5:9100"), ("job", "node"))),
+        pod_info("nvidia-dcgm-exporter-cwbcm", "10.244.1.7", "gpu-05"),
+        pod_info("nvidia-dcgm-exporter-x2k9p", "10.244.1.8", "gpu-05"),
+    ]
+    hosts = host_names(series, LabelRules())
+    index = SeriesIndex(hosts=hosts)
+    columns = [index.add(name, labels) for name, labels in series[:4]]
+    assert {"gpu-05"} == {index.infos[c].node for c in columns}
+    assert columns[0] == columns[1]  # the same GPU across the exporter's restart
+    without = SeriesIndex(hosts=host_names(series[:4], LabelRules()))
+    assert "nvidia-dcgm-exporter-cwbcm" == without.infos[without.add(*series[0])].node
+
+
 def test_old_dcgm_namespace_folds_into_field_names() -> None:
     """dcgm_gpu_temp is DCGM_FI_DEV_GPU_TEMP, dcgm_xid_errors is DCGM_FI_DEV_XID_ERRORS."""
     assert "DCGM_FI_DEV_GPU_TEMP" == canonical_metric("dcgm_gpu_temp")
