@@ -69,7 +69,8 @@ def check_output(*paths: Path | None) -> None:
 
 def warn_unmatchable(result: ReplayResult) -> None:
     """Say on stderr when failures cannot be matched by any alert: they name a node the data
-    does not have (a naming mismatch between events and dump: they count as missed) or fall
+    does not have (a naming mismatch between events and dump: they count as missed; a
+    dcgm-exporter that names its pod is one such mismatch, said apart), or fall
     outside the replayed span (a wrong file, a time zone, or events covering more than the
     dump: they are not evaluated, see evaluation.py)."""
     known = set(result.node_names)
@@ -80,6 +81,15 @@ def warn_unmatchable(result: ReplayResult) -> None:
         print(
             f"detector: warning: {len(strangers)} node(s) with failures are not in the data: "
             f"{shown}{example}; their failures count as missed",
+            file=sys.stderr,
+        )
+    if result.pod_named:
+        shown = ", ".join(result.pod_named[:3]) + (", ..." if len(result.pod_named) > 3 else "")
+        print(
+            f"detector: warning: {len(result.pod_named)} node(s) are named by a dcgm-exporter "
+            f"pod, not a node ({shown}: its Hostname is its pod's name): their GPUs are apart "
+            "from their node's other series and from XIDs naming the host; add "
+            "kube-state-metrics' kube_pod_info to the dump (docs/evaluate.md)",
             file=sys.stderr,
         )
     outside = result.evaluation.summary.out_of_span

@@ -59,6 +59,7 @@ class ReplayResult:
     threshold: float = float("nan")  # the alert threshold the pipeline ran with
     signal_weights: dict[str, float] = field(default_factory=dict)  # calibrated multipliers
     dropped: int = 0  # series labels.drop kept out of the index
+    pod_named: list[str] = field(default_factory=list)  # nodes named by a dcgm-exporter pod
 
 
 class ScoreRecorder:
@@ -243,6 +244,7 @@ def run_replay(
         ticks=ticks,
         series=len(pipeline.index),
         dropped=pipeline.index.dropped,
+        pod_named=list(pipeline.index.pod_named),
         alerts=alerts,
         failures=failures,
         all_xids=all_xids,

@@ -215,6 +215,22 @@ def host_names(series: Iterable[tuple[str, Labels]], rules: LabelRules) -> dict[
     return {**nodes, **{a: h for a, h in out.items() if a not in nodes}}
 
 
+def pod_named_nodes(
+    series: Iterable[tuple[str, Labels]], rules: LabelRules, hosts: Mapping[str, str]
+) -> list[str]:
+    """Nodes of GPU series that name a dcgm-exporter pod, not a node: the series' own
+    ``Hostname`` is its scrape target's ``pod`` (the exporter's pod without host networking),
+    and ``hosts`` (``kube_pod_info``) does not file that pod under a node. Sorted."""
+    named: set[str] = set()
+    for _, labels in series:
+        raw = dict(labels)
+        pod = raw.get("Hostname") or raw.get("hostname")
+        exporter_pod = pod and pod == raw.get("pod") and raw.get("gpu") and pod not in hosts
+        if exporter_pod and _node_of(_renamed(labels, rules), rules) == pod:  # no node label
+            named.add(pod)
+    return sorted(named)
+
+
 @dataclass
 class SeriesIndex:
     """Stable columns for series. Only grows; see the module docstring."""
@@ -226,6 +242,8 @@ class SeriesIndex:
     dropped: int = 0  # new series kept out by ``rules.drop`` (see ``add``)
     # nodes named by a scrape address -> the host's name (``host_names``; dumps set it)
     hosts: dict[str, str] = field(default_factory=dict)
+    # nodes named by a dcgm-exporter pod, not resolved to their node (``pod_named_nodes``)
+    pod_named: list[str] = field(default_factory=list)
     _by_identity: dict[tuple[str, Labels], int] = field(default_factory=dict)
     _by_raw: dict[Labels, dict[str, int]] = field(default_factory=dict)  # extra -> key -> col
     _cached_keys: int = 0  # entries in all of ``_by_raw``

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from detector.cli import main
-from detector.ingest.dumps import read_dump
+from detector.ingest.dumps import read_dump, write_openmetrics
+from detector.ingest.events import write_events
+from detector.model import Sample, XidEvent
 from detector.series import SeriesIndex
 from detector.simulate import FailureSpec, Scenario, write_dump
 
@@ -138,3 +140,36 @@ def test_a_recording_scraped_by_address_replays_as_the_one_scraped_by_name(
     base = replay([dump], events, tmp_path / "name.json")
     assert base == replay([by_address], events, tmp_path / "address.json")
     assert base == replay([by_address], events_by_address, tmp_path / "both.json")
+
+
+T_POD = 1_796_045_833.0
+
+
+def test_a_replay_warns_of_gpus_named_by_their_exporters_pod(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """dcgm-exporter without host networking names its pod (Hostname = its scrape target's
+    pod): a failure on the host cannot match those GPUs, and replay says why and what to
+    add; with kube_pod_info in the dump the GPUs are the host's and nothing is said."""
+    exporter = "nvidia-dcgm-exporter-cwbcm"
+    labels = (("Hostname", exporter), ("gpu", "0"), ("instance", "10.244.1.7:9400"),
+              ("pod", exporter))  # fmt: skip
+    info = (("exported_pod", exporter), ("node", "gpu-05"), ("pod", "ksm-0"),
+            ("pod_ip", "10.244.1.7"))  # fmt: skip
+    samples = [
+        Sample("DCGM_FI_DEV_GPU_TEMP", labels, 60.0 + k % 3, T_POD + 30.0 * k) for k in range(40)
+    ]
+    events = tmp_path / "events.jsonl"
+    write_events(events, [XidEvent(T_POD + 600.0, "gpu-05", "0", 79)])
+    bare, resolved = tmp_path / "bare.om", tmp_path / "resolved.om"
+    write_openmetrics(bare, samples, {"DCGM_FI_DEV_GPU_TEMP": "gauge"})
+    pod_info = [Sample("kube_pod_info", info, 1.0, s.timestamp) for s in samples]
+    write_openmetrics(
+        resolved, samples + pod_info, {"DCGM_FI_DEV_GPU_TEMP": "gauge", "kube_pod_info": "gauge"}
+    )
+    assert 0 == main(["replay", str(bare), "--events", str(events), "--quiet"])
+    err = capsys.readouterr().err
+    assert f"1 node(s) are named by a dcgm-exporter pod, not a node ({exporter}" in err
+    assert "kube_pod_info" in err
+    assert 0 == main(["replay", str(resolved), "--events", str(events), "--quiet"])
+    assert "dcgm-exporter pod" not in capsys.readouterr().err

@@ -9,7 +9,13 @@ import pytest
 
 from detector.ingest.parse import parse_exposition, split_series
 from detector.model import Labels
-from detector.series import LabelRules, SeriesIndex, canonical_metric, host_names
+from detector.series import (
+    LabelRules,
+    SeriesIndex,
+    canonical_metric,
+    host_names,
+    pod_named_nodes,
+)
 
 GPU_LABELS: Labels = (
     ("DCGM_FI_DRIVER_VERSION", "550.54.15"),
@@ -160,6 +166,12 @@ def test_kube_pod_info_files_a_pod_named_dcgm_exporter_under_its_node() -> None:
     assert columns[0] == columns[1]  # the same GPU across the exporter's restart
     without = SeriesIndex(hosts=host_names(series[:4], LabelRules()))
     assert "nvidia-dcgm-exporter-cwbcm" == without.infos[without.add(*series[0])].node
+    # what replay warns about: the pods left as nodes, none once kube_pod_info resolves them
+    pods = ["nvidia-dcgm-exporter-cwbcm", "nvidia-dcgm-exporter-x2k9p"]
+    assert pods == pod_named_nodes(series[:4], LabelRules(), without.hosts)
+    assert [] == pod_named_nodes(series, LabelRules(), hosts)
+    named = [(dcgm, (*exporter(pods[0], "10.244.1.7"), ("node", "gpu-05")))]  # a node label
+    assert [] == pod_named_nodes(named, LabelRules(), {})
 
 
 def test_old_dcgm_namespace_folds_into_field_names() -> None:

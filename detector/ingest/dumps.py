@@ -43,7 +43,7 @@ import numpy as np
 from ..errors import DumpError
 from ..logs import get_logger
 from ..model import Labels, SampleBatch
-from ..series import SeriesIndex, host_names
+from ..series import SeriesIndex, host_names, pod_named_nodes
 from .dumps_formats import (
     FileReport,
     RawChunk,
@@ -293,6 +293,7 @@ def _columns(series: Sequence[tuple[str, Labels]], index: SeriesIndex) -> Any:
     empty index, nodes named by a scrape address go in under their host name (host_names)."""
     if not len(index):
         index.hosts = host_names(series, index.rules)
+        index.pod_named = pod_named_nodes(series, index.rules, index.hosts)
     return np.array([index.add(name, labels) for name, labels in series], dtype=np.int64)
 
 
