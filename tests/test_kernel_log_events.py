@@ -172,6 +172,7 @@ def test_place_events_maps_pci_ids_uuids_and_short_host_names() -> None:
         XidEvent(5.0, "gpu-05", "gpu-00000000-ab", 79),  # the UUID, in another case
         XidEvent(6.0, "gpu-06.cluster.local", "0000:3B:00.0", 79),  # the bus id
         XidEvent(7.0, "gpu-06.cluster.local", "GPU-00000000-AB", 79),  # node-05's UUID
+        XidEvent(8.0, "GPU-06", None, 79),  # another case
     ]
     placed = place_events(events, infos)
     assert [(e.node, e.gpu) for e in placed] == [
@@ -182,6 +183,7 @@ def test_place_events_maps_pci_ids_uuids_and_short_host_names() -> None:
         ("gpu-05.cluster.local", "2"),
         ("gpu-06.cluster.local", "4"),
         ("gpu-06.cluster.local", "GPU-00000000-AB"),
+        ("gpu-06.cluster.local", None),
     ]
 
 

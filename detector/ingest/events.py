@@ -243,20 +243,20 @@ def _gpu_names(infos: Sequence[SeriesInfo]) -> dict[tuple[str, str], str]:
 
 
 def place_events(events: Sequence[XidEvent], infos: Sequence[SeriesInfo]) -> list[XidEvent]:
-    """``events`` named as the data names them. A node known only by its short name (a log's
-    ``gpu-05`` for the data's ``gpu-05.cluster.local``, when no other node shares it) takes
-    the data's name; a GPU named by its UUID or PCI bus id, or a kernel log's PCI bus id,
-    takes the GPU's label, so the failure is one episode with the same XID in the dump's DCGM
-    gauge. Names the data does not know are kept."""
+    """``events`` named as the data names them. A node known only by its short name or in
+    another case (a log's ``GPU-05`` for the data's ``gpu-05.cluster.local``, when no other
+    node shares it) takes the data's name; a GPU named by its UUID or PCI bus id, or a kernel
+    log's PCI bus id, takes the GPU's label, so the failure is one episode with the same XID in
+    the dump's DCGM gauge. Names the data does not know are kept."""
     nodes = {info.node for info in infos if info.node}
-    short: dict[str, list[str]] = {}
-    for known in nodes:
-        short.setdefault(known.split(".", 1)[0], []).append(known)
+    short: dict[str, list[str]] = {}  # a host's first DNS label, in lower case (DNS is not
+    for known in nodes:  # case-sensitive) -> the data's nodes of that name
+        short.setdefault(known.split(".", 1)[0].lower(), []).append(known)
     gpus = _gpu_names(infos) if any(ev.pci or ev.gpu for ev in events) else {}
     placed: list[XidEvent] = []
     for ev in events:
         node = ev.node
-        if node not in nodes and len(same := short.get(node.split(".", 1)[0], [])) == 1:
+        if node not in nodes and len(same := short.get(node.split(".", 1)[0].lower(), [])) == 1:
             node = same[0]
         gpu = ev.gpu
         name = ev.pci or ev.gpu
