@@ -60,6 +60,9 @@ class ReplayResult:
     signal_weights: dict[str, float] = field(default_factory=dict)  # calibrated multipliers
     dropped: int = 0  # series labels.drop kept out of the index
     pod_named: list[str] = field(default_factory=list)  # nodes named by a dcgm-exporter pod
+    # the rules' named, scored signals the data fed, and those it did not (in rules order)
+    signals_found: tuple[str, ...] = ()
+    signals_missing: tuple[str, ...] = ()
 
 
 class ScoreRecorder:
@@ -255,6 +258,7 @@ def run_replay(
         threshold=pipeline.params.episodes.threshold,
         signal_weights=dict(pipeline.params.signal_weights),
     )
+    result.signals_found, result.signals_missing = signal_coverage(pipeline)
     if recorder is not None:
         result.times = np.asarray(recorder.times)
         result.node_scores, result.xid_held, result.lead_signal = recorder.matrix(len(node_names))
@@ -329,6 +333,19 @@ def evaluate_at_threshold(
     )
 
 
+def signal_coverage(pipeline: Pipeline) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Which of the rules' named, scored signals have a column (the data fed them) and which
+    do not: a dcgm-exporter on its default field list lacks the ECC, NVLink-error and
+    violation counters, the precursors of several XIDs."""
+    present = set(pipeline.signal_map.signal_names)
+    named = [
+        rule.name
+        for rule in pipeline.signal_map.catalog.signals
+        if rule.truth is None and rule.scorers and rule.transform != "presence"
+    ]
+    return tuple(n for n in named if n in present), tuple(n for n in named if n not in present)
+
+
 def load_event_files(paths: Sequence[Path]) -> list[XidEvent]:
     """The events of every ``--events`` path; a directory is its visible files, sorted by
     name (not recursive), e.g. one kernel log per node named after it."""
@@ -366,6 +383,13 @@ def summary_lines(result: ReplayResult) -> list[str]:
         f"lead time p25 {fmt_lead(lt['p25'])}  median {fmt_lead(lt['median'])}  "
         f"p75 {fmt_lead(lt['p75'])}  (positive: alert before the XID)",
     ]
+    if result.signals_found or result.signals_missing:
+        fed, unfed = len(result.signals_found), len(result.signals_missing)
+        shown = ", ".join(result.signals_missing[:6]) + (", ..." if unfed > 6 else "")
+        lines.append(
+            f"signals: {fed} of {fed + unfed} named in rules/signals.yaml found in the data"
+            + (f"; not found: {shown}" if unfed else "")
+        )
     if result.signal_weights:
         lines.append(f"calibrated signal weights: {describe_weights(result.signal_weights)}")
     rows = result.evaluation.to_json()["failures"]

@@ -84,6 +84,26 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return dump, events
 
 
+def test_replay_says_which_named_signals_the_data_fed(
+    recorded: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dump of GPU temperature and power only: the summary counts the rules' scored signals
+    it found (those two) and names the first it did not, so a user sees what an export or a
+    dcgm-exporter field list leaves the detector without."""
+    dump, events = recorded
+    assert 0 == main(["replay", str(dump), "--events", str(events)])
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("signals: "))
+    counts = re.match(r"signals: (\d+) of (\d+) named in rules/signals.yaml", line)
+    assert counts is not None, line
+    found, total = int(counts[1]), int(counts[2])
+    assert found == 2  # gpu_temp and power_usage
+    assert total > 40
+    assert "; not found: " in line
+    assert "gpu_temp" not in line
+    assert "power_usage" not in line
+
+
 def test_replay_report_json_has_the_contract_keys(
     recorded: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
