@@ -225,8 +225,24 @@ def dedupe_episodes(
     A code with ``follows_within_s`` (45) arriving that soon after an event of another code on
     the same (node, gpu) joins that episode instead of starting one. A ``recovery`` code closes
     the open episodes of its (node, gpu) and is kept as its own (non-failure) episode.
+    An XID the gauge showed after a gap (``XidExtractor``: stamped at the gap's start, ``end``
+    when seen) gives way to an event of the same (node, gpu, code) timed within that span (a
+    kernel log's, an events file's): the exact time heads the episode, not the gap's start.
     """
     window = catalog.episode_window_s if window_s is None else window_s
+    events = list(events)
+    exact: dict[tuple[str, str | None, int], list[float]] = {}
+    for ev in events:
+        if not _in_gap(ev):
+            exact.setdefault((ev.node, ev.gpu, ev.xid), []).append(ev.time)
+    events = [
+        ev
+        for ev in events
+        if not _in_gap(ev)
+        or not any(
+            ev.time <= t <= (ev.end or ev.time) for t in exact.get((ev.node, ev.gpu, ev.xid), ())
+        )
+    ]
     episodes: list[_Episode] = []
     open_by_key: dict[tuple[str, str | None, int], _Episode] = {}
     latest: dict[tuple[str, str | None], _Episode] = {}  # (node, gpu) -> its latest episode
@@ -257,6 +273,11 @@ def dedupe_episodes(
         episodes.append(episode)
         open_by_key[key] = latest[entity] = episode
     return [episode.event() for episode in episodes]
+
+
+def _in_gap(event: XidEvent) -> bool:
+    """Whether ``event`` is the gauge's XID seen after a gap (its time only a bound)."""
+    return event.source == "dcgm" and event.end is not None
 
 
 @dataclass(slots=True)

@@ -209,3 +209,17 @@ def test_a_restart_keeps_when_each_series_was_last_seen() -> None:
     frame[feed.index.column_of(*key)] = 79.0
     [event] = restarted.update(660, frame)
     assert (event.time, event.end) == (60.0, 660.0)
+
+
+def test_an_exact_time_heads_the_episode_of_an_xid_seen_after_a_gap() -> None:
+    """The gauge's XID after a gap only bounds its time; the same code on the same GPU from
+    a kernel log or an events file within that span is the episode's time. Outside it, or on
+    another GPU, it is not."""
+    seen = XidEvent(120.0, "n1", "1", 48, end=1200.0, source="dcgm")
+    logged = XidEvent(700.0, "n1", "1", 48, source="kernel-log")
+    [one] = dedupe_episodes([seen, logged], CATALOG)
+    assert (one.time, one.source) == (700.0, "kernel-log")
+    other_gpu = XidEvent(700.0, "n1", "2", 48, source="kernel-log")
+    assert [120.0, 700.0] == [e.time for e in dedupe_episodes([seen, other_gpu], CATALOG)]
+    [alone] = dedupe_episodes([seen], CATALOG)
+    assert (alone.time, alone.end) == (120.0, 1200.0)
