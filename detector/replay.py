@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import gzip
 import time as wallclock
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -383,6 +384,10 @@ def summary_lines(result: ReplayResult) -> list[str]:
         f"lead time p25 {fmt_lead(lt['p25'])}  median {fmt_lead(lt['median'])}  "
         f"p75 {fmt_lead(lt['p75'])}  (positive: alert before the XID)",
     ]
+    if result.failures:  # where the failures came from: a user checks their events loaded
+        sources = Counter(ev.source or "data" for ev in result.failures)
+        counted = ", ".join(f"{name} {n}" for name, n in sorted(sources.items()))
+        lines.append(f"failures by source (first report of each episode): {counted}")
     if result.signals_found or result.signals_missing:
         fed, unfed = len(result.signals_found), len(result.signals_missing)
         shown = ", ".join(result.signals_missing[:6]) + (", ..." if unfed > 6 else "")

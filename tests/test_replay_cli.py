@@ -89,7 +89,7 @@ def test_replay_says_which_named_signals_the_data_fed(
 ) -> None:
     """A dump of GPU temperature and power only: the summary counts the rules' scored signals
     it found (those two) and names the first it did not, so a user sees what an export or a
-    dcgm-exporter field list leaves the detector without."""
+    dcgm-exporter field list leaves the detector without; and where the failures came from."""
     dump, events = recorded
     assert 0 == main(["replay", str(dump), "--events", str(events)])
     out = capsys.readouterr().out
@@ -102,6 +102,8 @@ def test_replay_says_which_named_signals_the_data_fed(
     assert "; not found: " in line
     assert "gpu_temp" not in line
     assert "power_usage" not in line
+    # the one failure, reported by the events file and by the dump's gauge: one episode
+    assert "failures by source (first report of each episode): events-file 1" in out
 
 
 def test_replay_report_json_has_the_contract_keys(
