@@ -5,7 +5,8 @@ through the ``ReplayData`` protocol, which ``replay.ReplayResult`` satisfies; th
 below the drivers and does not import them). It needs the result recorded with
 ``record_scores=True`` for the timelines and the heat map; without scores those sections say so.
 
-Sections, each under an element id the tests look for: ``summary`` (headline table),
+Sections, each under an element id the tests look for: ``summary`` (headline table, and
+``inputs``: the failures by source and the named signals the data fed),
 ``failures`` (a row per failure XID with its lead time), ``timelines`` (an SVG per node with a
 failure: fused score, threshold, alert bands, XIDs, zoom panels around the failures, and the
 top signals listed under it), ``heatmap`` (node x time, max-pooled, with a colour legend),
@@ -63,6 +64,12 @@ class ReplayData(Protocol):
     def times(self) -> FloatArray: ...
     @property
     def node_scores(self) -> FloatArray: ...
+    @property
+    def failures(self) -> Sequence[XidEvent]: ...
+    @property
+    def signals_found(self) -> Sequence[str]: ...
+    @property
+    def signals_missing(self) -> Sequence[str]: ...
 
 
 def render_html(
@@ -133,8 +140,28 @@ def _summary(result: ReplayData, threshold: float, weights: Mapping[str, float])
         + "<p class=note>Lead time: XID time minus the start of the earliest matching alert "
         "(positive: the alert came first). Signal weights: "
         + (escape(describe_weights(weights)) if weights else "the rules' own (none calibrated)")
-        + ".</p></section>"
+        + ".</p>"
+        + _inputs(result)
+        + "</section>"
     )
+
+
+def _inputs(result: ReplayData) -> str:
+    """Where the failures came from, and which named signals the data fed (what a user checks
+    first when the figures surprise)."""
+    sources = Counter(ev.source or "data" for ev in result.failures)
+    fed, unfed = list(result.signals_found), list(result.signals_missing)
+    parts = []
+    if sources:
+        counted = ", ".join(f"{escape(k)} {n}" for k, n in sorted(sources.items()))
+        parts.append(f"Failures by the source that first reported each: {counted}.")
+    if fed or unfed:
+        missing = ", ".join(f"<code>{escape(n)}</code>" for n in unfed) or "none"
+        parts.append(
+            f"Signals named in rules/signals.yaml that the data fed: {len(fed)} of "
+            f"{len(fed) + len(unfed)}; not fed: {missing}."
+        )
+    return f"<p class=note id=inputs>{' '.join(parts)}</p>" if parts else ""
 
 
 def _node_link(node: str) -> str:

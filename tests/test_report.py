@@ -131,6 +131,8 @@ class FakeReplay:
     incidents: int = 0
     series: int = 100
     wall_s: float = 1.0
+    signals_found: tuple[str, ...] = ()
+    signals_missing: tuple[str, ...] = ()
     times: FloatArray = field(init=False)
     end: float = field(init=False)
     ticks: int = field(init=False)
@@ -200,6 +202,24 @@ def test_summary_table_matches_report_json(
     assert str(summary["failures"]) == row[0]
     assert str(len(report["alerts"])) == row[3]  # type: ignore[arg-type]
     assert f"{summary['fp_per_day']:.2f}" == row[6]
+
+
+def test_summary_says_where_failures_came_from_and_which_signals_were_fed(
+    small_replay: tuple[str, dict[str, object], Path],
+) -> None:
+    """Under the summary: the failures counted by the source that first reported them (here
+    the simulator's ground truth) and the named signals the data fed, with those it did not."""
+    text, report, _ = small_replay
+    failures = report["failures"]
+    assert isinstance(failures, list)
+    (inputs,) = Page(text).find("p", "note", "summary")[1:]
+    assert inputs["id"] == "inputs"
+    match = re.search(r"first reported each: simulator (\d+)\.", text)
+    assert match is not None
+    assert int(match[1]) == len(failures)
+    fed = re.search(r"the data fed: (\d+) of (\d+); not fed: ", text)
+    assert fed is not None
+    assert 0 < int(fed[1]) < int(fed[2])
 
 
 def test_report_is_self_contained(small_replay: tuple[str, dict[str, object], Path]) -> None:
