@@ -334,8 +334,8 @@ class Daemon:
         are keyed by node and code."""
         catalog = self.pipeline.xid_catalog
         window = catalog.episode_window_s
-        failing = [
-            XidEvent(e.time, e.node, None, e.xid, source=e.source)
+        failing = [  # end kept: an XID the gauge showed after a gap matches until then
+            XidEvent(e.time, e.node, None, e.xid, end=e.end, source=e.source)
             for e in events
             if is_failure(e, catalog, self.kernel.messages.get(e, ""))
         ]

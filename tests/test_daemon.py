@@ -25,6 +25,7 @@ from structlog.testing import capture_logs
 from detector.config import Config, load_config
 from detector.daemon import Daemon, main_run, run_daemon, sd_notify
 from detector.ingest.parse import parse_exposition
+from detector.model import Alert, XidEvent
 from detector.pipeline import TickResult
 from detector.simulate import FailureSpec, Scenario, serve
 
@@ -479,3 +480,20 @@ async def test_a_daemon_without_targets_warns_that_nothing_will_be_scraped(
 
     assert 1 == len(await start([]))
     assert [] == await start([{"url": "http://127.0.0.1:9/metrics", "node": "n1"}])
+
+
+T_GAP = 1_700_000_000.0
+
+
+def test_live_accounting_keeps_the_span_of_an_xid_seen_after_a_gap(tmp_path: Path) -> None:
+    """The gauge's XID after a gap is stamped at the gap's start with ``end`` when seen
+    (xids.py): the daemon's failure keeps that span, so an alert raised during the gap
+    matches it in the live accounting, as in a replay."""
+    daemon = Daemon(daemon_config(tmp_path, {}, "http://127.0.0.1:9"))
+    seen = XidEvent(T_GAP, "node-01", "0", 79, end=T_GAP + 1800.0, source="dcgm")
+    [failure] = daemon._new_failures((seen,), T_GAP + 1800.0)
+    assert (failure.time, failure.end) == (T_GAP, T_GAP + 1800.0)
+    raised = Alert("node-01", None, T_GAP + 1200.0, None, 0.9, ("gpu_temp",))
+    daemon.accounting.update(T_GAP + 1200.0, started=[raised])
+    [found] = daemon.accounting.update(T_GAP + 1800.0, failures=[failure])
+    assert found.lead_time_s == -1200.0  # matched, not before the XID
