@@ -416,6 +416,10 @@ KERNEL_LOG_SHAPES = [  # every shape kernel_log.py accepts, and one it skips
     "__REALTIME_TIMESTAMP=1796045833000000\n_HOSTNAME=gpu-05\nMESSAGE=" + _XID_TEXT + "\n",
     "nvidia-nvswitch0: SXid (PCI:0000:07:00.0): 12028, Non-fatal, Link 45 egress",
     "2026-11-30T13:00:00+0000 gpu-05 kernel: e1000e: eth0 NIC Link is Up",
+    "1796045833.250000 gpu-05 kernel: " + _XID_TEXT,
+    json.dumps(
+        {"labels": {"host": "gpu-05"}, "line": _XID_TEXT, "timestamp": "2026-11-30T13:37:13Z"}
+    ),
 ]
 
 

@@ -417,6 +417,10 @@ KERNEL_LOG_LINES = [
     f"MESSAGE={_XID_TEXT}",
     "",
     "2026-11-30T13:00:00+0000 gpu-05 kernel: e1000e: eth0 NIC Link is Up",
+    "1796045833.250000 gpu-05 kernel: " + _XID_TEXT,
+    json.dumps(
+        {"labels": {"host": "gpu-05"}, "line": _XID_TEXT, "timestamp": "2026-11-30T13:37:13Z"}
+    ),
 ]
 
 

@@ -60,6 +60,15 @@ def _one(path: Path) -> XidEvent:
             "gpu-05",
             0.0,
         ),
+        ("short-unix", f"1796045833.750000 gpu-05 kernel: {XID}", "gpu-05", 0.75),
+        (
+            "logcli -o jsonl",
+            json.dumps(
+                {"labels": {"host": "gpu-05"}, "line": XID, "timestamp": "2026-11-30T13:37:13Z"}
+            ),
+            "gpu-05",
+            0.0,
+        ),
     ],
 )
 def test_timestamped_text_exports(
@@ -79,7 +88,8 @@ def test_timestamped_text_exports(
 
 
 def test_journal_json_and_export(tmp_path: Path) -> None:
-    """journalctl -o json (one object a line) and -o export (KEY=value records)."""
+    """journalctl -o json (one object a line) and -o export (KEY=value records), and Loki's
+    logcli -o jsonl: JSON lines that are log entries, not events."""
     usec = str(int(MOMENT * 1e6))
     record = {"__REALTIME_TIMESTAMP": usec, "_HOSTNAME": "gpu-05", "MESSAGE": XID}
     other = {"__REALTIME_TIMESTAMP": usec, "_HOSTNAME": "gpu-05", "MESSAGE": "usb 1-1: new"}
@@ -95,7 +105,9 @@ def test_journal_json_and_export(tmp_path: Path) -> None:
         "SYSLOG_RAW=<4>" + XID,
         f"MESSAGE={XID}",
     )
-    for path in (as_json, export):
+    entry = {"labels": {"host": "gpu-05"}, "line": XID, "timestamp": "2026-11-30T13:37:13Z"}
+    loki = _write(tmp_path / "loki.jsonl", json.dumps(entry))
+    for path in (as_json, export, loki):
         event = _one(path)
         assert (event.time, event.node, event.xid, event.pci) == (
             MOMENT,

@@ -38,7 +38,7 @@ from typing import IO, Any
 
 from ..errors import EventsError
 from ..model import SeriesInfo, XidEvent
-from .kernel_log import node_of_file, parse_kernel_log
+from .kernel_log import is_log_record, node_of_file, parse_kernel_log
 from .kmsg import normalize_pci
 
 SOURCE = "events-file"
@@ -191,14 +191,14 @@ def load_events(path: Path) -> list[XidEvent]:
 
 def _is_jsonl(first: str) -> bool:
     """Whether a file whose first meaningful line is ``first`` is events JSONL: a line that
-    starts like JSON and is not a journal entry (``journalctl -o json``)."""
+    starts like JSON and is not a log entry (``journalctl -o json``, ``logcli -o jsonl``)."""
     if not first.lstrip().startswith(("{", "[")):
         return False
     try:
         record = json.loads(first)
     except (ValueError, RecursionError):
         return True  # broken JSONL: parse_events says where
-    return not (isinstance(record, dict) and "MESSAGE" in record and "xid" not in record)
+    return not (isinstance(record, dict) and is_log_record(record) and "xid" not in record)
 
 
 def _event_record(event: XidEvent) -> dict[str, Any]:

@@ -17,8 +17,10 @@ file name up to its first ``.``, e.g. ``gpu-05.log``):
   ``MESSAGE``);
 - ``journalctl -k -o export``: ``KEY=value`` records separated by blank lines;
 - ``dmesg --time-format iso`` (no host name): ``2026-11-30T13:37:13,123456+00:00 NVRM: ...``;
-- Loki's ``logcli query`` output: ``2026-11-30T13:37:13Z {host="gpu-05", ...} NVRM: ...``
-  (the node from the ``node``, ``host``, ``hostname`` or ``instance`` label).
+- ``journalctl -k -o short-unix``: ``1796045833.250000 gpu-05 kernel: NVRM: ...``;
+- Loki's ``logcli query`` output: ``2026-11-30T13:37:13Z {host="gpu-05", ...} NVRM: ...``,
+  or with ``-o jsonl`` (``line``, ``timestamp``, ``labels``); the node from the ``node``,
+  ``host``, ``hostname`` or ``instance`` label.
 
 A time must say its UTC offset (as in the events file: local time would shift every failure by
 hours). An Xid line whose time cannot be read, e.g. traditional syslog (``Nov 30 13:37:13``,
@@ -41,6 +43,7 @@ from .kmsg import KernelXid, parse_xid_line
 
 SOURCE = "kernel-log"
 MAX_UNIX_SECONDS = 1e11  # as events.py: beyond, a time is not seconds
+_UNIX = re.compile(r"^(?P<ts>\d{9,11}(?:\.\d+)?)\s+(?P<rest>.*)$")  # journalctl -o short-unix
 _ISO = re.compile(
     r"^(?P<ts>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?P<zone>Z|[+-]\d{2}:?\d{2})?)"
     r"\s+(?P<rest>.*)$"
@@ -99,6 +102,14 @@ def _xid_in(text: str) -> KernelXid | None:
 
 def _text_line(line: str, file_node: str, where: str) -> tuple[bool, XidEvent | None]:
     """(whether the line has a known timestamped shape, its event or None)."""
+    unix = _UNIX.match(line)
+    if unix is not None:  # seconds since the epoch: UTC by definition
+        xid = _xid_in(unix["rest"])
+        if xid is None:
+            return True, None
+        host = _HOST.match(unix["rest"])
+        node = host["host"] if host is not None else file_node
+        return True, _event(xid, _checked(float(unix["ts"]), unix["ts"], where), node, where)
     match = _ISO.match(line)
     if match is None:
         if _xid_in(line) is not None:
@@ -121,6 +132,25 @@ def _text_line(line: str, file_node: str, where: str) -> tuple[bool, XidEvent | 
     if match["zone"] is None:
         raise EventsError(f"{where}: the time {match['ts']!r} has no UTC offset; {_EXPORTS}")
     return True, _event(xid, _iso_seconds(match["ts"], where), node, where)
+
+
+def is_log_record(record: dict[str, object]) -> bool:
+    """Whether a JSON object is a log entry: journalctl's (``MESSAGE``) or Loki's
+    (``logcli -o jsonl``: ``line``, ``timestamp``, ``labels``)."""
+    return "MESSAGE" in record or ("line" in record and "timestamp" in record)
+
+
+def _loki_record(record: dict[str, object], file_node: str, where: str) -> XidEvent | None:
+    line, stamp = record.get("line"), record.get("timestamp")
+    xid = _xid_in(line) if isinstance(line, str) else None
+    if xid is None:
+        return None
+    labels = record.get("labels")
+    named = ""
+    if isinstance(labels, dict):
+        named = next((str(labels[k]) for k in _LOKI_NODE if labels.get(k)), "")
+    node = named.rsplit(":", 1)[0] if named.count(":") == 1 else named or file_node
+    return _event(xid, _iso_seconds(str(stamp), where), node, where)
 
 
 def _journal_record(fields: dict[str, str], file_node: str, where: str) -> XidEvent | None:
@@ -157,8 +187,12 @@ def parse_kernel_log(lines: Iterable[str], source: str, file_node: str = "") -> 
                 fields = json.loads(line)
             except (ValueError, RecursionError):
                 continue
-            if isinstance(fields, dict):
+            if isinstance(fields, dict) and "MESSAGE" in fields:
                 journal(fields, where)
+            elif isinstance(fields, dict) and is_log_record(fields):  # logcli -o jsonl
+                shaped = True
+                found = _loki_record(fields, file_node, where)
+                events.extend([found] if found else [])
             continue
         field = _EXPORT_FIELD.match(line)
         if field is not None:  # journalctl -o export: a record's KEY=value lines
