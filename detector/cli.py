@@ -16,6 +16,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import sys
 import threading
 import traceback
@@ -51,7 +52,7 @@ from .replay import (
     summary_lines,
 )
 from .report import render_html
-from .rules import load_signal_rules, load_xid_catalog
+from .rules import export_pattern, load_signal_rules, load_xid_catalog
 from .series import LabelRules, SeriesIndex
 from .simulate import Scenario, SimulatedCluster, node_jobs, serve, write_dump
 
@@ -323,6 +324,19 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_export_selector(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    pattern = export_pattern(
+        load_signal_rules(config.rules.signals), load_xid_catalog(config.rules.xid)
+    )
+    # a job name as a literal in a PromQL regex string: regex metacharacters escaped with a
+    # backslash, itself written twice inside the double-quoted string
+    jobs = "|".join(re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\\\1", job) for job in args.job)
+    selector = f'__name__=~"{pattern}"' + (f',job=~"{jobs}"' if jobs else "")
+    print(pattern if args.regex else f"{{{selector}}}")
+    return 0
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     return main_run(args.config)
 
@@ -356,6 +370,7 @@ COMMANDS: dict[str, Command] = {
     "calibrate": _cmd_calibrate,
     "simulate": _cmd_simulate,
     "check-config": _cmd_check_config,
+    "export-selector": _cmd_export_selector,
     "run": _cmd_run,
     "record": _cmd_record,
 }

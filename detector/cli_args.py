@@ -30,6 +30,9 @@ EXAMPLES = {
   detector simulate --serve --nodes 4 --port 9400  # live exporters; prints a config for them""",
     "check-config": """examples:
   detector check-config /etc/detector/config.yaml""",
+    "export-selector": """examples:
+  detector export-selector --job dcgm-exporter --job node-exporter --job kube-state-metrics
+  detector export-selector --config /etc/detector/config.yaml --regex""",
     "run": """examples:
   detector run --config /etc/detector/config.yaml        # fleet or agent mode, per the config
   NODE_NAME=gpu-017 DETECTOR_MODE=agent detector run     # agent: this node's local exporters""",
@@ -246,6 +249,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     cc = add("check-config", "validate a config file and print what it resolves to")
     cc.add_argument("file", type=Path, metavar="FILE", help="config YAML to validate")
+
+    es = add(
+        "export-selector",
+        "print the series selector of the metrics a replay reads (for exporting history)",
+        "Print the PromQL series selector of every metric the rules read, for promtool tsdb "
+        "dump --match or a query_range export (docs/evaluate.md): node-exporter's series no "
+        "rule reads are left out.",
+    )
+    es.add_argument(
+        "--config", type=Path, metavar="FILE", help="config YAML naming the rules files"
+    )
+    es.add_argument(
+        "--job",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="keep only this scrape job's series (repeatable): other jobs' up and scrape "
+        "series would name hosts that are no GPU nodes",
+    )
+    es.add_argument("--regex", action="store_true", help="print the bare __name__ regex")
 
     rn = add("run", "run the live daemon: scrape, score, alert, export /metrics")
     rn.add_argument(

@@ -356,3 +356,31 @@ def load_signal_rules(path: Path | None = None) -> SignalCatalog:
 def load_xid_catalog(path: Path | None = None) -> XidCatalog:
     """Load and validate an XID catalog (a file, a rules directory, or the built-in one)."""
     return _load(_resolve(path, "xid.yaml"), XidCatalog)
+
+
+# Series the rules do not name but replay reads: host names (series.host_names) and each
+# pod's node (kube-state-metrics); scraped series of either exporter's DCGM namespaces.
+_EXPORT_ALWAYS = ("DCGM_.*", "dcgm_.*", "node_uname_info", "kube_pod_info")
+
+
+def export_pattern(signals: SignalCatalog, xids: XidCatalog) -> str:
+    """A regular expression (RE2, as Prometheus matches ``__name__``) for every metric a
+    replay reads: each rule's metrics, patterns and ratio denominators, the XID sources, every
+    DCGM field (GPU series no rule names are still compared with their peers) and the series
+    that name hosts and pods. An export selected by it (``{__name__=~"..."}``) replays as the
+    whole Prometheus would, without node-exporter's thousands of series no rule reads; with
+    ``default_rule.node_level`` on, every ``node_`` series too."""
+    broad = list(_EXPORT_ALWAYS)
+    if signals.default_rule.enabled and signals.default_rule.node_level:
+        broad.append("node_.*")
+    covered = re.compile("|".join(broad))
+    names: list[str] = []
+    for rule in signals.signals:
+        names.extend(rule.metrics)
+        names.extend([rule.pattern] if rule.pattern else [])
+        names.extend([rule.denominator] if rule.denominator else [])
+    names.extend((*xids.sources.gauge_metrics, *xids.sources.count_metrics))
+    # metric names are [a-zA-Z_:][a-zA-Z0-9_:]*: nothing to escape; a name a broad pattern
+    # covers (every DCGM field) is left out
+    named = [n for n in names if not covered.fullmatch(n)]
+    return "|".join(dict.fromkeys([*broad, *named]))

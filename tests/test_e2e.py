@@ -273,10 +273,13 @@ def test_daemon_scrapes_the_real_node_exporter(stack: Stack) -> None:
 
 @pytest.mark.tools
 @pytest.mark.slow
-def test_replays_of_prometheus_own_exports_find_the_failure(stack: Stack, tmp_path: Path) -> None:
+def test_replays_of_prometheus_own_exports_find_the_failure(
+    stack: Stack, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """What Prometheus stored while it scraped the simulated exporters, exported the two ways
     docs/evaluate.md gives (``query_range`` through the HTTP API, and ``promtool tsdb dump
-    --match`` of its data directory), each replayed with the failure as an events file: the
+    --match`` of its data directory with ``detector export-selector``'s regex), each replayed
+    with the failure as an events file: the
     real formats, staleness and labels of a Prometheus export (``instance``, ``job``, the
     ``node`` target label, ``Hostname``), the same four nodes, and the vanished GPU's failure
     found, as the live daemon found it, with no false alert."""
@@ -304,8 +307,11 @@ def test_replays_of_prometheus_own_exports_find_the_failure(stack: Stack, tmp_pa
     from_api.write_text(json.dumps(answer))
     from_tsdb = tmp_path / "prometheus.tsdb"
     span = [f"--min-time={int(start * 1000)}", f"--max-time={int(end * 1000)}"]
+    # the tsdb export takes `detector export-selector`'s selector: PromQL, RE2, as promtool reads
+    assert 0 == main(["export-selector", "--job", "dcgm", "--job", "node-sim"])
+    match = f"--match={capsys.readouterr().out.strip()}"
     dumped = subprocess.run(
-        [require_tool("promtool"), "tsdb", "dump", f"--match={selector}", *span, str(stack.tsdb)],
+        [require_tool("promtool"), "tsdb", "dump", match, *span, str(stack.tsdb)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -173,3 +174,43 @@ def test_a_replay_warns_of_gpus_named_by_their_exporters_pod(
     assert "kube_pod_info" in err
     assert 0 == main(["replay", str(resolved), "--events", str(events), "--quiet"])
     assert "dcgm-exporter pod" not in capsys.readouterr().err
+
+
+def test_a_dump_exported_with_the_selector_replays_as_the_whole_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`detector export-selector` prints {__name__=~"..."}; the simulated cluster's dump cut
+    down to the series it selects (what `promtool tsdb dump --match` would export) gives the
+    same report as the whole dump, with fewer series."""
+    assert 0 == main(["export-selector"])
+    selector = capsys.readouterr().out.strip()
+    assert 0 == main(["export-selector", "--regex"])
+    bare = capsys.readouterr().out.strip()
+    assert f'{{__name__=~"{bare}"}}' == selector
+    assert 0 == main(["export-selector", "--job", "dcgm-exporter", "--job", "ksm.monitoring"])
+    only = capsys.readouterr().out.strip()  # a dot in a job name: \. in the regex, doubled
+    assert f'{{__name__=~"{bare}",job=~"dcgm-exporter|ksm\\\\.monitoring"}}' == only
+    pattern = re.compile(bare)
+    whole, events = tmp_path / "whole.om.gz", tmp_path / "events.jsonl"
+    argv = ["simulate", "--nodes", "4", "--gpus", "8", "--days", "0.2", "--seed", "7"]
+    assert 0 == main([*argv, "--failures", "2", "--out", str(whole), "--events", str(events)])
+    cut = tmp_path / "cut.om"
+    dropped = 0
+    with gzip.open(whole, "rt") as src, cut.open("w") as out:
+        for line in src:
+            words = line.split()
+            name = words[2] if line.startswith("# ") and len(words) > 2 else words[0]
+            name = re.split(r"[{ ]", name, maxsplit=1)[0]
+            if line.startswith("# EOF") or pattern.fullmatch(name):
+                out.write(line)
+            else:
+                dropped += not line.startswith("#")
+    assert dropped > 0  # the simulated node-exporter has families no rule reads
+    reports = []
+    for dump in (whole, cut):
+        report = tmp_path / f"{dump.name}.json"
+        assert 0 == main(["replay", str(dump), "--events", str(events), "--report-json",
+                          str(report), "--quiet"])  # fmt: skip
+        reports.append(json.loads(report.read_text()))
+    assert reports[0] == reports[1]
+    assert reports[0]["summary"]["failures"] >= 1

@@ -13,6 +13,7 @@ from detector.rules import (
     DEFAULT_RULES_DIR,
     ScorerName,
     SignalRule,
+    export_pattern,
     load_signal_rules,
     load_xid_catalog,
 )
@@ -347,3 +348,29 @@ def test_copied_catalog_uses_its_own_rules() -> None:
     assert only.rule_for("DCGM_FI_DEV_SM_CLOCK") is None
     assert "default" == only.classify("go_goroutines")
     assert catalog.rule_for("DCGM_FI_DEV_SM_CLOCK") is not None
+
+
+def test_the_export_selector_keeps_what_the_rules_read_and_little_else(shared_data: Path) -> None:
+    """export_pattern (``detector export-selector``) matches every metric a rule names or
+    matches, the XID sources, every DCGM field, the host- and pod-naming series; of the real
+    node-exporter page it keeps the series a rule reads and leaves out the rest (here 95%)."""
+    catalog, xids = load_signal_rules(), load_xid_catalog()
+    selected = re.compile(export_pattern(catalog, xids))
+    for rule in catalog.signals:
+        assert all(selected.fullmatch(m) for m in rule.metrics), rule.name
+    csv_dir = shared_data / "exporters" / "dcgm"
+    for field in _dcgm_fields(csv_dir / "default-counters.csv"):
+        assert selected.fullmatch(field), field
+    also = ("DCGM_FI_DEV_XID_ERRORS", "DCGM_EXP_XID_ERRORS_COUNT", "dcgm_gpu_temp")
+    also += ("node_uname_info", "kube_pod_info", "node_infiniband_symbol_error_total")
+    for name in also:
+        assert selected.fullmatch(name), name
+    page = (shared_data / "exporters" / "node_exporter" / "e2e-output.txt").read_text()
+    lines = [ln for ln in page.splitlines() if ln and not ln.startswith("#")]
+    names = [re.split(r"[{ ]", ln, maxsplit=1)[0] for ln in lines]
+    read = [n for n in names if catalog.rule_for(n) is not None]
+    assert read
+    assert all(selected.fullmatch(n) for n in read)
+    kept = [n for n in names if selected.fullmatch(n)]
+    assert len(kept) < 0.1 * len(names)
+    assert not selected.fullmatch("node_cpu_seconds_total")
