@@ -102,6 +102,7 @@ class SignalMap:
         self._node_ids: dict[str, int] = {}
         self.cohort_names: list[str] = []
         self._cohort_ids: dict[str, int] = {}
+        self._gpu_nodes: set[str] = set()  # nodes with a GPU series (_cohort_id)
         self._gpu_entities: dict[tuple[str, str], int] = {}  # (node, gpu label) -> entity id
         self._gpu_entity_node: list[int] = []  # entity id -> node id
         self._series_gpu_entity: list[int] = []  # per index series: entity id or -1
@@ -141,9 +142,24 @@ class SignalMap:
         return found
 
     def _cohort_id(self, node: str) -> int:
-        """The node's cohort id (``_learn_cohorts``; "" for all nodes without cohort labels)."""
+        """The node's cohort id (``_learn_cohorts``; "" for all nodes without cohort labels).
+        Once some node has GPUs, a node without any GPU series (a CPU-only host whose
+        node-exporter is in the data, e.g. a whole Prometheus export) is compared only with
+        other such nodes: its work is not the GPU nodes' and would skew their peer medians."""
         label = self._node_cohort.get(node, (0, ""))[1]
+        if self._gpu_nodes and node not in self._gpu_nodes:
+            label = f"{label} (no GPU)" if label else "(no GPU)"
         return self._id(self._cohort_ids, self.cohort_names, label)
+
+    def _regroup(self, nodes: set[str]) -> None:
+        """Give every mapped column of ``nodes`` its node's cohort as it is now."""
+        new = {self._node_ids[n]: self._cohort_id(n) for n in nodes & set(self._node_ids)}
+        old = {n: c for n, c in zip(self._node, self._cohort, strict=True) if n in new}
+        if any(new[n] != c for n, c in old.items()):
+            pairs = zip(self._node, self._cohort, strict=True)
+            self._cohort = [new.get(n, c) for n, c in pairs]
+            self._layout = None
+            self._cohorts_moved = True
 
     def _declared_type(self, metric: str) -> str | None:
         types = self.metric_types
@@ -251,12 +267,7 @@ class SignalMap:
                     moved.add(info.node)
             self._node_cohort[info.node] = best
         # nodes with columns mapped before: one pass over the columns moves them all
-        new = {self._node_ids[n]: self._cohort_id(n) for n in moved & set(self._node_ids)}
-        if new:
-            pairs = zip(self._node, self._cohort, strict=True)
-            self._cohort = [new.get(n, c) for n, c in pairs]
-            self._layout = None
-            self._cohorts_moved = True
+        self._regroup(moved)
 
     def _resolve_denominators(self) -> None:
         """Pair ratio columns with their denominator series once those are in the index."""
@@ -283,6 +294,10 @@ class SignalMap:
                 node_id = self._id(self._node_ids, self.node_names, info.node)
                 self._gpu_entity_node.append(node_id)
                 self._add_presence(info, entity, node_id)
+                if info.node not in self._gpu_nodes:  # the first GPU node moves all others
+                    first = not self._gpu_nodes
+                    self._gpu_nodes.add(info.node)
+                    self._regroup(set(self._node_ids) if first else {info.node})
         # XID series come and go by design (a windowed count exists only while an XID is in
         # its window): they are ground truth, not telemetry a GPU loses, so presence skips them.
         truth = not isinstance(verdict, str) and verdict.truth is not None

@@ -51,7 +51,7 @@ def test_a_nodes_cohort_is_its_first_configured_label_on_any_of_its_series() -> 
     signals = SignalMap(load_signal_rules(), index, cohort_labels=("rack", "zone"))
     sent = [
         index.add(MEM, node_series("n1", rack="r1")),
-        index.add("DCGM_FI_DEV_GPU_TEMP", gpu_series("n1")),
+        *(index.add("DCGM_FI_DEV_GPU_TEMP", gpu_series(n)) for n in ("n1", "n2", "n3")),
         index.add(MEM, node_series("n2", zone="z9")),
         index.add("node_load1", node_series("n2", rack="r2")),
         index.add(MEM, node_series("n3")),
@@ -138,6 +138,27 @@ def test_a_node_back_in_a_former_job_rejoins_its_cohort() -> None:
     assert signals.sync()
     assert {"a"} == cohort_of(signals, "n1")
     assert columns == len(signals.layout)  # the labellings feed the same columns
+
+
+def test_a_node_without_gpus_is_not_a_peer_of_the_gpu_nodes() -> None:
+    """A whole Prometheus export holds CPU-only hosts' node-exporter series too: once a node
+    has GPUs, nodes without any GPU series are compared only with each other. A node whose GPU
+    series come later joins the GPU nodes then; without any GPU node nothing changes."""
+    index = SeriesIndex()
+    signals = SignalMap(load_signal_rules(), index, cohort_labels=("training_job",))
+    mem = {n: index.add(MEM, node_series(n, training_job="a")) for n in ("n1", "n2", "cpu1")}
+    send(signals, 0, *mem.values())
+    signals.sync()
+    assert {"a"} == cohort_of(signals, "n1") == cohort_of(signals, "cpu1")  # no GPU node yet
+    gpus = {n: index.add("DCGM_FI_DEV_GPU_TEMP", gpu_series(n)) for n in ("n1", "n2")}
+    send(signals, 30, *mem.values(), *gpus.values())
+    assert signals.sync()
+    assert {"a"} == cohort_of(signals, "n1") == cohort_of(signals, "n2")
+    assert {"a (no GPU)"} == cohort_of(signals, "cpu1")
+    late = index.add("DCGM_FI_DEV_GPU_TEMP", gpu_series("cpu1"))  # its exporter answered late
+    send(signals, 60, *mem.values(), *gpus.values(), late)
+    assert signals.sync()
+    assert {"a"} == cohort_of(signals, "cpu1")
 
 
 def cluster(cohort_labels: list[str]) -> tuple[Pipeline, dict[str, int]]:
