@@ -193,26 +193,26 @@ def host_names(series: Iterable[tuple[str, Labels]], rules: LabelRules) -> dict[
     under the pod's node (the GPUs join their node's node-exporter series, and the node keeps
     its name across exporter restarts)."""
     names: dict[str, set[str]] = {}
-    pods: dict[str, set[str]] = {}  # a pod's name or IP -> its node (kube_pod_info)
+    pods: dict[str, set[str]] = {}  # a pod's name -> its node (kube_pod_info)
+    named: set[str] = set()  # the nodes the series name (a pod's name, for such an exporter)
     for name, labels in series:
         if name == POD_INFO_METRIC:
             own = dict(labels)  # its exported_* are the pod's own labels (honor_labels off)
+            pod = own.get("exported_pod") or own.get("pod", "")
             node = own.get("exported_node") or own.get("node", "")
-            for key in ("exported_pod", "pod_ip") if "exported_pod" in own else ("pod", "pod_ip"):
-                if own.get(key) and node:
-                    pods.setdefault(own[key], set()).add(node)
+            if pod and node:
+                pods.setdefault(pod, set()).add(node)
             continue
         raw = _renamed(labels, rules)
-        address = _host_part(raw.get("instance", ""))
-        if not address:
-            continue
         host = raw.get("nodename", "") if name == UNAME_METRIC else _node_of(raw, rules)
-        if host.lower() not in _NO_HOST_NAME and host != address:
+        named.add(host)
+        address = _host_part(raw.get("instance", ""))
+        if address and host.lower() not in _NO_HOST_NAME and host != address:
             names.setdefault(address, set()).add(host)
-    nodes = {pod: next(iter(found)) for pod, found in pods.items() if len(found) == 1}
+    # only pods that name series (a pod-named dcgm-exporter): every other host keeps its name
+    nodes = {pod: next(iter(on)) for pod, on in pods.items() if len(on) == 1 and pod in named}
     out = {address: next(iter(hosts)) for address, hosts in names.items() if len(hosts) == 1}
-    out = {address: nodes.get(host, host) for address, host in out.items()}  # pod -> its node
-    return {**nodes, **{a: h for a, h in out.items() if a not in nodes}}
+    return {**{a: nodes.get(h, h) for a, h in out.items()}, **nodes}  # a pod's IP: its node
 
 
 def pod_named_nodes(

@@ -158,11 +158,15 @@ def test_kube_pod_info_files_a_pod_named_dcgm_exporter_under_its_node() -> None:
         ("node_load1", (("instance", "10.0.0.5:9100"), ("job", "node"))),
         pod_info("nvidia-dcgm-exporter-cwbcm", "10.244.1.7", "gpu-05"),
         pod_info("nvidia-dcgm-exporter-x2k9p", "10.244.1.8", "gpu-05"),
+        # a host-network pod has the node's IP; its node's Kubernetes name is not the host's
+        # name here: the node-exporter's address keeps the name its uname gives
+        pod_info("node-exporter-4xq2z", "10.0.0.5", "ip-10-0-0-5.internal"),
     ]
     hosts = host_names(series, LabelRules())
     index = SeriesIndex(hosts=hosts)
     columns = [index.add(name, labels) for name, labels in series[:4]]
     assert {"gpu-05"} == {index.infos[c].node for c in columns}
+    assert "gpu-05" == hosts["10.0.0.5"]
     assert columns[0] == columns[1]  # the same GPU across the exporter's restart
     without = SeriesIndex(hosts=host_names(series[:4], LabelRules()))
     assert "nvidia-dcgm-exporter-cwbcm" == without.infos[without.add(*series[0])].node
