@@ -16,7 +16,10 @@ from .model import FloatArray, Frame, SampleBatch
 
 
 def infer_step(batch: SampleBatch, default: float = 30.0) -> float:
-    """The data's own scrape interval: the median positive gap between samples of a series."""
+    """The data's own scrape interval: the median positive gap between samples of a series,
+    as whole seconds when it is within 0.5% of them. Raw scrape times jitter by milliseconds
+    (a TSDB dump): a median of 15.0003 s would let the ticks drift 1.7 s a day against the
+    scrapes, until a scrape changes tick and every series of its target misses one."""
     if len(batch) < 2:
         return default
     order = np.lexsort((batch.times, batch.columns))
@@ -27,7 +30,9 @@ def infer_step(batch: SampleBatch, default: float = 30.0) -> float:
     gaps = gaps[gaps > 0]
     if gaps.size == 0:
         return default
-    return float(np.median(gaps))
+    median = float(np.median(gaps))
+    whole = round(median)
+    return float(whole) if whole >= 1 and abs(median - whole) <= 0.005 * median else median
 
 
 def frames_from_batches(

@@ -95,3 +95,13 @@ def test_infer_step_falls_back_to_default_without_gaps() -> None:
     """One sample, or samples all at one time, give the default."""
     assert 30.0 == infer_step(batch([(5.0, 0, 1.0)]))
     assert 7.0 == infer_step(batch([(5.0, 0, 1.0), (5.0, 1, 1.0)]), default=7.0)
+
+
+def test_a_jittery_scrape_interval_is_read_as_whole_seconds() -> None:
+    """Raw scrape times (a TSDB dump) jitter by milliseconds around 15 s: the step is 15, so
+    the ticks do not drift against the scrapes; 0.25 s and 7.5 s steps stay as they are."""
+    rng = np.random.default_rng(1)
+    jitter = [(15.0 * k + 7.3 + rng.uniform(0.0, 0.004), 0, 1.0) for k in range(200)]
+    assert 15.0 == infer_step(batch(jitter))
+    assert 0.25 == infer_step(batch([(0.25 * k, 0, 1.0) for k in range(10)]))
+    assert 7.5 == infer_step(batch([(7.5 * k, 0, 1.0) for k in range(10)]))
