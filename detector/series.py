@@ -106,6 +106,14 @@ def without(labels: Labels, names: frozenset[str] | tuple[str, ...]) -> Labels:
     return tuple(kv for kv in labels if kv[0] not in names)
 
 
+# A scraper's own series per target (Prometheus writes them, and so does the daemon). Their
+# ``job`` is identity: a node's dcgm-exporter and node-exporter jobs are two series, not one
+# column whose value would flip between the two exporters' with whichever scrape came last in
+# a tick (a Prometheus export's ``scrape_samples_scraped``: 100 and 160, a changepoint each
+# time). Targets without a job (the daemon's static ones) still share the column; the scraper
+# writes the worst case of them there (ingest/scrape.py).
+SCRAPE_HEALTH_METRICS = ("up", "scrape_duration_seconds", "scrape_samples_scraped")
+
 # normalize's result: (metric, identity labels, node, gpu, context labels)
 Normalized = tuple[str, Labels, str, str, Labels]
 
@@ -158,6 +166,7 @@ def normalize(
             break
     identity: list[tuple[str, str]] = []
     context: list[tuple[str, str]] = []
+    per_target = name in SCRAPE_HEALTH_METRICS
     for key, value in raw.items():
         if key in rules.gpu_labels:
             continue
@@ -165,6 +174,8 @@ def normalize(
         if key in ("node", "exported_node") and value.isdigit():
             is_context = False  # a NUMA node id distinguishes series
             key = "numa_node"
+        if per_target and key == "job":
+            is_context = False  # one health series per scrape job of the node (see above)
         (context if is_context else identity).append((key, value))
     if node:
         identity.append(("node", node))

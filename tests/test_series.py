@@ -178,6 +178,23 @@ def test_kube_pod_info_files_a_pod_named_dcgm_exporter_under_its_node() -> None:
     assert [] == pod_named_nodes(named, LabelRules(), {})
 
 
+def test_a_nodes_scrape_health_series_are_one_per_job() -> None:
+    """A Prometheus export has up / scrape_duration_seconds / scrape_samples_scraped per
+    target: a node's dcgm-exporter and node-exporter jobs are two series each (one column,
+    the value flipped between the two exporters' with whichever scrape came last in a tick).
+    Without a job label (the daemon's static targets) the node's targets share the column,
+    as before; other series keep job as context."""
+    index = SeriesIndex()
+    dcgm = (("instance", "10.0.0.5:9400"), ("job", "dcgm"), ("node", "gpu-05"))
+    node = (("instance", "10.0.0.5:9100"), ("job", "node"), ("node", "gpu-05"))
+    for metric in ("up", "scrape_duration_seconds", "scrape_samples_scraped"):
+        assert index.add(metric, dcgm) != index.add(metric, node)
+    bare = [(("instance", f"10.0.0.5:{port}"), ("node", "gpu-05")) for port in (9400, 9100)]
+    assert index.add("up", bare[0]) == index.add("up", bare[1])
+    assert index.add("node_load1", node) == index.add("node_load1", (*node[:1], ("job", "x"),
+                                                                    node[2]))  # fmt: skip
+
+
 def test_old_dcgm_namespace_folds_into_field_names() -> None:
     """dcgm_gpu_temp is DCGM_FI_DEV_GPU_TEMP, dcgm_xid_errors is DCGM_FI_DEV_XID_ERRORS."""
     assert "DCGM_FI_DEV_GPU_TEMP" == canonical_metric("dcgm_gpu_temp")
@@ -222,8 +239,8 @@ def test_target_labels_win_and_exporter_labels_become_exported() -> None:
     cols = index.columns(keys, split_series, (("instance", "n7:9100"),))
     up = index.infos[int(cols[0])]
     assert "n7" == up.node
-    context = dict(up.context)
-    assert ("inside:1", "x") == (context["exported_instance"], context["job"])
+    assert "inside:1" == dict(up.context)["exported_instance"]
+    assert ("job", "x") in up.labels  # a scrape health series: one per job of the node
     assert "n7" == index.infos[int(cols[1])].node
 
 

@@ -25,9 +25,10 @@ Contract
     Health series, as Prometheus writes them, are added to the frame per target with its
     target labels: ``up`` (1/0), ``scrape_duration_seconds``, ``scrape_samples_scraped``
     (samples in the payload, before the cap). Where the index merges several targets into one
-    health column (a node's dcgm and node exporters: ``instance`` and ``job`` are context
-    labels), the column shows the worst case: min of ``up``, max of the duration, sum of the
-    samples, so one exporter of a node going down is never hidden by the other.
+    health column (a node's dcgm and node exporters without a ``job`` label: ``instance`` is
+    a context label; with one, each job has its own, see series.SCRAPE_HEALTH_METRICS), the
+    column shows the worst case: min of ``up``, max of the duration, sum of the samples, so
+    one exporter of a node going down is never hidden by the other.
 
     Values are kept as exposed (NaN, +Inf; counter resets are the signal stage's business).
 """
@@ -49,13 +50,13 @@ from ..config_schema import ScrapeConfig
 from ..errors import ParseError, ScrapeError
 from ..logs import get_logger
 from ..model import Exposition, FloatArray, Frame, IntArray
-from ..series import SeriesIndex
+from ..series import SCRAPE_HEALTH_METRICS, SeriesIndex
 from .parse import parse_exposition, split_series
 from .targets import Target
 
 __all__ = ["HEALTH_METRICS", "ScrapeRound", "Scraper", "TargetScrape"]
 
-HEALTH_METRICS = ("up", "scrape_duration_seconds", "scrape_samples_scraped")
+HEALTH_METRICS = SCRAPE_HEALTH_METRICS
 # Prometheus' own preference order; exporters that speak OpenMetrics may answer with it.
 ACCEPT = "text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
 _log = get_logger(component="scrape")
