@@ -87,6 +87,7 @@ class SignalMap:
         self._scale: list[float] = []
         self._signal: list[int] = []
         self._node: list[int] = []
+        self._node_columns: dict[int, list[int]] = {}  # node id -> its columns (_regroup)
         self._gpu: list[int] = []
         self._gpu_label: list[str | None] = []
         self._cohort: list[int] = []
@@ -152,12 +153,16 @@ class SignalMap:
         return self._id(self._cohort_ids, self.cohort_names, label)
 
     def _regroup(self, nodes: set[str]) -> None:
-        """Give every mapped column of ``nodes`` its node's cohort as it is now."""
-        new = {self._node_ids[n]: self._cohort_id(n) for n in nodes & set(self._node_ids)}
-        old = {n: c for n, c in zip(self._node, self._cohort, strict=True) if n in new}
-        if any(new[n] != c for n, c in old.items()):
-            pairs = zip(self._node, self._cohort, strict=True)
-            self._cohort = [new.get(n, c) for n, c in pairs]
+        """Give every mapped column of ``nodes`` its node's cohort as it is now (work in
+        their columns only: a first GPU series moves its node as a fleet's index fills)."""
+        moved = False
+        for node in nodes & set(self._node_ids):
+            cohort = self._cohort_id(node)
+            for col in self._node_columns.get(self._node_ids[node], ()):
+                if self._cohort[col] != cohort:
+                    self._cohort[col] = cohort
+                    moved = True
+        if moved:
             self._layout = None
             self._cohorts_moved = True
 
@@ -183,7 +188,9 @@ class SignalMap:
         self._scale.append(float(rule.get("scale", 1.0)))
         self._resolution.append(float(rule.get("resolution", 0.0)))
         self._signal.append(self._id(self._signal_ids, self.signal_names, name))
-        self._node.append(self._id(self._node_ids, self.node_names, info.node))
+        node_id = self._id(self._node_ids, self.node_names, info.node)
+        self._node_columns.setdefault(node_id, []).append(len(self._node))
+        self._node.append(node_id)
         self._gpu.append(-1 if gpu is None else gpu_number(gpu))
         self._gpu_label.append(gpu)
         self._cohort.append(self._cohort_id(info.node))
