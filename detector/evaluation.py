@@ -28,7 +28,7 @@ Cost: alerts and failures are grouped per node and matched with sorted arrays an
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -323,3 +323,9 @@ def _gpu_matches(
         for i, found in zip(fidx, stop > first, strict=True):
             result[int(i)] = bool(found)
     return result
+
+
+def failure_sources(failures: Iterable[XidEvent]) -> list[tuple[str, int]]:
+    """(source, failures) in name order: which input first reported each failure episode
+    (events file, kernel log, the dump's gauge), so a user sees their events loaded."""
+    return sorted(Counter(ev.source or "data" for ev in failures).items())

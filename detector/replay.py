@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import gzip
 import time as wallclock
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,7 +20,7 @@ import numpy as np
 from .calibration import describe_weights
 from .episodes import EpisodeParams, Episodes
 from .errors import DumpError, EventsError
-from .evaluation import Evaluation, evaluate
+from .evaluation import Evaluation, evaluate, failure_sources
 from .frame import frames_from_batches
 from .ingest.dumps import DumpStats, read_dump
 from .ingest.dumps_store import load_array
@@ -385,8 +384,7 @@ def summary_lines(result: ReplayResult) -> list[str]:
         f"p75 {fmt_lead(lt['p75'])}  (positive: alert before the XID)",
     ]
     if result.failures:  # where the failures came from: a user checks their events loaded
-        sources = Counter(ev.source or "data" for ev in result.failures)
-        counted = ", ".join(f"{name} {n}" for name, n in sorted(sources.items()))
+        counted = ", ".join(f"{name} {n}" for name, n in failure_sources(result.failures))
         lines.append(f"failures by source (first report of each episode): {counted}")
     if result.signals_found or result.signals_missing:
         fed, unfed = len(result.signals_found), len(result.signals_missing)

@@ -26,7 +26,7 @@ from typing import Protocol
 import numpy as np
 
 from .calibration import describe_weights
-from .evaluation import Evaluation, FailureRow
+from .evaluation import Evaluation, FailureRow, failure_sources
 from .model import Alert, FloatArray, XidEvent
 from .report_charts import CSS, LEGEND, Mark, Span, bars_svg, heatmap_svg, timeline_svg
 from .report_svg import utc
@@ -149,11 +149,11 @@ def _summary(result: ReplayData, threshold: float, weights: Mapping[str, float])
 def _inputs(result: ReplayData) -> str:
     """Where the failures came from, and which named signals the data fed (what a user checks
     first when the figures surprise)."""
-    sources = Counter(ev.source or "data" for ev in result.failures)
+    sources = failure_sources(result.failures)
     fed, unfed = list(result.signals_found), list(result.signals_missing)
     parts = []
     if sources:
-        counted = ", ".join(f"{escape(k)} {n}" for k, n in sorted(sources.items()))
+        counted = ", ".join(f"{escape(k)} {n}" for k, n in sources)
         parts.append(f"Failures by the source that first reported each: {counted}.")
     if fed or unfed:
         missing = ", ".join(f"<code>{escape(n)}</code>" for n in unfed) or "none"

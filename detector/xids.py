@@ -15,8 +15,9 @@ Values that vanish and return are compared with the last observed value (no re-f
 When: an event is stamped with the tick that saw it, unless that tick ends a gap (the series,
 or for a new series its node, unobserved for more than ``GAP_INTERVALS`` of its usual
 interval: an exporter restart, a partition, the daemon down). The XID then happened somewhere
-in the gap: the event is stamped at the gap's start with ``end`` at the tick that saw it, so
-an alert raised during the gap matches it but is not counted as before it.
+in the gap: the event is stamped at the gap's start with ``end`` at the tick that saw it
+(``source`` ``GAP_SOURCE``, which ``dedupe_episodes`` lets an exact time replace), so an alert
+raised during the gap matches it but is not counted as before it.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from .series import SeriesIndex
 
 _GAUGE, _COUNT = 0, 1
 GAP_INTERVALS = 2.5  # a gap: unobserved this many usual intervals (one lost scrape is 2)
+GAP_SOURCE = "dcgm-after-gap"  # the gauge's XID seen after a gap: its time only a bound
 
 
 class XidExtractor:
@@ -160,7 +162,7 @@ class XidExtractor:
         event = (
             XidEvent(t, info.node, gpu, code, source="dcgm")
             if gap_start is None
-            else XidEvent(gap_start, info.node, gpu, code, end=t, source="dcgm")
+            else XidEvent(gap_start, info.node, gpu, code, end=t, source=GAP_SOURCE)
         )
         message = dict(info.context).get("err_msg", "")
         if message:
@@ -233,12 +235,12 @@ def dedupe_episodes(
     events = list(events)
     exact: dict[tuple[str, str | None, int], list[float]] = {}
     for ev in events:
-        if not _in_gap(ev):
+        if ev.source != GAP_SOURCE:
             exact.setdefault((ev.node, ev.gpu, ev.xid), []).append(ev.time)
     events = [
         ev
         for ev in events
-        if not _in_gap(ev)
+        if ev.source != GAP_SOURCE
         or not any(
             ev.time <= t <= (ev.end or ev.time) for t in exact.get((ev.node, ev.gpu, ev.xid), ())
         )
@@ -273,11 +275,6 @@ def dedupe_episodes(
         episodes.append(episode)
         open_by_key[key] = latest[entity] = episode
     return [episode.event() for episode in episodes]
-
-
-def _in_gap(event: XidEvent) -> bool:
-    """Whether ``event`` is the gauge's XID seen after a gap (its time only a bound)."""
-    return event.source == "dcgm" and event.end is not None
 
 
 @dataclass(slots=True)

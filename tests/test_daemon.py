@@ -490,7 +490,7 @@ def test_live_accounting_keeps_the_span_of_an_xid_seen_after_a_gap(tmp_path: Pat
     (xids.py): the daemon's failure keeps that span, so an alert raised during the gap
     matches it in the live accounting, as in a replay."""
     daemon = Daemon(daemon_config(tmp_path, {}, "http://127.0.0.1:9"))
-    seen = XidEvent(T_GAP, "node-01", "0", 79, end=T_GAP + 1800.0, source="dcgm")
+    seen = XidEvent(T_GAP, "node-01", "0", 79, end=T_GAP + 1800.0, source="dcgm-after-gap")
     [failure] = daemon._new_failures((seen,), T_GAP + 1800.0)
     assert (failure.time, failure.end) == (T_GAP, T_GAP + 1800.0)
     raised = Alert("node-01", None, T_GAP + 1200.0, None, 0.9, ("gpu_temp",))

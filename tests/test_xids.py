@@ -7,7 +7,7 @@ import numpy as np
 from detector.model import FloatArray, Labels, XidEvent
 from detector.rules import load_xid_catalog
 from detector.series import SeriesIndex
-from detector.xids import XidExtractor, dedupe_episodes, is_failure
+from detector.xids import GAP_SOURCE, XidExtractor, dedupe_episodes, is_failure
 
 CATALOG = load_xid_catalog()
 GAUGE = "DCGM_FI_DEV_XID_ERRORS"
@@ -182,6 +182,7 @@ def test_a_change_seen_after_a_gap_is_stamped_at_the_gap() -> None:
         assert [] == feed.tick(t, {})
     [gap] = feed.tick(1200, {g0: 79.0, g1: 48.0})
     assert (gap.time, gap.end, gap.gpu, gap.xid) == (120.0, 1200.0, "1", 48)
+    assert (late.source, gap.source) == ("dcgm", GAP_SOURCE)
 
 
 def test_a_new_series_after_its_node_was_unseen_is_stamped_at_the_gap() -> None:
@@ -215,7 +216,7 @@ def test_an_exact_time_heads_the_episode_of_an_xid_seen_after_a_gap() -> None:
     """The gauge's XID after a gap only bounds its time; the same code on the same GPU from
     a kernel log or an events file within that span is the episode's time. Outside it, or on
     another GPU, it is not."""
-    seen = XidEvent(120.0, "n1", "1", 48, end=1200.0, source="dcgm")
+    seen = XidEvent(120.0, "n1", "1", 48, end=1200.0, source=GAP_SOURCE)
     logged = XidEvent(700.0, "n1", "1", 48, source="kernel-log")
     [one] = dedupe_episodes([seen, logged], CATALOG)
     assert (one.time, one.source) == (700.0, "kernel-log")

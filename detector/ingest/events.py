@@ -38,12 +38,11 @@ from typing import IO, Any
 
 from ..errors import EventsError
 from ..model import SeriesInfo, XidEvent
+from .dumps_formats import MS_THRESHOLD
 from .kernel_log import is_log_record, node_of_file, parse_kernel_log
-from .kmsg import normalize_pci
+from .kmsg import gpu_names, normalize_pci
 
 SOURCE = "events-file"
-# Unix seconds stay below 1e11 until the year 5138; anything larger is almost surely milliseconds.
-_MAX_UNIX_SECONDS = 1e11
 
 
 class _FieldError(ValueError):
@@ -81,7 +80,7 @@ def _parse_time(field: str, value: Any) -> float:
         raise _FieldError(field, f"expected unix seconds or RFC 3339, got {value!r}")
     if not math.isfinite(seconds) or seconds < 0:
         raise _FieldError(field, f"not a valid unix time: {value!r}")
-    if seconds > _MAX_UNIX_SECONDS:
+    if seconds > MS_THRESHOLD:  # unix seconds stay below it until the year 5138
         raise _FieldError(field, f"{value!r} looks like milliseconds; write unix seconds")
     return seconds
 
@@ -223,25 +222,6 @@ def write_events(path: Path, events: Iterable[XidEvent]) -> None:
             handle.write(json.dumps(_event_record(event), separators=(", ", ": ")) + "\n")
 
 
-def _gpu_names(infos: Sequence[SeriesInfo]) -> dict[tuple[str, str], str]:
-    """(node, a name of one of its GPUs) -> that GPU's label. A GPU is named by its label
-    (``gpu="3"``), its UUID (lower case) and its PCI bus id (normalized), as dcgm-exporter's
-    series carry them; the first GPU seen with a name keeps it."""
-    names: dict[tuple[str, str], str] = {}
-    for info in infos:
-        if not info.gpu:
-            continue
-        labels = dict(info.labels + info.context)
-        names.setdefault((info.node, info.gpu), info.gpu)
-        uuid = labels.get("uuid") or labels.get("UUID")
-        if uuid:
-            names.setdefault((info.node, uuid.lower()), info.gpu)
-        pci = normalize_pci(labels.get("pci_bus_id", ""))
-        if pci is not None:
-            names.setdefault((info.node, pci), info.gpu)
-    return names
-
-
 def place_events(events: Sequence[XidEvent], infos: Sequence[SeriesInfo]) -> list[XidEvent]:
     """``events`` named as the data names them. A node known only by its short name or in
     another case (a log's ``GPU-05`` for the data's ``gpu-05.cluster.local``, when no other
@@ -252,7 +232,7 @@ def place_events(events: Sequence[XidEvent], infos: Sequence[SeriesInfo]) -> lis
     short: dict[str, list[str]] = {}  # a host's first DNS label, in lower case (DNS is not
     for known in nodes:  # case-sensitive) -> the data's nodes of that name
         short.setdefault(known.split(".", 1)[0].lower(), []).append(known)
-    gpus = _gpu_names(infos) if any(ev.pci or ev.gpu for ev in events) else {}
+    gpus = gpu_names(infos) if any(ev.pci or ev.gpu for ev in events) else {}
     placed: list[XidEvent] = []
     for ev in events:
         node = ev.node

@@ -39,10 +39,10 @@ from pathlib import Path
 
 from ..errors import EventsError
 from ..model import XidEvent
+from .dumps_formats import MS_THRESHOLD
 from .kmsg import KernelXid, parse_xid_line
 
 SOURCE = "kernel-log"
-MAX_UNIX_SECONDS = 1e11  # as events.py: beyond, a time is not seconds
 _UNIX = re.compile(r"^(?P<ts>\d{9,11}(?:\.\d+)?)\s+(?P<rest>.*)$")  # journalctl -o short-unix
 _ISO = re.compile(
     r"^(?P<ts>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?P<zone>Z|[+-]\d{2}:?\d{2})?)"
@@ -77,7 +77,7 @@ def _iso_seconds(text: str, where: str) -> float:
 
 
 def _checked(seconds: float, text: str, where: str) -> float:
-    if not 0.0 <= seconds <= MAX_UNIX_SECONDS:
+    if not 0.0 <= seconds <= MS_THRESHOLD:  # beyond it a time is milliseconds, not seconds
         raise EventsError(f"{where}: the time {text!r} is not a plausible unix time")
     return seconds
 
@@ -126,9 +126,7 @@ def _text_line(line: str, file_node: str, where: str) -> tuple[bool, XidEvent | 
     if host is not None:
         node = host["host"]
     elif loki is not None:
-        labels = dict(_LOKI_LABEL.findall(loki["labels"]))
-        named = next((labels[k] for k in _LOKI_NODE if labels.get(k)), "")
-        node = named.rsplit(":", 1)[0] if named.count(":") == 1 else named or node
+        node = _loki_node(dict(_LOKI_LABEL.findall(loki["labels"])), file_node)
     if match["zone"] is None:
         raise EventsError(f"{where}: the time {match['ts']!r} has no UTC offset; {_EXPORTS}")
     return True, _event(xid, _iso_seconds(match["ts"], where), node, where)
@@ -146,11 +144,15 @@ def _loki_record(record: dict[str, object], file_node: str, where: str) -> XidEv
     if xid is None:
         return None
     labels = record.get("labels")
-    named = ""
-    if isinstance(labels, dict):
-        named = next((str(labels[k]) for k in _LOKI_NODE if labels.get(k)), "")
-    node = named.rsplit(":", 1)[0] if named.count(":") == 1 else named or file_node
+    node = _loki_node(labels if isinstance(labels, dict) else {}, file_node)
     return _event(xid, _iso_seconds(str(stamp), where), node, where)
+
+
+def _loki_node(labels: dict[str, object], file_node: str) -> str:
+    """A Loki stream's node: its first of ``_LOKI_NODE`` labels (``instance`` without its
+    port), else the file's."""
+    named = next((str(labels[k]) for k in _LOKI_NODE if labels.get(k)), "")
+    return named.rsplit(":", 1)[0] if named.count(":") == 1 else named or file_node
 
 
 def _journal_record(fields: dict[str, str], file_node: str, where: str) -> XidEvent | None:

@@ -111,18 +111,23 @@ def parse_xid_line(line: str) -> KernelXid | None:
     return KernelXid(int(match["code"]), pci, match["kind"] == "SXid", pid, process, rest.strip())
 
 
-def gpus_by_pci(infos: Sequence[SeriesInfo]) -> dict[tuple[str, str], str]:
-    """(node, normalized PCI bus id) -> GPU label, from the ``pci_bus_id`` dcgm-exporter puts
-    on each GPU's series (the first GPU seen with a bus id keeps it)."""
-    gpus: dict[tuple[str, str], str] = {}
+def gpu_names(infos: Sequence[SeriesInfo]) -> dict[tuple[str, str], str]:
+    """(node, a name of one of its GPUs) -> that GPU's label. dcgm-exporter's series name a GPU
+    by its label (``gpu="3"``), its UUID (lower case) and its PCI bus id (normalized); the
+    first GPU seen with a name keeps it. A kernel log's Xid names its PCI bus id."""
+    names: dict[tuple[str, str], str] = {}
     for info in infos:
         if not info.gpu:
             continue
-        bus = dict(info.context).get("pci_bus_id") or dict(info.labels).get("pci_bus_id")
-        pci = normalize_pci(bus) if bus else None
+        labels = dict(info.labels + info.context)
+        names.setdefault((info.node, info.gpu), info.gpu)
+        uuid = labels.get("uuid") or labels.get("UUID")
+        if uuid:
+            names.setdefault((info.node, uuid.lower()), info.gpu)
+        pci = normalize_pci(labels.get("pci_bus_id", ""))
         if pci is not None:
-            gpus.setdefault((info.node, pci), info.gpu)
-    return gpus
+            names.setdefault((info.node, pci), info.gpu)
+    return names
 
 
 class KmsgFollower:
@@ -240,14 +245,14 @@ class KernelXids:
         self.index = index
         self.node = node
         self._synced = 0
-        self._gpus: dict[tuple[str, str], str] = {}  # (node, pci) -> gpu label
+        self._gpus: dict[tuple[str, str], str] = {}  # (node, pci or other name) -> gpu label
         self._nodes: set[str] = set()
         self.messages: dict[XidEvent, str] = {}  # kernel text of each event, for alerts
 
     def _sync(self) -> None:
         new = self.index.infos[self._synced :]
         self._nodes.update(info.node for info in new if info.node)
-        for key, gpu in gpus_by_pci(new).items():
+        for key, gpu in gpu_names(new).items():
             self._gpus.setdefault(key, gpu)
         self._synced = len(self.index.infos)
 
