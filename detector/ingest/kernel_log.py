@@ -40,7 +40,7 @@ from pathlib import Path
 from ..errors import EventsError
 from ..model import XidEvent
 from .dumps_formats import MS_THRESHOLD
-from .kmsg import KernelXid, parse_xid_line
+from .kmsg import EXPORT_FIELD, KernelXid, parse_xid_line
 
 SOURCE = "kernel-log"
 _UNIX = re.compile(r"^(?P<ts>\d{9,11}(?:\.\d+)?)\s+(?P<rest>.*)$")  # journalctl -o short-unix
@@ -52,7 +52,6 @@ _HOST = re.compile(r"^(?P<host>\S+)\s+kernel(?:\[\d+\])?:\s")  # "gpu-05 kernel:
 _LOKI = re.compile(r"^\{(?P<labels>[^}]*)\}\s")
 _LOKI_LABEL = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 _LOKI_NODE = ("node", "host", "hostname", "instance")
-_EXPORT_FIELD = re.compile(r"^(?P<key>[A-Z_][A-Z0-9_]*)=(?P<value>.*)$")
 _UNTIMED = (  # shapes of logs whose lines do not carry a usable time
     (re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d "), "syslog without year or zone"),
     (re.compile(r"^\[[A-Z][a-z]{2} [A-Z][a-z]{2} "), "dmesg -T (local time, no zone)"),
@@ -196,7 +195,7 @@ def parse_kernel_log(lines: Iterable[str], source: str, file_node: str = "") -> 
                 found = _loki_record(fields, file_node, where)
                 events.extend([found] if found else [])
             continue
-        field = _EXPORT_FIELD.match(line)
+        field = EXPORT_FIELD.match(line)
         if field is not None:  # journalctl -o export: a record's KEY=value lines
             record.setdefault(field["key"], field["value"])
             record_line = record_line or number

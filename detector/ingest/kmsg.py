@@ -52,7 +52,8 @@ _XID = re.compile(
 )
 _PID = re.compile(r"^pid\s*=\s*'?(?P<pid><unknown>|\d+)'?\s*(?:,\s*|$)")
 _NAME = re.compile(r"^name\s*=\s*(?P<name>[^,]*?)\s*(?:,\s*|$)")
-_EXPORT_FIELD = re.compile(r"^(?P<key>[A-Z_][A-Z0-9_]*)=")
+# a journal export record's line (``journalctl -o export``): KEY=value, the kernel's text in MESSAGE
+EXPORT_FIELD = re.compile(r"^(?P<key>[A-Z_][A-Z0-9_]*)=(?P<value>.*)$")
 READ_LIMIT = 1 << 20  # bytes per poll, so a flood of log lines cannot stall a tick
 MESSAGES_KEPT = 1024  # recent events' kernel text (alerts and accounting look them up)
 
@@ -87,7 +88,7 @@ def normalize_pci(text: str) -> str | None:
 
 def parse_xid_line(line: str) -> KernelXid | None:
     """The Xid/SXid in one log line (any prefix), or None for every other line."""
-    field = _EXPORT_FIELD.match(line)
+    field = EXPORT_FIELD.match(line)
     if field is not None and field["key"] != "MESSAGE":
         return None  # journal export: only MESSAGE= is the kernel's text
     match = _XID.search(line)
