@@ -121,7 +121,11 @@ def describe_config(c: Config, path: Path, env: Mapping[str, str]) -> str:
     lb = c.labels
     cohorts = ", ".join(lb.cohort_labels) or "none (one cohort)"
     drops = ", ".join(f"{label}=~{pattern}" for label, pattern in lb.drop.items()) or "none"
-    lines.append(f"  labels: cohorts by {cohorts}; series dropped where {drops}")
+    workloads = ", ".join(lb.gpu_workload_labels) or "none (a node's GPUs are all peers)"
+    lines.append(
+        f"  labels: cohorts by {cohorts}; GPU workloads by {workloads}; "
+        f"series dropped where {drops}"
+    )
     a = c.alerts
     threshold = (
         f"{a.threshold:g}"

@@ -180,6 +180,11 @@ class LabelsConfig(_Section):
     )
     gpu_labels: list[str] = Field(default_factory=lambda: ["gpu"], min_length=1)
     cohort_labels: list[str] = Field(default_factory=list)  # empty: all nodes are one cohort
+    # A GPU's workload: the first of these labels its series carry (dcgm-exporter's Slurm
+    # job mapping, its Kubernetes pod mapping). A node's GPUs are peers only of the GPUs
+    # running the same workload, so a node shared by several jobs is not a set of lone
+    # deviants. GPUs with none of them are one workload. Empty: all GPUs of a node are peers.
+    gpu_workload_labels: list[str] = Field(default_factory=lambda: ["hpc_job", "pod"])
     # Series never indexed: label -> regular expression, a series dropped when that label's
     # value matches in full (``__name__``: the metric name, as in Prometheus relabelling).
     # The defaults are what containers bring and take away with them: their virtual network
@@ -187,7 +192,9 @@ class LabelsConfig(_Section):
     # same at the exporter). Setting it replaces them; {} keeps every series.
     drop: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_DROP))
 
-    _names = field_validator("node_labels", "gpu_labels", "cohort_labels")(_check_label_names)
+    _names = field_validator("node_labels", "gpu_labels", "cohort_labels", "gpu_workload_labels")(
+        _check_label_names
+    )
 
     @field_validator("drop")
     @classmethod

@@ -139,6 +139,8 @@ class ColumnLayout:
     - ``direction``: +1 only increases are anomalous, -1 only decreases, 0 both.
     - ``resolution``: the step the column's values are rounded to (0: none; None: no column
       has one), so a scorer can tell a one-step move from a real one.
+    - ``team``: id of the workload the column's GPU runs (its job or pod; GPU peers are the
+      GPUs of one node and one team); None: one team everywhere.
     """
 
     signal: IntArray
@@ -149,6 +151,7 @@ class ColumnLayout:
     signal_names: tuple[str, ...]
     node_names: tuple[str, ...]
     resolution: FloatArray | None = None
+    team: IntArray | None = None
 
     def __len__(self) -> int:
         return int(self.signal.shape[0])
@@ -164,4 +167,5 @@ class ColumnLayout:
             signal_names=self.signal_names,
             node_names=self.node_names,
             resolution=None if self.resolution is None else self.resolution[columns],
+            team=None if self.team is None else self.team[columns],
         )

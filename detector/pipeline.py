@@ -210,7 +210,7 @@ class Pipeline:
     # -- one tick ---------------------------------------------------------------------------
     def step(self, frame: Frame) -> TickResult:
         t = frame.time
-        if self.signal_map.sync() or self._layout is None:
+        if self.signal_map.sync(t) or self._layout is None:
             self._refresh_layout()
         layout, entities = self._layout, self._entities
         assert layout is not None

@@ -5,13 +5,21 @@ grow. Raw wire keys (``name{labels}`` exactly as an exporter wrote them) map to 
 dict lookup; a raw key is split and normalized only the first time it is seen (per source
 labels). Several raw spellings of one series (``Hostname`` vs ``hostname``, label order,
 ``exported_pod``) land in the same column.
+
+A GPU series' workload (``workload``: its job or pod, a context label) changes without a new
+column. The index keeps each column's context as last seen for such a change and lists the
+column in ``recontexted`` for the signal stage (GPU peers are the GPUs of one workload): a
+scrape notices it when a key of the new workload first maps to the column (``columns``); a dump,
+which holds every spelling from the start, schedules each change at the sample that brings it
+(``schedule_context``) and the pipeline applies them tick by tick (``apply_contexts``).
 """
 
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -78,6 +86,8 @@ class LabelRules:
     # scraped series that differs from a known one only in them is that series, relabelled
     # (SeriesIndex.columns).
     relabel: frozenset[str] = frozenset()
+    # Labels naming a GPU's workload, first present wins (``workload``): its Slurm job, its pod.
+    workload_labels: tuple[str, ...] = ("hpc_job", "pod")
 
     @classmethod
     def from_config(cls, labels: LabelsConfig) -> LabelRules:
@@ -87,6 +97,7 @@ class LabelRules:
             gpu_labels=tuple(labels.gpu_labels),
             drop=tuple((label, re.compile(pattern)) for label, pattern in labels.drop.items()),
             relabel=frozenset(labels.cohort_labels),
+            workload_labels=tuple(labels.gpu_workload_labels),
         )
 
     def dropped(self, name: str, labels: Labels) -> bool:
@@ -136,8 +147,41 @@ def _host_part(instance: str) -> str:
 
 
 def _renamed(labels: Labels, rules: LabelRules) -> dict[str, str]:
+    """``labels`` with ``rules.renames`` applied; a renamed label wins over one already named
+    so: with both ``pod`` (the scrape target's, i.e. the exporter's own pod) and
+    ``exported_pod`` (the pod dcgm-exporter maps the GPU to), the GPU's pod is kept."""
     renames = dict(rules.renames)
-    return {renames.get(key, key): value for key, value in labels}
+    out: dict[str, str] = {}
+    for key, value in labels:
+        name = renames.get(key, key)
+        if name == key and name in out:
+            continue  # the renamed label came first: it wins
+        out[name] = value
+    return out
+
+
+def workload(info: SeriesInfo, rules: LabelRules) -> str:
+    """The workload of a GPU series: the value of the first of ``rules.workload_labels`` it
+    carries (identity or context), "" for none (an idle GPU, an exporter without job or pod
+    mapping)."""
+    if not rules.workload_labels:
+        return ""
+    return _first_workload(dict((*info.labels, *info.context)), rules)
+
+
+def raw_workload(labels: Labels, rules: LabelRules) -> str:
+    """``workload`` of a series from its raw labels (before normalization)."""
+    if not rules.workload_labels:
+        return ""
+    return _first_workload(_renamed(labels, rules), rules)
+
+
+def _first_workload(labels: Mapping[str, str], rules: LabelRules) -> str:
+    for name in rules.workload_labels:
+        value = labels.get(name)
+        if value:
+            return value
+    return ""
 
 
 def _node_of(raw: Mapping[str, str], rules: LabelRules) -> str:
@@ -264,6 +308,10 @@ class SeriesIndex:
     relabelled: list[int] = field(default_factory=list)
     # per target (its labels but ``rules.relabel``), the labels it was last scraped with
     _target_labels: dict[Labels, Labels] = field(default_factory=dict)
+    # columns whose workload changed (``set_context``) since the signal stage last took them
+    recontexted: list[int] = field(default_factory=list)
+    # a dump's workload changes to come: (time, column, context), in time order
+    _scheduled: deque[tuple[float, int, Labels]] = field(default_factory=deque)
 
     def __len__(self) -> int:
         return len(self.infos)
@@ -308,10 +356,60 @@ class SeriesIndex:
         if column is None:
             column = self._by_relabel_key.get((metric, without(identity, self.rules.relabel)))
         if column is not None and self.infos[column].labels != identity:
+            before = self.infos[column]
             self.infos[column] = SeriesInfo(column, *series)
             self._by_identity[(metric, identity)] = column
             self.relabelled.append(column)
+            if workload(self.infos[column], self.rules) != workload(before, self.rules):
+                self.recontexted.append(column)
         return column
+
+    def set_context(self, column: int, context: Labels) -> None:
+        """Make ``context`` the column's (its series now carries these context labels); noted
+        in ``recontexted`` when its workload changes."""
+        info = self.infos[column]
+        if info.context == context:
+            return
+        new = replace(info, context=context)
+        self.infos[column] = new
+        if workload(new, self.rules) != workload(info, self.rules):
+            self.recontexted.append(column)
+
+    def schedule_context(self, time: float, column: int, context: Labels) -> None:
+        """``set_context`` at ``time`` (a dump's change of workload; times non-decreasing)."""
+        self._scheduled.append((time, column, context))
+
+    def apply_contexts(self, until: float) -> None:
+        """Apply the scheduled context changes up to ``until`` (a tick's time)."""
+        queue = self._scheduled
+        while queue and queue[0][0] <= until:
+            _, column, context = queue.popleft()
+            self.set_context(column, context)
+            # noted even when the column's own workload stays: its GPU's team may have been
+            # taken from another series' first spelling (a dump's index knows no times)
+            self.recontexted.append(column)
+
+    def _follow_workload(self, column: int, series: Normalized) -> bool:
+        """A scraped key of a known GPU column: the column takes its context; True when that
+        brings another workload."""
+        info = self.infos[column]
+        if not info.gpu or series[4] == info.context:
+            return False
+        before = len(self.recontexted)
+        self.set_context(column, series[4])
+        return len(self.recontexted) > before
+
+    def _forget_spellings(
+        self, lookup: dict[str, int], keys: Sequence[str], moved: set[int]
+    ) -> None:
+        """Drop the cached keys of ``moved`` columns but this scrape's: a return to a former
+        workload's keys (a GPU idle again) must be split again to be noticed. One pass over
+        the target's keys, on the rare scrape that brings a workload change."""
+        current = set(keys)
+        stale = [k for k, c in lookup.items() if c in moved and k not in current]
+        for key in stale:
+            del lookup[key]
+        self._cached_keys -= len(stale)
 
     def column_of(self, name: str, labels: Labels) -> int | None:
         """Column of an already known series, or None."""
@@ -334,7 +432,9 @@ class SeriesIndex:
         every scrape). Keys also change without a new series (a context label such as a GPU's
         pod) or come with a series that is dropped, for as long as the process runs; once the
         cache holds more than two keys a series plus ``RAW_KEYS_SLACK`` it is cleared and
-        refills from the next scrapes, each key split once more (a dropped one counted again)."""
+        refills from the next scrapes, each key split once more (a dropped one counted again).
+        A GPU key that brings another workload to its column is noted (``_follow_workload``)
+        and the column's other cached keys are forgotten (``_forget_spellings``)."""
         if self.rules.relabel:
             # the target's labels changed (its node's next job): its keys are looked at again
             target = without(extra, self.rules.relabel)
@@ -350,6 +450,7 @@ class SeriesIndex:
             except KeyError:
                 pass
         out = np.empty(len(keys), dtype=np.int64)
+        moved: set[int] = set()  # GPU columns whose workload this scrape changed
         for i, key in enumerate(keys):
             column = lookup.get(key)
             if column is None:
@@ -371,10 +472,17 @@ class SeriesIndex:
                         self.refused += 1  # not cached: the lookup must not grow either
                         out[i] = -1
                         continue
-                    column = self._append(series) if known is None else known
+                    if known is None:
+                        column = self._append(series)
+                    else:
+                        column = known
+                        if self._follow_workload(column, series):
+                            moved.add(column)
                 lookup[key] = column
                 self._cached_keys += 1
             out[i] = column
+        if moved:
+            self._forget_spellings(lookup, keys, moved)
         if self._cached_keys > 2 * len(self.infos) + RAW_KEYS_SLACK:
             self._by_raw.clear()
             self._cached_keys = 0

@@ -9,6 +9,11 @@ the mapped series' column once it is observed while that one is not (``_follow_r
 the column keeps its history across jobs. (That is a dump's case, which holds every labelling
 from the start; a live scrape's relabelled series keeps its index column, series.py.)
 
+Each GPU column carries its GPU's team (``ColumnLayout.team``): the GPU's workload, its job or
+pod (``series.workload``), so that GPU peers are the GPUs of one node running one job. A GPU
+moves when the index reports a new workload on one of its series (``recontexted``), in the
+``sync`` of that tick.
+
 Transforms, per column, with ``prev`` the last *observed* value of its series:
 - level: ``value * scale``.
 - rate: ``(value - prev) / dt * scale`` per second. NaN on the first observation, when
@@ -46,7 +51,7 @@ import numpy as np
 from .model import DCGM_BLANK_THRESHOLD, BoolArray, ColumnLayout, FloatArray, IntArray, SeriesInfo
 from .repeats import RepeatedScrapes, target_key
 from .rules import SignalCatalog
-from .series import SeriesIndex, without
+from .series import SeriesIndex, without, workload
 
 LEVEL, RATE, EDGE, MISSING, GPU_COUNT, RATIO, FROZEN = 0, 1, 2, 3, 4, 5, 6
 _TRANSFORM = {"level": LEVEL, "rate": RATE, "edge": EDGE, "ratio": RATIO}
@@ -106,6 +111,11 @@ class SignalMap:
         self._gpu_nodes: set[str] = set()  # nodes with a GPU series (_cohort_id)
         self._gpu_entities: dict[tuple[str, str], int] = {}  # (node, gpu label) -> entity id
         self._gpu_entity_node: list[int] = []  # entity id -> node id
+        # GPU workloads (series.workload): GPU peers are the GPUs of one node and one team
+        self._team: list[int] = []  # per signal column: its GPU's team id (0: node columns)
+        self._team_ids: dict[str, int] = {"": 0}  # workload -> team id ("": none)
+        self._gpu_team: dict[int, int] = {}  # entity id -> team id
+        self._entity_columns: dict[int, list[int]] = {}  # entity id -> its signal columns
         self._series_gpu_entity: list[int] = []  # per index series: entity id or -1
         # per index series on a GPU: its (entity, metric) slot id, else -1 (_retire_replaced)
         self._series_slot: list[int] = []
@@ -194,6 +204,10 @@ class SignalMap:
         self._gpu.append(-1 if gpu is None else gpu_number(gpu))
         self._gpu_label.append(gpu)
         self._cohort.append(self._cohort_id(info.node))
+        entity = -1 if gpu is None else self._gpu_entities.get((info.node, gpu), -1)
+        self._team.append(self._gpu_team.get(entity, 0))
+        if entity >= 0:
+            self._entity_columns.setdefault(entity, []).append(len(self._team) - 1)
         self._direction.append(_DIRECTION[rule["direction"]])
         self._weight.append(float(rule["weight"]))
         self._entity.append(int(rule.get("entity_id", -1)))
@@ -215,14 +229,45 @@ class SignalMap:
         shape = {"direction": frozen.direction, "weight": frozen.weight}
         self._append(info, -1, FROZEN, frozen.name, None, entity_id=node_id, **shape)
 
-    def sync(self) -> bool:
-        """Map series added to the index since the last sync; True when columns were added or
-        moved to another cohort (the layout changed)."""
+    def _team_of(self, info: SeriesInfo) -> int:
+        name = workload(info, self.index.rules)
+        return self._team_ids.setdefault(name, len(self._team_ids))
+
+    def _follow_workloads(self) -> bool:
+        """Move the GPUs whose workload changed (``SeriesIndex.recontexted``: their series'
+        job or pod label) to that workload's team: a node shared by several jobs compares
+        each GPU only with the GPUs of its own job. True when a GPU moved."""
+        changed, self.index.recontexted = self.index.recontexted, []
+        infos = self.index.infos
+        moved = False
+        for column in set(changed):
+            info = infos[column]
+            entity = self._gpu_entities.get((info.node, info.gpu), -1) if info.gpu else -1
+            if entity < 0:
+                continue  # not mapped yet: mapped with its context as it is then
+            team = self._team_of(info)
+            if team == self._gpu_team[entity]:
+                continue
+            self._gpu_team[entity] = team
+            for col in self._entity_columns.get(entity, ()):
+                self._team[col] = team
+            self._layout = None
+            moved = True
+        return moved
+
+    def sync(self, t: float | None = None) -> bool:
+        """Map series added to the index since the last sync, and with ``t`` (the tick's time)
+        apply a dump's workload changes up to then; True when columns were added or moved to
+        another cohort or team (the layout changed)."""
         before = len(self._series)
         infos = self.index.infos
         moved, self._cohorts_moved = self._cohorts_moved, False
+        if t is not None:
+            self.index.apply_contexts(t)
         for info in infos[self._synced :]:
             self._map_series(info)
+        if self.index.recontexted:  # after mapping: a new GPU's team is its context's
+            moved = self._follow_workloads() or moved
         if self._synced < len(infos):  # per-series arrays (presence) grew too
             self._arrays = None
         self._synced = len(infos)
@@ -300,6 +345,7 @@ class SignalMap:
                 entity = self._gpu_entities[key] = len(self._gpu_entity_node)
                 node_id = self._id(self._node_ids, self.node_names, info.node)
                 self._gpu_entity_node.append(node_id)
+                self._gpu_team[entity] = self._team_of(info)
                 self._add_presence(info, entity, node_id)
                 if info.node not in self._gpu_nodes:  # the first GPU node moves all others
                     first = not self._gpu_nodes
@@ -630,6 +676,7 @@ class SignalMap:
                 signal_names=tuple(self.signal_names),
                 node_names=tuple(self.node_names),
                 resolution=np.asarray(self._resolution, dtype=np.float64),
+                team=np.asarray(self._team, dtype=np.int64),
             )
         return self._layout
 

@@ -43,7 +43,7 @@ import numpy as np
 from ..errors import DumpError
 from ..logs import get_logger
 from ..model import Labels, SampleBatch
-from ..series import SeriesIndex, host_names, pod_named_nodes
+from ..series import SeriesIndex, host_names, normalize, pod_named_nodes, raw_workload
 from .dumps_formats import (
     FileReport,
     RawChunk,
@@ -192,7 +192,9 @@ def read_dump(
             return
     runs, table = _parse(files, RunBuilder(chunk_samples), strict, stats)
     mapping = _columns(table.series, index)
+    changes = WorkloadChanges(table.series, mapping, index)
     for run in merge_runs(runs, chunk_samples):
+        changes.schedule(run.times, run.ids)
         yield _batch(run.times, mapping[run.ids], run.values)
 
 
@@ -268,15 +270,14 @@ def _build_cache(
 
 def _stream_cache(opened: Cache, index: SeriesIndex, chunk_samples: int) -> Iterator[SampleBatch]:
     mapping = _columns(opened.series, index)
+    changes = WorkloadChanges(opened.series, mapping, index)
     total = int(opened.times.shape[0])
     step = max(1, chunk_samples)
     for start in range(0, total, step):
         end = min(total, start + step)
-        yield _batch(
-            np.array(opened.times[start:end]),
-            mapping[opened.columns[start:end]],
-            np.array(opened.values[start:end]),
-        )
+        times, ids = np.array(opened.times[start:end]), np.array(opened.columns[start:end])
+        changes.schedule(times, ids)
+        yield _batch(times, mapping[ids], np.array(opened.values[start:end]))
 
 
 def _batch(times: np.ndarray, columns: np.ndarray, values: np.ndarray) -> SampleBatch:
@@ -286,6 +287,69 @@ def _batch(times: np.ndarray, columns: np.ndarray, values: np.ndarray) -> Sample
     if keep.all():
         return SampleBatch(times, columns, values)
     return SampleBatch(times[keep], columns[keep], values[keep])
+
+
+class WorkloadChanges:
+    """A dump's changes of GPU workload, scheduled on the index as its samples are read.
+
+    A dump holds every spelling of a series from the start: a GPU's series under its first
+    job's pod, then under the next job's, then with no pod while idle. All spellings map to one
+    column (the workload is a context label), and the one that sent the column's latest sample
+    says the GPU's workload then. For the columns with spellings of more than one workload,
+    each sample whose workload differs from the column's previous sample's schedules that
+    spelling's context at the sample's time (``SeriesIndex.schedule_context``); the pipeline
+    applies them tick by tick. Batches must come in time order, as ``read_dump`` yields them."""
+
+    def __init__(
+        self, series: Sequence[tuple[str, Labels]], mapping: Any, index: SeriesIndex
+    ) -> None:
+        self.index = index
+        self.mapping = mapping
+        rules = index.rules
+        self.code = np.full(len(series), -1, dtype=np.int64)  # raw id -> its context's number
+        self.work = np.full(len(series), -1, dtype=np.int64)  # raw id -> its workload's number
+        self.contexts: list[Labels] = []
+        self.last = np.full(len(index), -1, dtype=np.int64)  # column -> last workload number
+        if not rules.workload_labels:
+            return
+        spelled: dict[int, dict[int, str]] = {}  # GPU column -> raw id -> workload
+        for raw, (_, labels) in enumerate(series):
+            column = int(mapping[raw])
+            if column >= 0 and index.infos[column].gpu:
+                spelled.setdefault(column, {})[raw] = raw_workload(labels, rules)
+        numbers: dict[str, int] = {}
+        for spellings in spelled.values():
+            if len(set(spellings.values())) < 2:
+                continue  # one workload all along: its column's context says it
+            for raw, name in spellings.items():
+                self.work[raw] = numbers.setdefault(name, len(numbers))
+                self.code[raw] = len(self.contexts)
+                metric, labels = series[raw]
+                self.contexts.append(normalize(metric, labels, rules, index.hosts)[4])
+
+    def schedule(self, times: np.ndarray, raw_ids: np.ndarray) -> None:
+        """Schedule the workload changes among these samples (a batch, in time order)."""
+        if not self.contexts:
+            return
+        picked = np.flatnonzero(self.code[raw_ids] >= 0)
+        if not picked.size:
+            return
+        raw = raw_ids[picked]
+        columns, work = self.mapping[raw], self.work[raw]
+        order = np.lexsort((picked, columns))  # per column, in time order
+        columns, work, picked, raw = columns[order], work[order], picked[order], raw[order]
+        before = np.empty_like(work)
+        before[1:] = work[:-1]
+        first = np.ones(work.shape[0], dtype=bool)
+        first[1:] = columns[1:] != columns[:-1]
+        before[first] = self.last[columns[first]]
+        last = np.ones(work.shape[0], dtype=bool)
+        last[:-1] = first[1:]
+        self.last[columns[last]] = work[last]
+        changed = np.flatnonzero(work != before)
+        for k in changed[np.argsort(picked[changed], kind="stable")].tolist():
+            context = self.contexts[int(self.code[raw[k]])]
+            self.index.schedule_context(float(times[picked[k]]), int(columns[k]), context)
 
 
 def _columns(series: Sequence[tuple[str, Labels]], index: SeriesIndex) -> Any:

@@ -1,7 +1,8 @@
 """Peer deviation: each column against the other members of its peer group, this tick.
 
 Groups (from ``ColumnLayout``):
-- GPU peers: columns with the same (node, signal) and ``gpu >= 0`` (the GPUs of one node);
+- GPU peers: columns with the same (node, team, signal) and ``gpu >= 0`` (the GPUs of one node
+  that run the same workload: a node shared by several jobs has a group per job);
 - node peers: node-level columns (``gpu == -1``) with the same (cohort, signal).
 
 Synchronous training moves all peers together (a checkpoint, a job restart, a common swing),
@@ -73,8 +74,9 @@ def peer_groups(layout: ColumnLayout, min_size: int) -> list[IntArray]:
         return []
     is_gpu = layout.gpu >= 0
     entity = np.where(is_gpu, layout.node, layout.cohort)
-    order = np.lexsort((layout.signal, entity, is_gpu))
-    keys = np.stack([is_gpu[order], entity[order], layout.signal[order]])
+    team = np.zeros(n, dtype=np.int64) if layout.team is None else np.where(is_gpu, layout.team, 0)
+    order = np.lexsort((layout.signal, team, entity, is_gpu))
+    keys = np.stack([is_gpu[order], entity[order], team[order], layout.signal[order]])
     new_group = np.empty(n, dtype=bool)
     new_group[0] = True
     new_group[1:] = np.any(keys[:, 1:] != keys[:, :-1], axis=0)

@@ -1,0 +1,226 @@
+"""GPU peers on a node shared by several workloads: a GPU is compared only with the GPUs of
+its own node that run the same job or pod (``labels.gpu_workload_labels``), in a live scrape
+and in a dump replay."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+
+from detector.cli import main
+from detector.config_schema import LabelsConfig
+from detector.ingest.dumps import read_dump
+from detector.ingest.parse import split_series
+from detector.model import ColumnLayout, Labels, SeriesInfo
+from detector.rules import load_signal_rules
+from detector.scorers.peers import peer_groups
+from detector.series import LabelRules, SeriesIndex, normalize, workload
+from detector.signals import SignalMap
+
+T0 = 1_767_000_000
+STEP = 30
+
+
+def test_the_gpus_own_pod_wins_over_the_scrape_targets_pod() -> None:
+    """Prometheus without honor_labels keeps dcgm-exporter's pod label (the GPU's workload) as
+    ``exported_pod`` and sets ``pod`` to the exporter's own pod; label order does not matter."""
+    rules = LabelRules()
+    base: Labels = (("gpu", "0"), ("Hostname", "n1"))
+    for labels in (
+        (*base, ("exported_pod", "train-7"), ("pod", "dcgm-exporter-abc")),
+        (*base, ("pod", "dcgm-exporter-abc"), ("exported_pod", "train-7")),
+    ):
+        info = SeriesInfo(0, *normalize("DCGM_FI_DEV_GPU_TEMP", labels, rules))
+        assert workload(info, rules) == "train-7"
+    idle = SeriesInfo(0, *normalize("DCGM_FI_DEV_GPU_TEMP", (*base, ("pod", "x")), rules))
+    assert workload(idle, rules) == "x"  # the exporter's pod: the same for all idle GPUs
+
+
+def test_the_first_configured_workload_label_wins_and_none_means_one_workload() -> None:
+    labels: Labels = (("gpu", "0"), ("Hostname", "n1"), ("hpc_job", "4711"), ("pod", "p"))
+    rules = LabelRules()
+    assert workload(SeriesInfo(0, *normalize("m", labels, rules)), rules) == "4711"
+    off = LabelRules.from_config(LabelsConfig(gpu_workload_labels=[]))
+    assert workload(SeriesInfo(0, *normalize("m", labels, off)), off) == ""
+
+
+def _key(gpu: int, pod: str | None) -> str:
+    workload_label = f',exported_pod="{pod}"' if pod else ""
+    return f'DCGM_FI_DEV_GPU_TEMP{{gpu="{gpu}",Hostname="n1"{workload_label}}}'
+
+
+def test_a_scrape_notices_a_gpus_new_workload_and_its_return() -> None:
+    index = SeriesIndex()
+    target: Labels = (("instance", "n1:9400"), ("pod", "dcgm-exporter-abc"))
+
+    def scrape(pod: str | None) -> int:
+        (column,) = index.columns([_key(0, pod)], split_series, target).tolist()
+        return int(column)
+
+    column = scrape("train-a")
+    assert index.recontexted == []  # a new series: mapped with its context
+    assert scrape("train-a") == column
+    assert index.recontexted == []
+    history = []
+    for pod in ("train-b", "train-b", None, "train-a", "train-a"):
+        assert scrape(pod) == column  # one column through every workload
+        history.append((list(index.recontexted), workload(index.infos[column], index.rules)))
+        index.recontexted.clear()
+    assert history == [
+        ([column], "train-b"),
+        ([], "train-b"),
+        ([column], "dcgm-exporter-abc"),  # idle: the exporter's own pod, like its idle peers
+        ([column], "train-a"),  # a key cached before: noticed all the same
+        ([], "train-a"),
+    ]
+
+
+def test_a_scraped_gpu_moves_to_its_new_jobs_peers_in_the_same_tick() -> None:
+    """Through the signal stage: the layout's teams follow the scraped keys' pods, and
+    ``sync`` reports the changed layout so the pipeline regroups the peers before scoring."""
+    index = SeriesIndex()
+    signals = SignalMap(load_signal_rules(), index)
+    target: Labels = (("instance", "n1:9400"),)
+
+    def scrape(pods: list[str | None]) -> tuple[bool, list[list[int]]]:
+        keys = [_key(gpu, pod) for gpu, pod in enumerate(pods)]
+        index.columns(keys, split_series, target)
+        moved = signals.sync(T0)
+        layout = signals.layout
+        temp = layout.signal == layout.signal_names.index("gpu_temp")
+        teams: dict[int, list[int]] = {}
+        for gpu, team in zip(layout.gpu[temp].tolist(), layout.team[temp].tolist(), strict=True):
+            teams.setdefault(team, []).append(gpu)
+        return moved, sorted(sorted(g) for g in teams.values())
+
+    six, two = ["train"] * 6, ["serve", "serve"]
+    assert scrape([*six, *two]) == (True, [[0, 1, 2, 3, 4, 5], [6, 7]])  # new columns
+    assert scrape([*six, *two]) == (False, [[0, 1, 2, 3, 4, 5], [6, 7]])
+    assert scrape([*six, None, None]) == (True, [[0, 1, 2, 3, 4, 5], [6, 7]])  # idle now
+    assert scrape(["train"] * 8) == (True, [list(range(8))])  # the job took the whole node
+
+
+def test_a_dump_schedules_each_workload_change_at_the_sample_that_brings_it(
+    tmp_path: Path,
+) -> None:
+    plan = {0: "a", 1: "a", 2: "a", 3: None, 4: None, 5: "b", 6: "b", 7: None}
+    lines = ["# TYPE DCGM_FI_DEV_GPU_TEMP gauge"]
+    for k, pod in plan.items():
+        lines.append(f"{_key(0, pod)} 40 {T0 + STEP * k}")
+        lines.append(f"{_key(1, 'a')} 40 {T0 + STEP * k}")  # one workload all along
+    (tmp_path / "d.om").write_text("\n".join([*lines, "# EOF", ""]))
+    index = SeriesIndex()
+    for _ in read_dump(tmp_path / "d.om", index, cache=False):
+        pass
+    switching = {i.column for i in index.infos if i.gpu == "0"}
+    steady = {i.column for i in index.infos if i.gpu == "1"}
+    assert len(switching) == len(steady) == 1
+    seen = []
+    for k in plan:
+        index.apply_contexts(T0 + STEP * k)
+        flagged = set(index.recontexted)
+        index.recontexted.clear()
+        assert not flagged & steady
+        (column,) = switching
+        seen.append((bool(flagged), workload(index.infos[column], index.rules)))
+    assert seen == [
+        (True, "a"),  # its first sample says where it starts
+        (False, "a"),
+        (False, "a"),
+        (True, ""),
+        (False, ""),
+        (True, "b"),
+        (False, "b"),
+        (True, ""),
+    ]
+
+
+def test_gpu_peer_groups_are_the_gpus_of_one_node_and_one_team() -> None:
+    gpus = np.arange(8)
+    layout = ColumnLayout(
+        signal=np.zeros(9, dtype=np.int64),
+        node=np.zeros(9, dtype=np.int64),
+        gpu=np.append(gpus, -1),
+        cohort=np.zeros(9, dtype=np.int64),
+        direction=np.zeros(9, dtype=np.int64),
+        signal_names=("power_usage",),
+        node_names=("n1",),
+        team=np.array([1, 1, 1, 1, 1, 1, 2, 2, 1]),
+    )
+    groups = [sorted(int(c) for c in row if c >= 0) for m in peer_groups(layout, 3) for row in m]
+    assert groups == [[0, 1, 2, 3, 4, 5]]  # GPUs 6 and 7 alone in their job: no GPU peers
+    one_team = dataclasses.replace(layout, team=None)
+    groups = [sorted(int(c) for c in row if c >= 0) for m in peer_groups(one_team, 3) for row in m]
+    assert groups == [list(range(8))]
+
+
+# (low, high, noise) per metric: an idle GPU reads low, a busy one high
+METRICS = {
+    "DCGM_FI_DEV_POWER_USAGE": (90.0, 680.0, 8.0),
+    "DCGM_FI_DEV_GPU_TEMP": (32.0, 68.0, 0.7),
+    "DCGM_FI_DEV_SM_CLOCK": (345.0, 1965.0, 5.0),
+    "DCGM_FI_PROF_SM_ACTIVE": (0.0, 0.92, 0.01),
+    "DCGM_FI_DEV_FB_USED": (1.0, 150000.0, 50.0),
+}
+SHARED, SICK, SICK_FROM_H = "node-2", ("node-4", 3), 7.0
+
+
+def _workload(node: str, gpu: int, hours: float) -> tuple[float, str | None]:
+    """(load, pod): every node trains one job on all 8 GPUs, except the shared node, whose
+    GPUs 6 and 7 idle, then serve another job, idle again, then a notebook."""
+    if node != SHARED or gpu < 6:
+        return 1.0, f"train-{node}"
+    if 3 <= hours < 8:
+        return 0.55, "serve-b"
+    if 9 <= hours < 11:
+        return 0.8, "notebook-c"
+    return 0.0, None
+
+
+def _shared_node_dump(path: Path, hours: float = 12.0, seed: int = 3) -> None:
+    """A Prometheus export of 6 nodes x 8 GPUs, dcgm-exporter with Kubernetes pod mapping
+    scraped without honor_labels (the GPU's pod as ``exported_pod``); the training job dips
+    together every 2 hours (a checkpoint); GPU 3 of node-4 loses 40% of its power and clocks
+    from hour 7 (a lone deviant)."""
+    rng = np.random.default_rng(seed)
+    ticks = int(hours * 3600 / STEP)
+    with path.open("w") as fh:
+        for name, (low, high, noise) in METRICS.items():
+            fh.write(f"# TYPE {name} gauge\n")
+            for node in (f"node-{i}" for i in range(6)):
+                for gpu in range(8):
+                    labels = f'gpu="{gpu}",Hostname="{node}",pod="dcgm-exporter-{node}"'
+                    for k in range(ticks):
+                        t = k * STEP
+                        load, pod = _workload(node, gpu, t / 3600)
+                        dip = 0.3 if load == 1.0 and t % 7200 < 300 else 1.0
+                        sick = (node, gpu) == SICK and t >= SICK_FROM_H * 3600
+                        weak = 0.6 if sick and name != "DCGM_FI_DEV_FB_USED" else 1.0
+                        value = max(0.0, low + (high - low) * load * dip * weak)
+                        value += rng.normal() * noise
+                        own = f',exported_pod="{pod}"' if pod else ""
+                        fh.write(f"{name}{{{labels}{own}}} {value:.6g} {T0 + t}\n")
+        fh.write("# EOF\n")
+
+
+def _alerts(tmp_path: Path, dump: Path, config: str) -> list[tuple[str, str | None]]:
+    (tmp_path / "config.yaml").write_text(config)
+    report = tmp_path / "report.json"
+    args = ["replay", str(dump), "--config", str(tmp_path / "config.yaml"), "--quiet"]
+    assert main([*args, "--report-json", str(report)]) == 0
+    return sorted({(a["node"], a["gpu"]) for a in json.loads(report.read_text())["alerts"]})
+
+
+def test_a_node_shared_by_several_jobs_raises_no_gpu_peer_alert(tmp_path: Path) -> None:
+    dump = tmp_path / "export.om"
+    _shared_node_dump(dump)
+    alerts = _alerts(tmp_path, dump, "{}\n")
+    assert alerts == [("node-4", "3")]  # the lone deviant, and nothing on the shared node
+    # Without workloads, the shared node's two GPUs of other jobs read as lone deviants of
+    # the training job's six (the check that this test can fail).
+    alerts = _alerts(tmp_path, dump, "labels:\n  gpu_workload_labels: []\n")
+    assert ("node-4", "3") in alerts
+    assert {gpu for node, gpu in alerts if node == SHARED} & {"6", "7"}
