@@ -7,11 +7,13 @@ labels). Several raw spellings of one series (``Hostname`` vs ``hostname``, labe
 ``exported_pod``) land in the same column.
 
 A GPU series' workload (``workload``: its job or pod, a context label) changes without a new
-column. The index keeps each column's context as last seen for such a change and lists the
-column in ``recontexted`` for the signal stage (GPU peers are the GPUs of one workload): a
-scrape notices it when a key of the new workload first maps to the column (``columns``); a dump,
-which holds every spelling from the start, schedules each change at the sample that brings it
-(``schedule_context``) and the pipeline applies them tick by tick (``apply_contexts``).
+column, and so does a cohort label that is a context label (``hpc_job``). The index keeps each
+column's context as last seen for such a change (``grouping``) and lists the column in
+``recontexted`` for the signal stage (GPU peers are the GPUs of one workload; a node follows
+its cohort label): a scrape notices it when a key of the new workload first maps to the column
+(``columns``); a dump, which holds every spelling from the start, schedules each change at the
+sample that brings it (``schedule_context``) and the pipeline applies them tick by tick
+(``apply_contexts``).
 """
 
 from __future__ import annotations
@@ -169,19 +171,28 @@ def workload(info: SeriesInfo, rules: LabelRules) -> str:
     return _first_workload(dict((*info.labels, *info.context)), rules)
 
 
-def raw_workload(labels: Labels, rules: LabelRules) -> str:
-    """``workload`` of a series from its raw labels (before normalization)."""
-    if not rules.workload_labels:
-        return ""
-    return _first_workload(_renamed(labels, rules), rules)
-
-
 def _first_workload(labels: Mapping[str, str], rules: LabelRules) -> str:
     for name in rules.workload_labels:
         value = labels.get(name)
         if value:
             return value
     return ""
+
+
+def _grouping_of(labels: Mapping[str, str], rules: LabelRules) -> tuple[str, ...]:
+    return (_first_workload(labels, rules), *(labels.get(n, "") for n in sorted(rules.relabel)))
+
+
+def grouping(info: SeriesInfo, rules: LabelRules) -> tuple[str, ...]:
+    """What a series says about its peers: its ``workload`` (a GPU's team) and the values of
+    the cohort labels (``rules.relabel``: its node's cohort). A context change that changes it
+    is noted (``SeriesIndex.recontexted``)."""
+    return _grouping_of(dict((*info.labels, *info.context)), rules)
+
+
+def raw_grouping(labels: Labels, rules: LabelRules) -> tuple[str, ...]:
+    """``grouping`` of a series from its raw labels (before normalization)."""
+    return _grouping_of(_renamed(labels, rules), rules)
 
 
 def _node_of(raw: Mapping[str, str], rules: LabelRules) -> str:
@@ -360,19 +371,19 @@ class SeriesIndex:
             self.infos[column] = SeriesInfo(column, *series)
             self._by_identity[(metric, identity)] = column
             self.relabelled.append(column)
-            if workload(self.infos[column], self.rules) != workload(before, self.rules):
+            if grouping(self.infos[column], self.rules) != grouping(before, self.rules):
                 self.recontexted.append(column)
         return column
 
     def set_context(self, column: int, context: Labels) -> None:
         """Make ``context`` the column's (its series now carries these context labels); noted
-        in ``recontexted`` when its workload changes."""
+        in ``recontexted`` when its ``grouping`` (workload, cohort labels) changes."""
         info = self.infos[column]
         if info.context == context:
             return
         new = replace(info, context=context)
         self.infos[column] = new
-        if workload(new, self.rules) != workload(info, self.rules):
+        if grouping(new, self.rules) != grouping(info, self.rules):
             self.recontexted.append(column)
 
     def schedule_context(self, time: float, column: int, context: Labels) -> None:
@@ -391,7 +402,7 @@ class SeriesIndex:
 
     def _follow_workload(self, column: int, series: Normalized) -> bool:
         """A scraped key of a known GPU column: the column takes its context; True when that
-        brings another workload."""
+        brings another workload or cohort label value."""
         info = self.infos[column]
         if not info.gpu or series[4] == info.context:
             return False

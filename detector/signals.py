@@ -233,14 +233,17 @@ class SignalMap:
         name = workload(info, self.index.rules)
         return self._team_ids.setdefault(name, len(self._team_ids))
 
-    def _follow_workloads(self) -> bool:
-        """Move the GPUs whose workload changed (``SeriesIndex.recontexted``: their series'
-        job or pod label) to that workload's team: a node shared by several jobs compares
-        each GPU only with the GPUs of its own job. True when a GPU moved."""
+    def _follow_contexts(self) -> bool:
+        """Follow the series whose job or pod changed (``SeriesIndex.recontexted``): their
+        GPU moves to that workload's team (a node shared by several jobs compares each GPU
+        only with the GPUs of its own job), and their node to the cohort a cohort label
+        among them names (``hpc_job``). True when a GPU or a node moved."""
         changed, self.index.recontexted = self.index.recontexted, []
+        columns = sorted(c for c in set(changed) if c < self._synced)
+        self._learn_cohorts(np.asarray(columns, dtype=np.int64))
+        moved, self._cohorts_moved = self._cohorts_moved, False
         infos = self.index.infos
-        moved = False
-        for column in set(changed):
+        for column in columns:
             info = infos[column]
             entity = self._gpu_entities.get((info.node, info.gpu), -1) if info.gpu else -1
             if entity < 0:
@@ -257,8 +260,8 @@ class SignalMap:
 
     def sync(self, t: float | None = None) -> bool:
         """Map series added to the index since the last sync, and with ``t`` (the tick's time)
-        apply a dump's workload changes up to then; True when columns were added or moved to
-        another cohort or team (the layout changed)."""
+        apply a dump's workload changes up to then (``_follow_contexts``); True when columns
+        were added or moved to another cohort or team (the layout changed)."""
         before = len(self._series)
         infos = self.index.infos
         moved, self._cohorts_moved = self._cohorts_moved, False
@@ -266,11 +269,11 @@ class SignalMap:
             self.index.apply_contexts(t)
         for info in infos[self._synced :]:
             self._map_series(info)
-        if self.index.recontexted:  # after mapping: a new GPU's team is its context's
-            moved = self._follow_workloads() or moved
         if self._synced < len(infos):  # per-series arrays (presence) grew too
             self._arrays = None
         self._synced = len(infos)
+        if self.index.recontexted:  # after mapping: a new GPU's team is its context's
+            moved = self._follow_contexts() or moved
         if self.repeats is not None:
             self.repeats.sync(infos)
         if self._seen.shape[0] < len(infos):

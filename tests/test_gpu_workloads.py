@@ -103,6 +103,48 @@ def test_a_scraped_gpu_moves_to_its_new_jobs_peers_in_the_same_tick() -> None:
     assert scrape(["train"] * 8) == (True, [list(range(8))])  # the job took the whole node
 
 
+def _slurm_cohorts() -> tuple[SeriesIndex, SignalMap]:
+    index = SeriesIndex(rules=LabelRules.from_config(LabelsConfig(cohort_labels=["hpc_job"])))
+    return index, SignalMap(load_signal_rules(), index, cohort_labels=("hpc_job",))
+
+
+def _slurm_key(gpu: int, job: str | None) -> str:
+    own = f',hpc_job="{job}"' if job else ""
+    return f'DCGM_FI_DEV_GPU_TEMP{{gpu="{gpu}",Hostname="n1"{own}}}'
+
+
+def test_a_node_follows_its_gpus_slurm_job_as_cohort_in_a_scrape() -> None:
+    """``hpc_job`` is a context label: before, a node kept the cohort of the first job its
+    series were seen in."""
+    index, signals = _slurm_cohorts()
+    cohorts = []
+    for k, job in enumerate(("100", "200", "200", None, "100")):
+        keys = [_slurm_key(gpu, job) for gpu in range(4)]
+        columns = index.columns(keys, split_series, (("instance", "n1:9400"),))
+        values = np.full(len(index), np.nan)
+        values[columns] = 40.0
+        signals.sync(T0 + STEP * k)
+        signals.compute(T0 + STEP * k, values)
+        cohorts.append({signals.cohort_names[c] for c in signals.layout.cohort.tolist()})
+    # idle (no job label), the node stays in its last job's cohort, as for target labels
+    assert cohorts == [{"100"}, {"200"}, {"200"}, {"200"}, {"100"}]
+
+
+def test_a_node_follows_its_gpus_slurm_job_as_cohort_in_a_dump(tmp_path: Path) -> None:
+    plan = ("100", "100", "200", "200", "100")
+    lines = ["# TYPE DCGM_FI_DEV_GPU_TEMP gauge"]
+    lines += [f"{_slurm_key(0, job)} 40 {T0 + STEP * k}" for k, job in enumerate(plan)]
+    (tmp_path / "d.om").write_text("\n".join([*lines, "# EOF", ""]))
+    index, signals = _slurm_cohorts()
+    for _ in read_dump(tmp_path / "d.om", index, cache=False):
+        pass
+    cohorts = []
+    for k in range(len(plan)):
+        signals.sync(T0 + STEP * k)
+        cohorts.append({signals.cohort_names[c] for c in signals.layout.cohort.tolist()})
+    assert cohorts == [{"100"}, {"100"}, {"200"}, {"200"}, {"100"}]
+
+
 def test_a_dump_schedules_each_workload_change_at_the_sample_that_brings_it(
     tmp_path: Path,
 ) -> None:

@@ -43,7 +43,7 @@ import numpy as np
 from ..errors import DumpError
 from ..logs import get_logger
 from ..model import Labels, SampleBatch
-from ..series import SeriesIndex, host_names, normalize, pod_named_nodes, raw_workload
+from ..series import SeriesIndex, host_names, normalize, pod_named_nodes, raw_grouping
 from .dumps_formats import (
     FileReport,
     RawChunk,
@@ -290,15 +290,17 @@ def _batch(times: np.ndarray, columns: np.ndarray, values: np.ndarray) -> Sample
 
 
 class WorkloadChanges:
-    """A dump's changes of GPU workload, scheduled on the index as its samples are read.
+    """A dump's changes of GPU workload (or cohort label), scheduled on the index as its
+    samples are read.
 
     A dump holds every spelling of a series from the start: a GPU's series under its first
     job's pod, then under the next job's, then with no pod while idle. All spellings map to one
     column (the workload is a context label), and the one that sent the column's latest sample
-    says the GPU's workload then. For the columns with spellings of more than one workload,
-    each sample whose workload differs from the column's previous sample's schedules that
-    spelling's context at the sample's time (``SeriesIndex.schedule_context``); the pipeline
-    applies them tick by tick. Batches must come in time order, as ``read_dump`` yields them."""
+    says the GPU's workload then. For the columns with spellings of more than one
+    ``series.grouping``, each sample whose grouping differs from the column's previous sample's
+    schedules that spelling's context at the sample's time (``SeriesIndex.schedule_context``);
+    the pipeline applies them tick by tick. Batches must come in time order, as ``read_dump``
+    yields them."""
 
     def __init__(
         self, series: Sequence[tuple[str, Labels]], mapping: Any, index: SeriesIndex
@@ -307,20 +309,20 @@ class WorkloadChanges:
         self.mapping = mapping
         rules = index.rules
         self.code = np.full(len(series), -1, dtype=np.int64)  # raw id -> its context's number
-        self.work = np.full(len(series), -1, dtype=np.int64)  # raw id -> its workload's number
+        self.work = np.full(len(series), -1, dtype=np.int64)  # raw id -> its grouping's number
         self.contexts: list[Labels] = []
-        self.last = np.full(len(index), -1, dtype=np.int64)  # column -> last workload number
-        if not rules.workload_labels:
+        self.last = np.full(len(index), -1, dtype=np.int64)  # column -> last grouping number
+        if not rules.workload_labels and not rules.relabel:
             return
-        spelled: dict[int, dict[int, str]] = {}  # GPU column -> raw id -> workload
+        spelled: dict[int, dict[int, tuple[str, ...]]] = {}  # GPU column -> raw id -> grouping
         for raw, (_, labels) in enumerate(series):
             column = int(mapping[raw])
             if column >= 0 and index.infos[column].gpu:
-                spelled.setdefault(column, {})[raw] = raw_workload(labels, rules)
-        numbers: dict[str, int] = {}
+                spelled.setdefault(column, {})[raw] = raw_grouping(labels, rules)
+        numbers: dict[tuple[str, ...], int] = {}
         for spellings in spelled.values():
             if len(set(spellings.values())) < 2:
-                continue  # one workload all along: its column's context says it
+                continue  # one grouping all along: its column's context says it
             for raw, name in spellings.items():
                 self.work[raw] = numbers.setdefault(name, len(numbers))
                 self.code[raw] = len(self.contexts)
