@@ -46,7 +46,7 @@ from detector.replay import (
     run_replay,
     simulated_frames,
 )
-from detector.series import SeriesIndex
+from detector.series import LabelRules, SeriesIndex
 from detector.simulate import Scenario, SimulatedCluster
 
 
@@ -66,8 +66,9 @@ def replay_seed(
     """One recorded replay (scores kept for re-thresholding) of ``scenario_for``'s cluster;
     ``env``: DETECTOR_* settings over the default config."""
     cluster = SimulatedCluster(scenario_for(seed, days, nodes, **overrides))
-    index = SeriesIndex()
-    pipeline = build_pipeline(load_config(None, env=dict(env or {})), index, signal_weights=weights)
+    config = load_config(None, env=dict(env or {}))
+    index = SeriesIndex(LabelRules.from_config(config.labels))  # as `detector replay` builds it
+    pipeline = build_pipeline(config, index, signal_weights=weights)
     return run_replay(
         pipeline, simulated_frames(cluster, index), events=cluster.events(), record_scores=True
     )

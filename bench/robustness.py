@@ -111,6 +111,14 @@ CONDITIONS: dict[str, dict[str, Any]] = {
         "job_label_runs": True,
         "env": {"DETECTOR_LABELS__COHORT_LABELS": "[training_job]"},
     },
+    # 8 of the 32 nodes shared: their last 2 GPUs run short jobs of their own (pods of other
+    # workloads), GPU peers by pod (labels.gpu_workload_labels, the default)
+    "8 shared nodes (2 GPUs in other jobs)": {"shared_nodes": 8},
+    # the same with all GPUs of a node as peers (no workload labels)
+    "8 shared nodes, all GPUs of a node peers": {
+        "shared_nodes": 8,
+        "env": {"DETECTOR_LABELS__GPU_WORKLOAD_LABELS": "[]"},
+    },
 }
 
 

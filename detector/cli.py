@@ -267,6 +267,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         failure_count=args.failures,
         # served pages carry no target labels: the printed config adds the job to each target
         job_label=None if args.serve else args.job_label,
+        shared_nodes=args.shared_nodes,
     )
     if args.serve:
         return _serve(scenario, args.port, args.job_label)

@@ -238,6 +238,14 @@ def build_parser() -> argparse.ArgumentParser:
         "its targets in the printed config, which then sets labels.cohort_labels: [NAME]), as "
         "relabelling from a scheduler would; replay such a dump with that cohort label",
     )
+    sp.add_argument(
+        "--shared-nodes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="on N nodes the last 2 GPUs run short jobs of their own (pods of other workloads "
+        "on a partly used node; default: %(default)s)",
+    )
     sp.add_argument("--serve", action="store_true", help="serve live exporters over HTTP instead")
     sp.add_argument(
         "--port",

@@ -25,11 +25,11 @@ from .frame import frames_from_batches
 from .ingest.dumps import DumpStats, read_dump
 from .ingest.dumps_store import load_array
 from .ingest.events import load_events, place_events
-from .model import Alert, FloatArray, Frame, SampleBatch, XidEvent
+from .model import Alert, FloatArray, Frame, Labels, SampleBatch, XidEvent
 from .pipeline import Pipeline, TickResult
 from .progress import ProgressSink
-from .series import SeriesIndex
-from .simulate import SimulatedCluster
+from .series import SeriesIndex, normalize
+from .simulate import SimulatedCluster, pod_pairs
 from .xids import dedupe_episodes, is_failure
 
 INCIDENT_GAP_S = 900.0  # this long without a common-mode signal ends a cluster incident
@@ -153,14 +153,17 @@ def _announce_span(
 
 
 def simulated_frames(cluster: SimulatedCluster, index: SeriesIndex) -> Iterator[Frame]:
-    """Frames of the simulated cluster, its series placed into ``index`` columns."""
-    columns = np.array(
-        [index.add(name, labels) for name, labels in cluster.series()], dtype=np.int64
-    )
+    """Frames of the simulated cluster, its series placed into ``index`` columns. On a shared
+    node (``Scenario.shared_nodes``) each GPU's pod is scheduled on the index as it changes,
+    as a dump of the same cluster carries it (``SeriesIndex.schedule_context``)."""
+    series = cluster.series()
+    columns = np.array([index.add(name, labels) for name, labels in series], dtype=np.int64)
+    pods = _SimulatedPods(cluster, series, columns, index)
     # A fresh index maps the cluster's series onto columns 0..n-1 in order; the simulator's
     # vectors (a new array every tick) are then already the frames.
     identity = bool(np.array_equal(columns, np.arange(columns.shape[0])))
-    for t, values in cluster.frames():
+    for k, (t, values) in enumerate(cluster.frames()):
+        pods.schedule(k, t)
         if identity and len(index) == values.shape[0]:
             yield Frame(t, values)
             continue
@@ -168,6 +171,40 @@ def simulated_frames(cluster: SimulatedCluster, index: SeriesIndex) -> Iterator[
         kept = columns >= 0  # -1: a series labels.drop keeps out
         frame[columns[kept]] = values[kept]
         yield Frame(t, frame)
+
+
+class _SimulatedPods:
+    """The pods of the shared nodes' GPUs (``SimulatedCluster.gpu_pods``) scheduled on the
+    index when they change: the context each of the GPU's series then carries."""
+
+    def __init__(
+        self,
+        cluster: SimulatedCluster,
+        series: Sequence[tuple[str, Labels]],
+        columns: np.ndarray,
+        index: SeriesIndex,
+    ) -> None:
+        self.cluster, self.series, self.columns, self.index = cluster, series, columns, index
+        self.shared = cluster.shared_gpu_series()
+        self.last: dict[tuple[int, int], str | None] = {}
+
+    def schedule(self, k: int, t: float) -> None:
+        by_node: dict[int, list[str | None]] = {}
+        for (node, gpu), cols in self.shared.items():
+            if node not in by_node:
+                by_node[node] = self.cluster.gpu_pods(node, k)
+            pod = by_node[node][gpu]
+            if (node, gpu) in self.last and self.last[node, gpu] == pod:
+                continue
+            self.last[node, gpu] = pod
+            for col in cols:
+                column = int(self.columns[col])
+                if column < 0:
+                    continue
+                name, labels = self.series[col]
+                spelled = tuple(sorted((*labels, *pod_pairs(pod))))
+                context = normalize(name, spelled, self.index.rules, self.index.hosts)[4]
+                self.index.schedule_context(t, column, context)
 
 
 def run_replay(

@@ -319,9 +319,9 @@ class SeriesIndex:
     relabelled: list[int] = field(default_factory=list)
     # per target (its labels but ``rules.relabel``), the labels it was last scraped with
     _target_labels: dict[Labels, Labels] = field(default_factory=dict)
-    # columns whose workload changed (``set_context``) since the signal stage last took them
+    # columns whose grouping changed (``set_context``) since the signal stage last took them
     recontexted: list[int] = field(default_factory=list)
-    # a dump's workload changes to come: (time, column, context), in time order
+    # a dump's context changes to come: (time, column, context), in time order
     _scheduled: deque[tuple[float, int, Labels]] = field(default_factory=deque)
 
     def __len__(self) -> int:
@@ -400,7 +400,7 @@ class SeriesIndex:
             # taken from another series' first spelling (a dump's index knows no times)
             self.recontexted.append(column)
 
-    def _follow_workload(self, column: int, series: Normalized) -> bool:
+    def _follow_context(self, column: int, series: Normalized) -> bool:
         """A scraped key of a known GPU column: the column takes its context; True when that
         brings another workload or cohort label value."""
         info = self.infos[column]
@@ -444,7 +444,7 @@ class SeriesIndex:
         pod) or come with a series that is dropped, for as long as the process runs; once the
         cache holds more than two keys a series plus ``RAW_KEYS_SLACK`` it is cleared and
         refills from the next scrapes, each key split once more (a dropped one counted again).
-        A GPU key that brings another workload to its column is noted (``_follow_workload``)
+        A GPU key that brings another workload to its column is noted (``_follow_context``)
         and the column's other cached keys are forgotten (``_forget_spellings``)."""
         if self.rules.relabel:
             # the target's labels changed (its node's next job): its keys are looked at again
@@ -461,7 +461,7 @@ class SeriesIndex:
             except KeyError:
                 pass
         out = np.empty(len(keys), dtype=np.int64)
-        moved: set[int] = set()  # GPU columns whose workload this scrape changed
+        moved: set[int] = set()  # GPU columns whose grouping this scrape changed
         for i, key in enumerate(keys):
             column = lookup.get(key)
             if column is None:
@@ -487,7 +487,7 @@ class SeriesIndex:
                         column = self._append(series)
                     else:
                         column = known
-                        if self._follow_workload(column, series):
+                        if self._follow_context(column, series):
                             moved.add(column)
                 lookup[key] = column
                 self._cached_keys += 1

@@ -12,7 +12,7 @@ from the start; a live scrape's relabelled series keeps its index column, series
 Each GPU column carries its GPU's team (``ColumnLayout.team``): the GPU's workload, its job or
 pod (``series.workload``), so that GPU peers are the GPUs of one node running one job. A GPU
 moves when the index reports a new workload on one of its series (``recontexted``), in the
-``sync`` of that tick.
+``sync`` of that tick; so does its node when the change is in a cohort label (``hpc_job``).
 
 Transforms, per column, with ``prev`` the last *observed* value of its series:
 - level: ``value * scale``.

@@ -16,7 +16,7 @@ from detector.ingest.dumps import read_dump
 from detector.ingest.parse import split_series
 from detector.model import ColumnLayout, Labels, SeriesInfo
 from detector.rules import load_signal_rules
-from detector.scorers.peers import peer_groups
+from detector.scorers.peers import PeerDeviation, peer_groups
 from detector.series import LabelRules, SeriesIndex, normalize, workload
 from detector.signals import SignalMap
 
@@ -266,3 +266,60 @@ def test_a_node_shared_by_several_jobs_raises_no_gpu_peer_alert(tmp_path: Path) 
     alerts = _alerts(tmp_path, dump, "labels:\n  gpu_workload_labels: []\n")
     assert ("node-4", "3") in alerts
     assert {gpu for node, gpu in alerts if node == SHARED} & {"6", "7"}
+
+
+def _gpu_layout(teams: list[int]) -> ColumnLayout:
+    return ColumnLayout(
+        signal=np.zeros(len(teams), dtype=np.int64),
+        node=np.zeros(len(teams), dtype=np.int64),
+        gpu=np.arange(len(teams)),
+        cohort=np.zeros(len(teams), dtype=np.int64),
+        direction=np.zeros(len(teams), dtype=np.int64),
+        signal_names=("gpu_temp",),
+        node_names=("n1",),
+        team=np.array(teams),
+    )
+
+
+def test_gpus_that_change_job_together_stay_judged() -> None:
+    """A node's next job puts all its GPUs under a new pod: none joins strangers, so none
+    settles, and a GPU that runs 20 degrees hot in the new job stands out at once."""
+    peers = PeerDeviation()
+    rng = np.random.default_rng(6)
+    first, second = _gpu_layout([0] * 8), _gpu_layout([3] * 8)
+    scores = []
+    for k in range(230):
+        x = np.full(8, 60.0) + rng.normal(0, 0.5, 8)
+        if k >= 200:
+            x[3] += 20.0
+        scores.append(float(peers.update(STEP * k, x, second if k >= 200 else first)[3]))
+    assert max(scores[:200]) < 3.0
+    assert max(scores[200:205]) > 6.0
+
+
+def test_a_gpu_that_changes_job_settles_before_its_new_peers_judge_it() -> None:
+    """GPU 7 leaves its busy job (reading 80) for the idle GPUs 0-3 (reading 40) and cools
+    over 5 minutes: not judged while it settles (10 min), judged as usual afterwards. With no
+    settling it would be a lone deviant at once (the check that this test can fail)."""
+
+    before, after = _gpu_layout([0, 0, 0, 0, 1, 1, 1, 1]), _gpu_layout([0, 0, 0, 0, 1, 1, 1, 0])
+    rng = np.random.default_rng(5)
+
+    def run(settle_s: float) -> tuple[float, float]:
+        peers = PeerDeviation(team_settle_s=settle_s)
+        moved_at = 200
+        during, later = 0.0, 0.0
+        for k in range(moved_at + 60):
+            x = np.r_[np.full(4, 40.0), np.full(4, 80.0)] + rng.normal(0, 0.5, 8)
+            if k >= moved_at:  # GPU 7 cools from 80 to 40 in 5 minutes (10 ticks)
+                x[7] = 40.0 + 40.0 * max(0.0, 1.0 - (k - moved_at) / 10) + rng.normal(0, 0.5)
+            score = peers.update(STEP * k, x, after if k >= moved_at else before)
+            if moved_at <= k < moved_at + 20:
+                during = max(during, float(score[7]))
+            elif k >= moved_at + 25:
+                later = max(later, float(score[7]))
+        return during, later
+
+    assert run(600.0)[0] == 0.0  # settling: not judged
+    assert run(600.0)[1] < 3.0  # settled, cool: an ordinary member of the idle GPUs
+    assert run(0.0)[0] > 6.0  # judged at once: the hot GPU beside the idle ones stands out

@@ -16,6 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 from detector.config import load_config
 from detector.errors import ConfigError
+from detector.frame import frames_from_batches
+from detector.ingest.dumps import read_dump
 from detector.model import FloatArray
 from detector.pipeline import build_pipeline
 from detector.replay import run_replay, simulated_frames
@@ -426,6 +428,77 @@ def test_bad_scenario_field_is_named() -> None:
         Scenario(dcgm_stale_share=-0.1)
     with pytest.raises(ConfigError, match=r"failures\[0\]"):
         Scenario(nodes=2, failures=(FailureSpec("ecc", node=5, gpu=0, at_s=1.0),))
+    with pytest.raises(ConfigError, match="shared_gpus"):
+        Scenario(gpus=4, shared_nodes=1, shared_gpus=4)
+    with pytest.raises(ConfigError, match="shared_nodes"):
+        Scenario(nodes=2, shared_nodes=3)
+
+
+def _pods(page: str, metric: str = "DCGM_FI_DEV_GPU_UTIL") -> dict[str, str | None]:
+    """GPU -> the pod label of its ``metric`` sample on a dcgm page."""
+    samples = {f.name: f for f in parse_text(page)}[metric].samples
+    return {sample.labels["gpu"]: sample.labels.get("pod") for sample in samples}
+
+
+def test_a_shared_nodes_last_gpus_run_jobs_of_their_own() -> None:
+    """On a shared node the side GPUs follow their own jobs: their own pods (none while idle)
+    and their own load, while the node's other GPUs run the node's job."""
+    scenario = small(nodes=4, days=0.5, shared_nodes=1, job_label=None)
+    cluster = SimulatedCluster(scenario)
+    (node,) = cluster.workload.shared.tolist()
+    name = scenario.node_name(node)
+    util = {g: columns(cluster, "DCGM_FI_DEV_GPU_UTIL", Hostname=name, gpu=str(g)) for g in (0, 7)}
+    seen = {"side busy, node's job": 0, "side idle": 0}
+    for k, (t, values) in enumerate(cluster.frames()):
+        pods = _pods(cluster.exposition(name, t, values)[0])
+        main, side = int(cluster.workload.phase[node, k]), int(cluster.workload.side_run[0, k])
+        assert pods["0"] == pods["5"]  # the node's job on the first six
+        assert pods["6"] == pods["7"] == (f"batch-{name}-{side}" if side else None)
+        if side and main == TRAIN and int(cluster.workload.side_phase[0, k]) == TRAIN:
+            assert pods["0"] is not None
+            assert pods["0"] != pods["7"]
+            seen["side busy, node's job"] += 1
+        if not side and main == TRAIN:
+            assert values[util[7]][0] < 0.2 * values[util[0]][0]  # idle beside a busy job
+            seen["side idle"] += 1
+    assert min(seen.values()) > 0, seen
+
+
+def test_a_dump_of_shared_nodes_spells_each_gpus_pod_and_replays_it(tmp_path: Path) -> None:
+    """``write_dump`` writes the shared nodes' GPU series under the pod of each sample, and a
+    replay of that dump gives those GPUs the teams a simulated replay gives them."""
+    scenario = small(nodes=4, days=0.25, shared_nodes=1, dcgm_fields="default")
+    dump, events = tmp_path / "sim.om", tmp_path / "events.jsonl"
+    write_dump(scenario, dump, events)
+    text = dump.read_text()
+    assert 'namespace="batch",pci_bus_id=' in text
+    assert 'gpu="7",instance=' in text  # unlabelled while idle too
+
+    def teams(frames_of: object) -> list[frozenset[frozenset[tuple[str, int]]]]:
+        """Per tick, the GPUs of equal team (team ids differ between replays, groups not)."""
+        index = SeriesIndex()
+        pipeline = build_pipeline(load_config(None), index)
+        out = []
+        for frame in frames_of(index):  # type: ignore[operator]
+            pipeline.step(frame)
+            layout = pipeline.signal_map.layout
+            temp = np.flatnonzero(layout.signal == layout.signal_names.index("gpu_temp"))
+            groups: dict[int, set[tuple[str, int]]] = {}
+            for col in temp.tolist():
+                gpu = (layout.node_names[layout.node[col]], int(layout.gpu[col]))
+                groups.setdefault(int(layout.team[col]), set()).add(gpu)
+            out.append(frozenset(frozenset(g) for g in groups.values()))
+        return out
+
+    def from_dump(index: SeriesIndex) -> object:
+        return frames_from_batches(read_dump(dump, index, cache=False), lambda: len(index))
+
+    def simulated(index: SeriesIndex) -> object:
+        return simulated_frames(SimulatedCluster(scenario), index)
+
+    replayed, direct = teams(from_dump), teams(simulated)
+    assert {len(groups) for groups in direct} >= {1, 3}  # side GPUs idle; in a job, in another
+    assert replayed == direct
 
 
 @pytest.mark.parametrize("per_node_ports", [False, True])

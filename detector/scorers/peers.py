@@ -26,6 +26,13 @@ own last update), so one noisy tick does not dominate; 0 disables smoothing. The
 directional smoothed deviation; a column scores 0 for its first ``warmup`` peer-judged ticks
 while the smoothed group scale settles.
 
+A GPU that joins other GPUs' team (its job ended and it joins the idle GPUs beside it, or the
+reverse: ``ColumnLayout.team``) is not judged, nor counted in its new group's median, for
+``team_settle_s`` (10 min): a GPU whose job just ended is still hot and drawing down (a
+heatsink's time constant is minutes), and beside the idle GPUs it would read as a lone deviant
+until it cools. GPUs that move together (a node's next job, all of them under a new pod) are
+judged as usual.
+
 Habit: each column's usual deviation (a GPU slot that always runs hotter) is learnt by a
 robust EW baseline (``baseline_half_life_s``) and scored is the departure from it. That
 baseline does not learn from excursions (clipped updates), so a node whose lone job leaves the
@@ -122,6 +129,7 @@ class PeerDeviation(KernelScorer):
         excursion_z: float | None = 6.0,
         excursion_window_s: float = 600.0,
         habituation_n: float = 2.0,
+        team_settle_s: float = 600.0,
     ) -> None:
         if min_peers < 2:
             raise ConfigError(f"min_peers must be >= 2, got {min_peers}")
@@ -133,6 +141,12 @@ class PeerDeviation(KernelScorer):
             excursion_z > 0 and excursion_window_s > 0 and habituation_n > 0
         ):
             raise ConfigError("peers needs excursion_z, excursion_window_s, habituation_n > 0")
+        if not team_settle_s >= 0:
+            raise ConfigError(f"team_settle_s must be >= 0, got {team_settle_s}")
+        self.team_settle_s = float(team_settle_s)
+        # GPU columns that changed team (workload) lately, and until when they settle
+        self._settling = np.zeros(0, dtype=np.int64)
+        self._settle_until = np.zeros(0)
         self.min_peers = int(min_peers)
         self.smooth_half_life_s = float(smooth_half_life_s)
         self.scale_half_life_s = float(scale_half_life_s)
@@ -263,7 +277,10 @@ class PeerDeviation(KernelScorer):
                     setattr(self, k, grow(getattr(self, k), n, fill))
                 self._habit_blocks()
         if layout is not self._layout:
+            self._note_team_changes(t, layout)
             self._refresh_groups(layout)
+        if self._settling.size:
+            x = self._without_settling(t, x, cols)
         q, g = self._q, self._g
         state = (
             self.smoothed, self.scale_var, self.scale_w, self.count, self.last_t, self.interval,
@@ -283,6 +300,42 @@ class PeerDeviation(KernelScorer):
             float(t), x, cols, self._groups, g, layout.direction, state, q, base, p,
             self._floor, habit, self._h, self._habit_last, out,
         )  # fmt: skip
+
+    def _note_team_changes(self, t: float, layout: ColumnLayout) -> None:
+        """GPU columns that the new layout moves into a group of other GPUs than before (a
+        team, the GPU's workload, whose other members came from elsewhere) settle for
+        ``team_settle_s``: a GPU whose job just ended is still hot and drawing down, and its
+        new peers (the idle GPUs beside it) would see a lone deviant for minutes. GPUs that
+        move together (a node's next job: every GPU under a new pod) stay judged."""
+        old = self._layout
+        if old is None or old.team is None or layout.team is None or not self.team_settle_s:
+            return
+        m = min(len(old), len(layout))
+        moved = (old.team[:m] != layout.team[:m]) & (layout.gpu[:m] >= 0)
+        if not moved.any():
+            return
+        keys = np.stack([layout.node[:m], layout.team[:m], layout.signal[:m]], axis=1)
+        _, group = np.unique(keys, axis=0, return_inverse=True)
+        group = group.reshape(-1)
+        pairs = np.unique(np.stack([group, old.team[:m]], axis=1), axis=0)
+        mixed = np.bincount(pairs[:, 0], minlength=int(group.max()) + 1) > 1
+        newcomers = np.flatnonzero(moved & mixed[group])
+        if not newcomers.size:
+            return
+        if self._settle_until.shape[0] < len(layout):
+            self._settle_until = grow(self._settle_until, len(layout), -np.inf)
+        self._settle_until[newcomers] = t + self.team_settle_s
+        self._settling = np.union1d(self._settling, newcomers)
+
+    def _without_settling(self, t: float, x: FloatArray, cols: IntArray | None) -> FloatArray:
+        """``x`` with the settling columns' values unobserved (a copy; none left: ``x``):
+        they are not judged and do not count in their group's median until they settle."""
+        self._settling = self._settling[self._settle_until[self._settling] > t]
+        if not self._settling.size:
+            return x
+        masked = x.copy()
+        masked[self._settling if cols is None else cols[self._settling]] = np.nan
+        return masked
 
     def state_dict(self) -> dict[str, np.ndarray]:
         keys = self._KEYS + (self._HABIT if self.habituates else ())

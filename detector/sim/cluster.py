@@ -32,7 +32,7 @@ from .pages import PageFamily, node_layout, render
 from .relabel import RunLabels
 from .scenario import Scenario
 from .trace import DEFAULT_RATES, TraceRates, derive_rates
-from .workload import Workload, build_workload, node_jobs
+from .workload import Workload, build_workload, gpu_phase, node_jobs
 
 XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
 XID_WINDOW_S = 300.0  # dcgm-exporter's default xid-count window (window_size_in_ms)
@@ -273,7 +273,11 @@ class SimulatedCluster:
             effects.apply(drive, t_rel, rng)
             jobs = w.job[:, k]
             wobble = w.job_wobble[jobs, k]
-            gv = gpu.step(t_abs, w.phase[:, k], wobble, drive, rng)
+            if sc.shared_nodes:  # side GPUs run jobs of their own
+                gpu_phases, gpu_wobble = gpu_phase(w, k, sc.gpus, sc.shared_gpus)
+                gv = gpu.step(t_abs, gpu_phases, gpu_wobble, drive, rng)
+            else:
+                gv = gpu.step(t_abs, w.phase[:, k], wobble, drive, rng)
             hv = host.step(
                 t_abs, w.phase[:, k], wobble, float(w.nfs_write[k]), float(w.nfs_read[k]), rng
             )
@@ -370,6 +374,7 @@ class SimulatedCluster:
                 [f.columns for f in fams],
                 [f.nodes for f in fams],
                 [f.wire for f in fams],
+                [f.gpus for f in fams],
             )
         return render(layout, values, self.pod_labels(n, t))
 
@@ -380,12 +385,52 @@ class SimulatedCluster:
             raise KeyError(f"unknown node {node!r}")
         return index
 
-    def pod_labels(self, node: int, t: float) -> str:
-        """Wire text of the Kubernetes labels of ``node``'s GPUs at time ``t`` ("" if idle)."""
+    def tick_of(self, t: float) -> int:
+        """The tick whose values hold at unix time ``t`` (clamped to the scenario)."""
+        sc = self.scenario
+        return min(sc.ticks - 1, max(0, round((t - sc.start) / sc.step_s)))
+
+    def gpu_pods(self, node: int, k: int) -> list[str | None]:
+        """Per GPU of ``node`` at tick ``k``: the pod it runs, None when idle or without
+        Kubernetes labels. A node's job runs one pod on all its GPUs, but on a shared node
+        (``Scenario.shared_nodes``) the last ``shared_gpus`` run side jobs' pods."""
         sc, w = self.scenario, self.workload
-        k = min(sc.ticks - 1, max(0, round((t - sc.start) / sc.step_s)))
+        if not sc.kubernetes_labels:
+            return [None] * sc.gpus
         job = int(w.job[node, k])
-        if job < 0 or not sc.kubernetes_labels:
-            return ""
-        pod = f"{w.job_names[job]}-worker-{int(w.rank[node, k])}"
-        return f',container="pytorch",namespace="training",pod="{pod}"'
+        main = None if job < 0 else f"{w.job_names[job]}-worker-{int(w.rank[node, k])}"
+        pods = [main] * sc.gpus
+        side = np.flatnonzero(w.shared == node)
+        if side.size:
+            run = int(w.side_run[side[0], k])
+            pod = f"batch-{sc.node_name(node)}-{run}" if run else None
+            pods[sc.gpus - sc.shared_gpus :] = [pod] * sc.shared_gpus
+        return pods
+
+    def pod_labels(self, node: int, t: float) -> list[str]:
+        """Per GPU of ``node``: the wire text of its Kubernetes labels at ``t`` ("" if idle)."""
+        return [pod_wire(pod) for pod in self.gpu_pods(node, self.tick_of(t))]
+
+    def shared_gpu_series(self) -> dict[tuple[int, int], list[int]]:
+        """(node, GPU) -> its DCGM series columns, for the side-job nodes' GPUs
+        (``Scenario.shared_nodes``; empty without): whose pods a replay must follow."""
+        sc = self.scenario
+        rows = len(self._dcgm_names)
+        return {
+            (int(n), g): [r * sc.nodes * sc.gpus + int(n) * sc.gpus + g for r in range(rows)]
+            for n in self.workload.shared
+            for g in range(sc.gpus)
+        }
+
+
+def pod_pairs(pod: str | None) -> Labels:
+    """The Kubernetes labels dcgm-exporter adds to the series of a GPU that runs ``pod``."""
+    if pod is None:
+        return ()
+    namespace = "batch" if pod.startswith("batch-") else "training"
+    return (("container", "pytorch"), ("namespace", namespace), ("pod", pod))
+
+
+def pod_wire(pod: str | None) -> str:
+    """``pod_pairs`` as wire text appended to a DCGM series' labels."""
+    return "".join(f',{key}="{value}"' for key, value in pod_pairs(pod))

@@ -3,7 +3,9 @@
 ``write_dump`` writes the whole scenario as OpenMetrics text with per-sample timestamps in
 seconds through ingest's ``OpenMetricsWriter`` (the promtool backfill format; it reorders the
 tick-major frames family-major with bounded memory). Labels are ``series()``'s, as Prometheus
-stores them (with ``instance`` and ``job``, without the per-tick pod labels). The ground-truth
+stores them (with ``instance`` and ``job``, without the per-tick pod labels), except on shared
+nodes (``Scenario.shared_nodes``), whose GPUs' series carry the pod each GPU runs at each
+sample: which GPUs are peers changes with it, and a replay follows it. The ground-truth
 events go to JSONL ({"time","node","gpu","xid","end"?}, ARCHITECTURE.md).
 """
 
@@ -18,7 +20,7 @@ import numpy as np
 
 from ..ingest.dumps_writer import OpenMetricsWriter
 from ..model import Sample, XidEvent
-from .cluster import SimulatedCluster
+from .cluster import SimulatedCluster, pod_pairs
 from .scenario import Scenario
 
 
@@ -39,11 +41,18 @@ def write_dump(scenario: Scenario, dump_path: Path | str, events_path: Path | st
     cluster = SimulatedCluster(scenario)
     series = cluster.series()
     types = {fam.name: fam.kind for fam in cluster.families}
+    shared = {c: where for where, cols in cluster.shared_gpu_series().items() for c in cols}
+    shared_nodes = sorted({node for node, _ in shared.values()})
     samples = 0
     with OpenMetricsWriter(Path(dump_path), types) as writer:
-        for t, values in cluster.frames():
+        for k, (t, values) in enumerate(cluster.frames()):
+            pods = {node: cluster.gpu_pods(node, k) for node in shared_nodes}
             for column in np.flatnonzero(~np.isnan(values)).tolist():
                 name, labels = series[column]
+                where = shared.get(column)
+                if where is not None:
+                    pod = pods[where[0]][where[1]]
+                    labels = tuple(sorted((*labels, *pod_pairs(pod))))
                 writer.add(Sample(name, labels, float(values[column]), t))
                 samples += 1
     with Path(events_path).open("w") as out:

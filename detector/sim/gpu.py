@@ -130,11 +130,12 @@ class GpuModel:
         d: GpuDrive,
         rng: np.random.Generator,
     ) -> dict[str, FloatArray]:
-        """One tick. ``phase``/``wobble``: (nodes,) from the workload; ``d``: failure inputs."""
+        """One tick. ``phase``/``wobble``: (nodes,) from the workload, or (nodes, gpus) where
+        GPUs of a node run different jobs (``workload.gpu_phase``); ``d``: failure inputs."""
         sc, dt, shape = self.sc, self.sc.step_s, self.temp.shape
         noise = rng.standard_normal((4, *shape)) * self.noise
-        p = phase[:, None]
-        busy = wobble[:, None] * (p == 2)
+        p = phase if phase.ndim == 2 else phase[:, None]
+        busy = (wobble if wobble.ndim == 2 else wobble[:, None]) * (p == 2)
         live = ~d.dead
         util = np.clip(_UTIL[p] * (1.0 + busy) + d.util_add + 0.8 * noise[0], 0.0, 100.0) * live
         power = (

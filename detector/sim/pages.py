@@ -36,19 +36,23 @@ class PageFamily:
     name: str
     columns: IntArray
     wire: tuple[str, ...]
+    gpus: tuple[int, ...]  # per column its GPU's index, -1 for node-level series
 
 
-def render(families: Sequence[PageFamily], values: FloatArray, pods: str) -> tuple[str, str]:
-    """(dcgm page, node-exporter page); ``pods``: wire text appended to DCGM labels."""
+def render(
+    families: Sequence[PageFamily], values: FloatArray, pods: Sequence[str]
+) -> tuple[str, str]:
+    """(dcgm page, node-exporter page); ``pods``: per GPU index, wire text appended to the
+    labels of that GPU's DCGM series."""
     pages: dict[str, list[str]] = {"dcgm": [], "node": []}
     for fam in families:
         picked = values[fam.columns]
-        extra = pods if fam.exporter == "dcgm" else ""
+        dcgm = fam.exporter == "dcgm"
         lines = []
-        for labels, value in zip(fam.wire, picked.tolist(), strict=True):
+        for labels, gpu, value in zip(fam.wire, fam.gpus, picked.tolist(), strict=True):
             if math.isnan(value):
                 continue
-            text = labels + extra
+            text = labels + pods[gpu] if dcgm and gpu >= 0 else labels
             key = f"{fam.name}{{{text}}}" if text else fam.name
             lines.append(f"{key} {format_value(value)}")
         if lines:
@@ -64,17 +68,24 @@ def node_layout(
     columns: Sequence[IntArray],
     nodes: Sequence[IntArray],
     wires: Sequence[tuple[str, ...]],
+    gpus: Sequence[tuple[str, ...]],
 ) -> list[PageFamily]:
     """The page families of ``node`` from per-family (name, kind, help, exporter), columns,
-    node of each column and label text of each column."""
+    node of each column, label text of each column and GPU of each column ("" for none)."""
     layout = []
-    for (name, kind, help_text, exporter), cols, owner, wire in zip(
-        names, columns, nodes, wires, strict=True
+    for (name, kind, help_text, exporter), cols, owner, wire, gpu in zip(
+        names, columns, nodes, wires, gpus, strict=True
     ):
         mine = np.flatnonzero(owner == node)
         if len(mine):
             header = f"# HELP {name} {help_text}\n# TYPE {name} {kind}"
-            layout.append(
-                PageFamily(header, exporter, name, cols[mine], tuple(wire[i] for i in mine))
+            family = PageFamily(
+                header,
+                exporter,
+                name,
+                cols[mine],
+                tuple(wire[i] for i in mine),
+                tuple(int(gpu[i]) if gpu[i] else -1 for i in mine),
             )
+            layout.append(family)
     return layout

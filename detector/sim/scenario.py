@@ -65,6 +65,12 @@ class Scenario:
     # id), on the node's dcgm-exporter series too (both its targets relabelled, as file_sd
     # written by a scheduler does): every series comes back under a new identity at each run.
     job_label_runs: bool = False
+    # Nodes shared by several workloads: on ``shared_nodes`` nodes (spread evenly) the last
+    # ``shared_gpus`` GPUs are not in the node's job; they run short jobs of their own (each
+    # run its own pod, idle gaps between), as a scheduler packing small jobs onto a partly
+    # used node does. Their pod labels say so (``kubernetes_labels``).
+    shared_nodes: int = 0
+    shared_gpus: int = 2
     # Failures. Rates and type mix come from the InfiniteHBD trace (see trace.py).
     fault_trace: str | None = "auto"  # path, "auto" (shared data if present) or None (constants)
     failure_rate_multiplier: float = 1.0
@@ -121,6 +127,12 @@ class Scenario:
             raise bad("job_label", "must be a label name other than instance and job")
         if self.job_label_runs and self.job_label is None:
             raise bad("job_label_runs", "needs job_label (the label that carries the run)")
+        if not 0 <= self.shared_nodes <= self.nodes:
+            raise bad("shared_nodes", f"must be within [0, nodes], got {self.shared_nodes!r}")
+        if self.shared_nodes and not 1 <= self.shared_gpus < self.gpus:
+            raise bad("shared_gpus", f"must be within [1, gpus), got {self.shared_gpus!r}")
+        if self.shared_nodes and self.job_label_runs:
+            raise bad("shared_nodes", "cannot be combined with job_label_runs")
         if self.failure_rate_multiplier < 0:
             raise bad("failure_rate_multiplier", "must be >= 0")
         if self.failure_count is not None and self.failure_count < 0:

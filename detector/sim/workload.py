@@ -9,6 +9,10 @@ member: the cluster-wide RPC backlog and RTT rise). A failure on a member hangs 
 spins: utilization stays high, power falls) until the collective times out, then the job is
 torn down (a flood of XID 45 on its GPUs, which is cleanup, not failure) and restarts after a
 gap without the node under repair. Everything is precomputed as (nodes x ticks) arrays.
+
+On shared nodes (``Scenario.shared_nodes``) the last ``shared_gpus`` GPUs are not in the node's
+job: they run short side jobs of their own (``_side_jobs``), and ``gpu_phase`` gives every
+GPU's phase for the GPU physics.
 """
 
 from __future__ import annotations
@@ -49,6 +53,12 @@ class Workload:
     nfs_write: NDArray[np.float64]  # (ticks,) share of all nodes writing a checkpoint
     nfs_read: NDArray[np.float64]  # (ticks,) share of all nodes loading data
     teardowns: list[Teardown] = field(default_factory=list)
+    # Scenario.shared_nodes: the nodes whose last shared_gpus GPUs run side jobs, and per such
+    # node and tick those GPUs' phase, run number (0: idle) and step-time wobble
+    shared: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    side_phase: NDArray[np.int8] = field(default_factory=lambda: np.zeros((0, 0), np.int8))
+    side_run: NDArray[np.int16] = field(default_factory=lambda: np.zeros((0, 0), np.int16))
+    side_wobble: NDArray[np.float64] = field(default_factory=lambda: np.zeros((0, 0)))
 
 
 def default_jobs(nodes: int) -> tuple[JobSpec, ...]:
@@ -140,4 +150,60 @@ def build_workload(
                 skip = (failed.node, failed.gpu) if failed is not None else None
                 w.teardowns.append(Teardown(end, j, members, skip))
             t = end + float(rng.uniform(*sc.idle_gap_s))
+    if sc.shared_nodes:
+        _side_jobs(sc, w)
     return w
+
+
+SIDE_RUN_HOURS = (1.0, 4.0)  # one side job run
+SIDE_GAP_HOURS = (0.5, 2.0)  # idle between side runs
+SIDE_CHECKPOINT_S = 2700.0
+
+
+def _side_jobs(sc: Scenario, w: Workload) -> None:
+    """The side GPUs' own jobs on the shared nodes (``Scenario.shared_nodes``): runs of 1-4 h
+    (a load, then training with a checkpoint every 45 min, on a wobble of their own) between
+    idle gaps of 0.5-2 h, from a random stream of their own so that every other draw of the
+    scenario stays what it was."""
+    rng = np.random.default_rng([sc.seed, 17])
+    ticks, step = sc.ticks, sc.step_s
+    w.shared = np.unique(np.linspace(0, sc.nodes - 1, sc.shared_nodes).round().astype(np.int64))
+    n = w.shared.shape[0]
+    w.side_phase = np.zeros((n, ticks), np.int8)
+    w.side_run = np.zeros((n, ticks), np.int16)
+    kernel = np.exp(-np.arange(20) / 5.0)
+    kernel /= kernel.sum()
+    w.side_wobble = np.zeros((n, ticks))
+    for i in range(n):
+        w.side_wobble[i] = 0.02 * np.convolve(rng.standard_normal(ticks), kernel, "same")[:ticks]
+
+    def tick(t: float) -> int:
+        return min(ticks, max(0, math.ceil(t / step)))
+
+    for i in range(n):
+        t, runs = float(rng.uniform(*SIDE_GAP_HOURS)) * 3600.0, 0
+        while t < sc.duration_s:
+            end = t + float(rng.uniform(*SIDE_RUN_HOURS)) * 3600.0
+            k0, k_train, k_end = tick(t), tick(t + float(rng.uniform(*sc.init_s))), tick(end)
+            runs += 1
+            w.side_run[i, k0:k_end] = runs
+            w.side_phase[i, k0:k_train] = INIT
+            w.side_phase[i, k_train:k_end] = TRAIN
+            ckpt = t + SIDE_CHECKPOINT_S
+            while ckpt < end:
+                c1 = min(tick(ckpt + float(rng.uniform(*sc.checkpoint_duration_s))), k_end)
+                w.side_phase[i, tick(ckpt) : c1] = CHECKPOINT
+                ckpt += SIDE_CHECKPOINT_S
+            t = end + float(rng.uniform(*SIDE_GAP_HOURS)) * 3600.0
+
+
+def gpu_phase(
+    w: Workload, k: int, gpus: int, shared_gpus: int
+) -> tuple[NDArray[np.int8], NDArray[np.float64]]:
+    """(phase, wobble) of every GPU at tick ``k``, (nodes, gpus): each node's own, but the
+    shared nodes' side GPUs (their last ``shared_gpus``), which run their side jobs."""
+    phase = np.repeat(w.phase[:, k][:, None], gpus, axis=1)
+    wobble = np.repeat(w.job_wobble[w.job[:, k], k][:, None], gpus, axis=1)
+    phase[w.shared, gpus - shared_gpus :] = w.side_phase[:, k][:, None]
+    wobble[w.shared, gpus - shared_gpus :] = w.side_wobble[:, k][:, None]
+    return phase, wobble
