@@ -5,7 +5,9 @@ then the windowed XID counts (``dcgm_fields="all"``: one series per GPU and XID 
 raise), then the node-exporter families (family-major, then node, then label set). Labels are
 what Prometheus would store (the exporter's labels plus ``instance`` and ``job``), sorted as
 model.Labels requires. Kubernetes pod labels change with the job a GPU runs, so they are not
-part of a series' labels: the exposition pages and dumps add them per tick.
+part of a series' labels: the exposition pages add them per tick, and so do dumps and
+simulated replays for the shared nodes' GPUs (``Scenario.shared_nodes``), whose peers they
+decide (``gpu_pods``).
 
 ``frames()`` yields (unix time, values) per tick, values aligned to ``series()``; NaN means
 "not exposed this tick" (a GPU that fell off the bus, a windowed count outside its window).
