@@ -63,6 +63,8 @@ class ReplayResult:
     # the rules' named, scored signals the data fed, and those it did not (in rules order)
     signals_found: tuple[str, ...] = ()
     signals_missing: tuple[str, ...] = ()
+    # nodes whose GPUs ran more than one workload at once (GPU peers by workload)
+    split_nodes: tuple[str, ...] = ()
 
 
 class ScoreRecorder:
@@ -296,6 +298,7 @@ def run_replay(
         signal_weights=dict(pipeline.params.signal_weights),
     )
     result.signals_found, result.signals_missing = signal_coverage(pipeline)
+    result.split_nodes = tuple(sorted(pipeline.signal_map.split_nodes))
     if recorder is not None:
         result.times = np.asarray(recorder.times)
         result.node_scores, result.xid_held, result.lead_signal = recorder.matrix(len(node_names))
@@ -429,6 +432,14 @@ def summary_lines(result: ReplayResult) -> list[str]:
         lines.append(
             f"signals: {fed} of {fed + unfed} named in rules/signals.yaml found in the data"
             + (f"; not found: {shown}" if unfed else "")
+        )
+    if result.split_nodes:
+        split = len(result.split_nodes)
+        shown = ", ".join(result.split_nodes[:6]) + (", ..." if split > 6 else "")
+        lines.append(
+            f"GPU workloads: {split} node{'s' if split > 1 else ''} ran GPUs in different jobs "
+            f"at once, each GPU judged against its own job's (labels.gpu_workload_labels): "
+            f"{shown}"
         )
     if result.signal_weights:
         lines.append(f"calibrated signal weights: {describe_weights(result.signal_weights)}")

@@ -116,6 +116,8 @@ class SignalMap:
         self._team_ids: dict[str, int] = {"": 0}  # workload -> team id ("": none)
         self._gpu_team: dict[int, int] = {}  # entity id -> team id
         self._entity_columns: dict[int, list[int]] = {}  # entity id -> its signal columns
+        self._node_entities: dict[int, list[int]] = {}  # node id -> its GPU entity ids
+        self.split_nodes: set[str] = set()  # nodes seen with GPUs in two workloads at once
         self._series_gpu_entity: list[int] = []  # per index series: entity id or -1
         # per index series on a GPU: its (entity, metric) slot id, else -1 (_retire_replaced)
         self._series_slot: list[int] = []
@@ -252,11 +254,18 @@ class SignalMap:
             if team == self._gpu_team[entity]:
                 continue
             self._gpu_team[entity] = team
+            self._note_split(self._gpu_entity_node[entity])
             for col in self._entity_columns.get(entity, ()):
                 self._team[col] = team
             self._layout = None
             moved = True
         return moved
+
+    def _note_split(self, node_id: int) -> None:
+        """Note the node in ``split_nodes`` when its GPUs now run more than one workload."""
+        entities = self._node_entities.get(node_id, ())
+        if len({self._gpu_team[e] for e in entities}) > 1:
+            self.split_nodes.add(self.node_names[node_id])
 
     def sync(self, t: float | None = None) -> bool:
         """Map series added to the index since the last sync, and with ``t`` (the tick's time)
@@ -349,6 +358,8 @@ class SignalMap:
                 node_id = self._id(self._node_ids, self.node_names, info.node)
                 self._gpu_entity_node.append(node_id)
                 self._gpu_team[entity] = self._team_of(info)
+                self._node_entities.setdefault(node_id, []).append(entity)
+                self._note_split(node_id)
                 self._add_presence(info, entity, node_id)
                 if info.node not in self._gpu_nodes:  # the first GPU node moves all others
                     first = not self._gpu_nodes

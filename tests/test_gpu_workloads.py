@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from detector.cli import main
 from detector.config_schema import LabelsConfig
@@ -251,16 +252,21 @@ def _shared_node_dump(path: Path, hours: float = 12.0, seed: int = 3) -> None:
 def _alerts(tmp_path: Path, dump: Path, config: str) -> list[tuple[str, str | None]]:
     (tmp_path / "config.yaml").write_text(config)
     report = tmp_path / "report.json"
-    args = ["replay", str(dump), "--config", str(tmp_path / "config.yaml"), "--quiet"]
+    args = ["replay", str(dump), "--config", str(tmp_path / "config.yaml")]
     assert main([*args, "--report-json", str(report)]) == 0
     return sorted({(a["node"], a["gpu"]) for a in json.loads(report.read_text())["alerts"]})
 
 
-def test_a_node_shared_by_several_jobs_raises_no_gpu_peer_alert(tmp_path: Path) -> None:
+def test_a_node_shared_by_several_jobs_raises_no_gpu_peer_alert(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     dump = tmp_path / "export.om"
     _shared_node_dump(dump)
     alerts = _alerts(tmp_path, dump, "{}\n")
     assert alerts == [("node-4", "3")]  # the lone deviant, and nothing on the shared node
+    summary = capsys.readouterr().out  # the summary names the node it split
+    assert "GPU workloads: 1 node ran GPUs in different jobs at once" in summary
+    assert f"(labels.gpu_workload_labels): {SHARED}\n" in summary
     # Without workloads, the shared node's two GPUs of other jobs read as lone deviants of
     # the training job's six (the check that this test can fail).
     alerts = _alerts(tmp_path, dump, "labels:\n  gpu_workload_labels: []\n")
