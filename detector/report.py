@@ -70,6 +70,8 @@ class ReplayData(Protocol):
     def signals_found(self) -> Sequence[str]: ...
     @property
     def signals_missing(self) -> Sequence[str]: ...
+    @property
+    def split_nodes(self) -> Sequence[str]: ...
 
 
 def render_html(
@@ -147,8 +149,8 @@ def _summary(result: ReplayData, threshold: float, weights: Mapping[str, float])
 
 
 def _inputs(result: ReplayData) -> str:
-    """Where the failures came from, and which named signals the data fed (what a user checks
-    first when the figures surprise)."""
+    """Where the failures came from, which named signals the data fed, and the nodes whose
+    GPUs ran different jobs at once (what a user checks first when the figures surprise)."""
     sources = failure_sources(result.failures)
     fed, unfed = list(result.signals_found), list(result.signals_missing)
     parts = []
@@ -160,6 +162,12 @@ def _inputs(result: ReplayData) -> str:
         parts.append(
             f"Signals named in rules/signals.yaml that the data fed: {len(fed)} of "
             f"{len(fed) + len(unfed)}; not fed: {missing}."
+        )
+    if result.split_nodes:
+        nodes = ", ".join(_node_link(n) for n in result.split_nodes)
+        parts.append(
+            f"GPUs in different jobs at once on {len(result.split_nodes)} node(s), each GPU "
+            f"judged against its own job's (<code>labels.gpu_workload_labels</code>): {nodes}."
         )
     return f"<p class=note id=inputs>{' '.join(parts)}</p>" if parts else ""
 

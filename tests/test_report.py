@@ -133,6 +133,7 @@ class FakeReplay:
     wall_s: float = 1.0
     signals_found: tuple[str, ...] = ()
     signals_missing: tuple[str, ...] = ()
+    split_nodes: tuple[str, ...] = ()
     times: FloatArray = field(init=False)
     end: float = field(init=False)
     ticks: int = field(init=False)
@@ -220,6 +221,18 @@ def test_summary_says_where_failures_came_from_and_which_signals_were_fed(
     fed = re.search(r"the data fed: (\d+) of (\d+); not fed: ", text)
     assert fed is not None
     assert 0 < int(fed[1]) < int(fed[2])
+
+
+def test_inputs_name_the_nodes_whose_gpus_ran_different_jobs() -> None:
+    """A node split between jobs (GPU peers by workload) is named under the summary, linked
+    to its row; a replay without any names none."""
+    scores = quiet_cluster(1, 2)
+    split = FakeReplay([], [], scores, ("n0", "n1"), split_nodes=("n1",))
+    text = render_html(split, threshold=0.6, label="x")
+    assert len([a for _, a, _ in Page(text).tags if a.get("id") == "inputs"]) == 1
+    assert re.search(r"different jobs at once on 1 node\(s\).*href='#node-n1'", text)
+    plain = render_html(FakeReplay([], [], scores, ("n0", "n1")), threshold=0.6, label="x")
+    assert "different jobs" not in plain
 
 
 def test_report_is_self_contained(small_replay: tuple[str, dict[str, object], Path]) -> None:
