@@ -46,7 +46,7 @@ from .scorers.kernels import touch
 from .scorers.peers import PeerDeviation
 from .scorers.registry import build as build_scorer
 from .scorers.zscore import RobustZScore
-from .series import SeriesIndex
+from .series import LabelRules, SeriesIndex
 from .signals import SignalMap
 from .xids import XidExtractor, is_failure
 
@@ -67,9 +67,6 @@ class PipelineParams:
     # An exporter page repeated byte for byte is no observation for up to this long, a frozen
     # exporter past it (signals.SignalMap, repeats.py); None: every scrape is an observation.
     repeat_hold_s: float | None = 60.0
-    # Labels naming a node's cohort (the nodes its node-level signals are compared with), in
-    # order of preference (config ``labels.cohort_labels``); empty: all nodes are one cohort.
-    cohort_labels: tuple[str, ...] = ()
     # Calibrated multipliers of the rules' fusion weights, by signal name (absent: 1).
     signal_weights: Mapping[str, float] = field(default_factory=dict)
 
@@ -136,12 +133,7 @@ class Pipeline:
         self.index = index
         self.params = params or PipelineParams()
         self.xid_catalog = xids
-        self.signal_map = SignalMap(
-            signals,
-            index,
-            cohort_labels=self.params.cohort_labels,
-            repeat_hold_s=self.params.repeat_hold_s,
-        )
+        self.signal_map = SignalMap(signals, index, repeat_hold_s=self.params.repeat_hold_s)
         self.xid_extractor = XidExtractor(index, xids)
         self.scoring = ScorerStage(scorers)
         self.episodes = Episodes(self.params.episodes)
@@ -414,7 +406,17 @@ def build_pipeline(
     threshold from (in order) the config, the calibration file, 0.6 (uncalibrated: about one
     signal at 8 sigma, or three at 5). Signal weights multiply the rules' fusion weights:
     ``signal_weights`` when given (calibration trying weights it fits), else the calibration
-    file's, else none."""
+    file's, else none. ``index`` must label series as ``config.labels`` says (cohort and GPU
+    workload labels: ``LabelRules.from_config``), or this raises ValueError: a pipeline whose
+    index ignored them would compare nodes and GPUs the config keeps apart."""
+    wanted_rules = LabelRules.from_config(config.labels)
+    for name in ("cohort_labels", "workload_labels"):
+        if getattr(index.rules, name) != getattr(wanted_rules, name):
+            raise ValueError(
+                f"build_pipeline: the series index's {name} {getattr(index.rules, name)} are "
+                f"not the config's {getattr(wanted_rules, name)}: build the index with "
+                "LabelRules.from_config(config.labels)"
+            )
     signals = load_signal_rules(config.rules.signals)
     if not config.rules.default_rule:
         signals = signals.model_copy(
@@ -450,7 +452,6 @@ def build_pipeline(
         alert_on_xid=al.alert_on_xid,
         xid_hold_s=al.xid_hold_s,
         repeat_hold_s=sc.repeat_hold_s,
-        cohort_labels=tuple(config.labels.cohort_labels),
         signal_weights=dict(signal_weights if signal_weights is not None else file_weights),
     )
     return Pipeline(index, signals, xids, scorers, params)

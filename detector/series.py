@@ -84,12 +84,19 @@ class LabelRules:
     # its labels (``__name__``: its metric name) matches the pattern in full (config
     # ``labels.drop``: the network devices and mounts that come and go with containers).
     drop: tuple[tuple[str, re.Pattern[str]], ...] = ()
-    # Labels a scheduler rewrites on a node's targets with each job (the cohort labels): a
-    # scraped series that differs from a known one only in them is that series, relabelled
-    # (SeriesIndex.columns).
-    relabel: frozenset[str] = frozenset()
+    # Labels naming a node's cohort (the nodes its node-level signals are compared with), in
+    # order of preference (config ``labels.cohort_labels``; signals.SignalMap reads them here);
+    # empty: all nodes are one cohort.
+    cohort_labels: tuple[str, ...] = ()
     # Labels naming a GPU's workload, first present wins (``workload``): its Slurm job, its pod.
     workload_labels: tuple[str, ...] = ("hpc_job", "pod")
+
+    @property
+    def relabel(self) -> frozenset[str]:
+        """The cohort labels, which a scheduler rewrites on a node's targets with each job: a
+        scraped series that differs from a known one only in them is that series, relabelled
+        (SeriesIndex.columns)."""
+        return frozenset(self.cohort_labels)
 
     @classmethod
     def from_config(cls, labels: LabelsConfig) -> LabelRules:
@@ -98,7 +105,7 @@ class LabelRules:
             node_labels=tuple(labels.node_labels),
             gpu_labels=tuple(labels.gpu_labels),
             drop=tuple((label, re.compile(pattern)) for label, pattern in labels.drop.items()),
-            relabel=frozenset(labels.cohort_labels),
+            cohort_labels=tuple(labels.cohort_labels),
             workload_labels=tuple(labels.gpu_workload_labels),
         )
 

@@ -43,7 +43,7 @@ cached collection, see repeats.py), for up to ``repeat_hold_s`` (None: every scr
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -74,14 +74,13 @@ class SignalMap:
         index: SeriesIndex,
         *,
         metric_types: Mapping[str, str] | None = None,
-        cohort_labels: Sequence[str] = (),
         repeat_hold_s: float | None = 60.0,
     ) -> None:
         self.catalog = catalog
         self.repeats = None if repeat_hold_s is None else RepeatedScrapes(repeat_hold_s)
         self.index = index
         self.metric_types = metric_types if metric_types is not None else {}
-        self._cohort_labels = tuple(cohort_labels)
+        self._cohort_labels = index.rules.cohort_labels  # in order of preference
         self._node_cohort: dict[str, tuple[int, str]] = {}  # node -> (label rank, cohort)
         self._cohorts_moved = False  # since the last sync
         self._synced = 0

@@ -8,13 +8,14 @@ import gzip
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from detector.cli import main
 from detector.config import load_config
 from detector.model import Frame, Labels
 from detector.pipeline import Pipeline, build_pipeline
 from detector.rules import load_signal_rules
-from detector.series import SeriesIndex
+from detector.series import LabelRules, SeriesIndex
 from detector.signals import SignalMap
 
 T0 = 1_700_000_000.0
@@ -47,8 +48,8 @@ def send(signals: SignalMap, t: float, *columns: int) -> None:
 def test_a_nodes_cohort_is_its_first_configured_label_on_any_of_its_series() -> None:
     """rack before zone; a node's GPU columns (no such label) share its cohort; a node with
     none of the labels is in the "" cohort."""
-    index = SeriesIndex()
-    signals = SignalMap(load_signal_rules(), index, cohort_labels=("rack", "zone"))
+    index = SeriesIndex(LabelRules(cohort_labels=("rack", "zone")))
+    signals = SignalMap(load_signal_rules(), index)
     sent = [
         index.add(MEM, node_series("n1", rack="r1")),
         *(index.add("DCGM_FI_DEV_GPU_TEMP", gpu_series(n)) for n in ("n1", "n2", "n3")),
@@ -66,8 +67,8 @@ def test_a_nodes_cohort_is_its_first_configured_label_on_any_of_its_series() -> 
 def test_a_label_that_arrives_later_moves_all_of_the_nodes_columns() -> None:
     """A node first seen through an exporter without the label joins its cohort, all columns
     at once, when a later series carries it; the next sync reports the changed layout."""
-    index = SeriesIndex()
-    signals = SignalMap(load_signal_rules(), index, cohort_labels=("rack",))
+    index = SeriesIndex(LabelRules(cohort_labels=("rack",)))
+    signals = SignalMap(load_signal_rules(), index)
     gpu, mem = (
         index.add("DCGM_FI_DEV_GPU_TEMP", gpu_series("n1")),
         index.add(MEM, node_series("n2", rack="r1")),
@@ -88,8 +89,8 @@ def test_a_new_value_of_the_label_moves_the_node_to_that_cohort() -> None:
     """A node relabelled for its next job (its series come back as new ones carrying the new
     value) joins the new job's cohort, all columns at once, when they are first sent (a
     dump's index may hold every series from the start); the newest value wins."""
-    index = SeriesIndex()
-    signals = SignalMap(load_signal_rules(), index, cohort_labels=("training_job", "rack"))
+    index = SeriesIndex(LabelRules(cohort_labels=("training_job", "rack")))
+    signals = SignalMap(load_signal_rules(), index)
     gpu = index.add("DCGM_FI_DEV_GPU_TEMP", gpu_series("n1"))
     job_a = index.add(MEM, node_series("n1", training_job="a", rack="r1"))
     job_b = index.add("go_goroutines", node_series("n1", training_job="b"))  # no column
@@ -106,7 +107,7 @@ def test_a_new_value_of_the_label_moves_the_node_to_that_cohort() -> None:
     send(signals, 90, gpu, job_a, job_b)  # sent before: no news
     assert not signals.sync()
     assert {"b"} == cohort_of(signals, "n1")
-    restored = SignalMap(load_signal_rules(), index, cohort_labels=("training_job", "rack"))
+    restored = SignalMap(load_signal_rules(), index)
     restored.load_state_dict(signals.state_dict())  # a restart: learnt from the series sent
     assert restored.sync()
     assert {"b"} == cohort_of(restored, "n1")
@@ -117,8 +118,8 @@ def test_a_node_back_in_a_former_job_rejoins_its_cohort() -> None:
     again sends a's series once more, none of them new. When b's label is no longer sent it
     is back in a's cohort (it stayed in b's before); while b's label is still sent beside
     them (a target relabelled before the other), it stays in b."""
-    index = SeriesIndex()
-    signals = SignalMap(load_signal_rules(), index, cohort_labels=("training_job",))
+    index = SeriesIndex(LabelRules(cohort_labels=("training_job",)))
+    signals = SignalMap(load_signal_rules(), index)
     mem_a = index.add(MEM, node_series("n1", training_job="a"))
     mem_b = index.add(MEM, node_series("n1", training_job="b"))
     load_b = index.add("node_load1", node_series("n1", training_job="b"))
@@ -144,8 +145,8 @@ def test_a_node_without_gpus_is_not_a_peer_of_the_gpu_nodes() -> None:
     """A whole Prometheus export holds CPU-only hosts' node-exporter series too: once a node
     has GPUs, nodes without any GPU series are compared only with each other. A node whose GPU
     series come later joins the GPU nodes then; without any GPU node nothing changes."""
-    index = SeriesIndex()
-    signals = SignalMap(load_signal_rules(), index, cohort_labels=("training_job",))
+    index = SeriesIndex(LabelRules(cohort_labels=("training_job",)))
+    signals = SignalMap(load_signal_rules(), index)
     mem = {n: index.add(MEM, node_series(n, training_job="a")) for n in ("n1", "n2", "cpu1")}
     send(signals, 0, *mem.values())
     signals.sync()
@@ -165,7 +166,7 @@ def cluster(cohort_labels: list[str]) -> tuple[Pipeline, dict[str, int]]:
     """Four nodes: a 3-node training job "a" and a 1-node job "b" (label training_job)."""
     config = load_config(None, env={})
     labels = config.labels.model_copy(update={"cohort_labels": cohort_labels})
-    index = SeriesIndex()
+    index = SeriesIndex(LabelRules.from_config(labels))
     pipeline = build_pipeline(config.model_copy(update={"labels": labels}), index)
     jobs = {"n1": "a", "n2": "a", "n3": "a", "n4": "b"}
     cols = {n: index.add(MEM, node_series(n, training_job=j)) for n, j in jobs.items()}
@@ -233,7 +234,7 @@ def test_a_node_that_changes_jobs_is_judged_against_its_new_jobs_nodes() -> None
     def run(dips: dict[str, range]) -> set[str]:
         config = load_config(None, env={})
         labels = config.labels.model_copy(update={"cohort_labels": ["training_job"]})
-        index = SeriesIndex()
+        index = SeriesIndex(LabelRules.from_config(labels))
         pipeline = build_pipeline(config.model_copy(update={"labels": labels}), index)
         jobs = {"n1": "a", "n2": "a", "n3": "a", "n4": "b", "n5": "b", "n6": "b"}
         moved = {"n3": "b", "n6": "a"}
@@ -264,7 +265,7 @@ def test_a_node_whose_dcgm_target_is_relabelled_raises_no_health_alert() -> None
     alerts."""
     config = load_config(None, env={})
     labels = config.labels.model_copy(update={"cohort_labels": ["training_job"]})
-    index = SeriesIndex()
+    index = SeriesIndex(LabelRules.from_config(labels))
     pipeline = build_pipeline(config.model_copy(update={"labels": labels}), index)
     metrics = ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK")
 
@@ -303,7 +304,7 @@ def test_a_relabelled_node_keeps_its_columns_and_their_history() -> None:
     def run(dips: dict[str, range]) -> tuple[set[str], Pipeline, dict[str, int]]:
         config = load_config(None, env={})
         labels = config.labels.model_copy(update={"cohort_labels": ["training_job"]})
-        index = SeriesIndex()
+        index = SeriesIndex(LabelRules.from_config(labels))
         pipeline = build_pipeline(config.model_copy(update={"labels": labels}), index)
         jobs = {"n1": "a-1", "n2": "a-1", "n3": "a-1", "n4": "b-2", "n5": "b-2", "n6": "b-2"}
         cols = {n: index.add(MEM, node_series(n, training_job=j)) for n, j in jobs.items()}
@@ -329,7 +330,21 @@ def test_a_relabelled_node_keeps_its_columns_and_their_history() -> None:
     # the signal column reads the new series, also after a save and restore
     signals = pipeline.signal_map
     column = int(np.flatnonzero(signals.series_columns() == cols["n3"])[0])
-    restored = SignalMap(load_signal_rules(), pipeline.index, cohort_labels=("training_job",))
+    restored = SignalMap(load_signal_rules(), pipeline.index)
     restored.load_state_dict(signals.state_dict())
     assert cols["n3"] == restored.series_columns()[column]
     assert signals._prev_value[column] == restored._prev_value[column]
+
+
+def test_a_pipeline_refuses_an_index_that_ignores_the_configs_labels() -> None:
+    """The index's label rules are the one source of cohort and GPU workload labels: a
+    pipeline over an index built without the config's would compare nodes and GPUs the config
+    keeps apart, so build_pipeline names the mismatch instead."""
+    config = load_config(None, env={})
+    for update in ({"cohort_labels": ["training_job"]}, {"gpu_workload_labels": []}):
+        labels = config.labels.model_copy(update=update)
+        configured = config.model_copy(update={"labels": labels})
+        name = "cohort_labels" if "cohort_labels" in update else "workload_labels"
+        with pytest.raises(ValueError, match=name):
+            build_pipeline(configured, SeriesIndex())
+        build_pipeline(configured, SeriesIndex(LabelRules.from_config(labels)))  # accepted

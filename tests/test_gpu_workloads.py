@@ -106,7 +106,7 @@ def test_a_scraped_gpu_moves_to_its_new_jobs_peers_in_the_same_tick() -> None:
 
 def _slurm_cohorts() -> tuple[SeriesIndex, SignalMap]:
     index = SeriesIndex(rules=LabelRules.from_config(LabelsConfig(cohort_labels=["hpc_job"])))
-    return index, SignalMap(load_signal_rules(), index, cohort_labels=("hpc_job",))
+    return index, SignalMap(load_signal_rules(), index)
 
 
 def _slurm_key(gpu: int, job: str | None) -> str:

@@ -37,7 +37,7 @@ def test_a_relabelled_target_keeps_its_series_columns() -> None:
     def target(job: str) -> tuple[tuple[str, str], ...]:
         return (*TARGET, ("training_job", job))
 
-    index = SeriesIndex(LabelRules(relabel=frozenset({"training_job"})))
+    index = SeriesIndex(LabelRules(cohort_labels=("training_job",)))
     first = index.columns(keys, split_series, target("a")).tolist()
     assert [] == index.relabelled
     for job in ("b", "a", "b"):
@@ -46,13 +46,13 @@ def test_a_relabelled_target_keeps_its_series_columns() -> None:
         index.relabelled.clear()
         assert {job} == {dict(index.infos[c].labels)["training_job"] for c in first}
         assert 2 == len(index)
-    restored = SeriesIndex(LabelRules(relabel=frozenset({"training_job"})))
+    restored = SeriesIndex(LabelRules(cohort_labels=("training_job",)))
     restored.extend_from(index.infos)
     assert first == restored.columns(keys, split_series, target("c")).tolist()
     assert 2 == len(restored)
 
     # a node's targets before its first job carry no job label
-    fresh = SeriesIndex(LabelRules(relabel=frozenset({"training_job"})))
+    fresh = SeriesIndex(LabelRules(cohort_labels=("training_job",)))
     before = fresh.columns(keys, split_series, TARGET).tolist()
     assert before == fresh.columns(keys, split_series, target("a")).tolist()
     assert 2 == len(fresh)
@@ -60,5 +60,5 @@ def test_a_relabelled_target_keeps_its_series_columns() -> None:
     plain = SeriesIndex()
     plain.columns(keys, split_series, target("a"))
     assert [2, 3] == plain.columns(keys, split_series, target("b")).tolist()
-    dump = SeriesIndex(LabelRules(relabel=frozenset({"training_job"})))
+    dump = SeriesIndex(LabelRules(cohort_labels=("training_job",)))
     assert [0, 1] == [dump.add("m", (("node", "n1"), ("training_job", j))) for j in "ab"]

@@ -14,7 +14,7 @@ import pytest
 
 from detector.model import FloatArray, Labels
 from detector.rules import SignalCatalog, load_signal_rules
-from detector.series import SeriesIndex
+from detector.series import LabelRules, SeriesIndex
 from detector.signals import SignalMap, gpu_number
 
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
@@ -52,8 +52,10 @@ def node_level_defaults() -> SignalCatalog:
 class Cluster:
     """An index plus a helper that turns {(metric, labels): value} into a frame vector."""
 
-    def __init__(self, catalog: SignalCatalog | None = None) -> None:
-        self.index = SeriesIndex()
+    def __init__(
+        self, catalog: SignalCatalog | None = None, rules: LabelRules | None = None
+    ) -> None:
+        self.index = SeriesIndex(rules or LabelRules())
         self.signals = SignalMap(catalog or node_level_defaults(), self.index)
 
     def frame(self, values: dict[tuple[str, Labels], float]) -> FloatArray:
@@ -276,8 +278,7 @@ def test_sync_reports_new_columns_only_once() -> None:
 
 def test_layout_is_consistent() -> None:
     """Layout arrays have one entry per column; gpu ints, directions and names line up."""
-    cluster = Cluster()
-    cluster.signals = SignalMap(load_signal_rules(), cluster.index, cohort_labels=("rack",))
+    cluster = Cluster(load_signal_rules(), LabelRules(cohort_labels=("rack",)))
     cluster.tick(
         0,
         {
