@@ -29,7 +29,7 @@ from .model import Alert, FloatArray, Frame, Labels, SampleBatch, XidEvent
 from .pipeline import Pipeline, TickResult
 from .progress import ProgressSink
 from .series import SeriesIndex, normalize
-from .simulate import SimulatedCluster, pod_pairs
+from .simulate import SimulatedCluster, with_pod
 from .xids import dedupe_episodes, is_failure
 
 INCIDENT_GAP_S = 900.0  # this long without a common-mode signal ends a cluster incident
@@ -204,7 +204,7 @@ class _SimulatedPods:
                 if column < 0:
                     continue
                 name, labels = self.series[col]
-                spelled = tuple(sorted((*labels, *pod_pairs(pod))))
+                spelled = with_pod(labels, pod)
                 context = normalize(name, spelled, self.index.rules, self.index.hosts)[4]
                 self.index.schedule_context(t, column, context)
 

@@ -382,16 +382,18 @@ class SeriesIndex:
                 self.recontexted.append(column)
         return column
 
-    def set_context(self, column: int, context: Labels) -> None:
-        """Make ``context`` the column's (its series now carries these context labels); noted
-        in ``recontexted`` when its ``grouping`` (workload, cohort labels) changes."""
+    def set_context(self, column: int, context: Labels) -> bool:
+        """Make ``context`` the column's (its series now carries these context labels); True,
+        and noted in ``recontexted``, when its ``grouping`` (workload, cohort labels) changes."""
         info = self.infos[column]
         if info.context == context:
-            return
+            return False
         new = replace(info, context=context)
         self.infos[column] = new
-        if grouping(new, self.rules) != grouping(info, self.rules):
-            self.recontexted.append(column)
+        if grouping(new, self.rules) == grouping(info, self.rules):
+            return False
+        self.recontexted.append(column)
+        return True
 
     def schedule_context(self, time: float, column: int, context: Labels) -> None:
         """``set_context`` at ``time`` (a dump's change of workload; times non-decreasing)."""
@@ -402,20 +404,15 @@ class SeriesIndex:
         queue = self._scheduled
         while queue and queue[0][0] <= until:
             _, column, context = queue.popleft()
-            self.set_context(column, context)
             # noted even when the column's own workload stays: its GPU's team may have been
             # taken from another series' first spelling (a dump's index knows no times)
-            self.recontexted.append(column)
+            if not self.set_context(column, context):
+                self.recontexted.append(column)
 
     def _follow_context(self, column: int, series: Normalized) -> bool:
         """A scraped key of a known GPU column: the column takes its context; True when that
         brings another workload or cohort label value."""
-        info = self.infos[column]
-        if not info.gpu or series[4] == info.context:
-            return False
-        before = len(self.recontexted)
-        self.set_context(column, series[4])
-        return len(self.recontexted) > before
+        return bool(self.infos[column].gpu) and self.set_context(column, series[4])
 
     def _forget_spellings(
         self, lookup: dict[str, int], keys: Sequence[str], moved: set[int]

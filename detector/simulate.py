@@ -11,7 +11,7 @@ trace sets failure rates and the type mix.
 
 from __future__ import annotations
 
-from .sim.cluster import SimulatedCluster, pod_pairs
+from .sim.cluster import SimulatedCluster, with_pod
 from .sim.exposition import write_dump, write_events
 from .sim.scenario import FailureSpec, JobSpec, Scenario
 from .sim.serve import Exporters, serve
@@ -28,8 +28,8 @@ __all__ = [
     "TraceRates",
     "derive_rates",
     "node_jobs",
-    "pod_pairs",
     "serve",
+    "with_pod",
     "write_dump",
     "write_events",
 ]

@@ -433,6 +433,11 @@ def pod_pairs(pod: str | None) -> Labels:
     return (("container", "pytorch"), ("namespace", namespace), ("pod", pod))
 
 
+def with_pod(labels: Labels, pod: str | None) -> Labels:
+    """A GPU series' labels (sorted) as they read while the GPU runs ``pod``."""
+    return tuple(sorted((*labels, *pod_pairs(pod))))
+
+
 def pod_wire(pod: str | None) -> str:
     """``pod_pairs`` as wire text appended to a DCGM series' labels."""
     return "".join(f',{key}="{value}"' for key, value in pod_pairs(pod))

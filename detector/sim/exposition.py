@@ -20,7 +20,7 @@ import numpy as np
 
 from ..ingest.dumps_writer import OpenMetricsWriter
 from ..model import Sample, XidEvent
-from .cluster import SimulatedCluster, pod_pairs
+from .cluster import SimulatedCluster, with_pod
 from .scenario import Scenario
 
 
@@ -52,7 +52,7 @@ def write_dump(scenario: Scenario, dump_path: Path | str, events_path: Path | st
                 where = shared.get(column)
                 if where is not None:
                     pod = pods[where[0]][where[1]]
-                    labels = tuple(sorted((*labels, *pod_pairs(pod))))
+                    labels = with_pod(labels, pod)
                 writer.add(Sample(name, labels, float(values[column]), t))
                 samples += 1
     with Path(events_path).open("w") as out:

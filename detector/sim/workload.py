@@ -102,16 +102,14 @@ def build_workload(
     )
 
     def tick(t: float) -> int:
-        return min(ticks, max(0, math.ceil(t / step)))
+        return _tick(t, step, ticks)
 
     def in_repair(node: int, t: float) -> bool:
         return any(f.node == node and f.time <= t < f.repair_end for f in failures)
 
     for j, spec in enumerate(jobs):
         # Step-time wobble: smoothed noise shared by the job's nodes, plus rare slow steps.
-        kernel = np.exp(-np.arange(20) / 5.0)
-        # mode "same" returns max(ticks, len(kernel)) values: cut to ticks (scenarios < 20 ticks)
-        noise = np.convolve(rng.standard_normal(ticks), kernel / kernel.sum(), mode="same")[:ticks]
+        noise = _smoothed_noise(rng, ticks)
         slow = (rng.random(ticks) < 0.004) * rng.uniform(0.05, 0.15, ticks)
         w.job_wobble[j] = 0.02 * noise - slow
         t = float(rng.uniform(0.0, 1800.0))
@@ -155,6 +153,19 @@ def build_workload(
     return w
 
 
+def _tick(t: float, step: float, ticks: int) -> int:
+    """The first tick at or after ``t`` seconds, within [0, ticks]."""
+    return min(ticks, max(0, math.ceil(t / step)))
+
+
+def _smoothed_noise(rng: np.random.Generator, ticks: int) -> NDArray[np.float64]:
+    """Standard normal noise smoothed over ~5 ticks (a step-time wobble's shape)."""
+    kernel = np.exp(-np.arange(20) / 5.0)
+    # mode "same" returns max(ticks, len(kernel)) values: cut to ticks (scenarios < 20 ticks)
+    noise = np.convolve(rng.standard_normal(ticks), kernel / kernel.sum(), mode="same")
+    return noise[:ticks]
+
+
 SIDE_RUN_HOURS = (1.0, 4.0)  # one side job run
 SIDE_GAP_HOURS = (0.5, 2.0)  # idle between side runs
 SIDE_CHECKPOINT_S = 2700.0
@@ -171,14 +182,12 @@ def _side_jobs(sc: Scenario, w: Workload) -> None:
     n = w.shared.shape[0]
     w.side_phase = np.zeros((n, ticks), np.int8)
     w.side_run = np.zeros((n, ticks), np.int16)
-    kernel = np.exp(-np.arange(20) / 5.0)
-    kernel /= kernel.sum()
     w.side_wobble = np.zeros((n, ticks))
     for i in range(n):
-        w.side_wobble[i] = 0.02 * np.convolve(rng.standard_normal(ticks), kernel, "same")[:ticks]
+        w.side_wobble[i] = 0.02 * _smoothed_noise(rng, ticks)
 
     def tick(t: float) -> int:
-        return min(ticks, max(0, math.ceil(t / step)))
+        return _tick(t, step, ticks)
 
     for i in range(n):
         t, runs = float(rng.uniform(*SIDE_GAP_HOURS)) * 3600.0, 0
