@@ -119,6 +119,20 @@ CONDITIONS: dict[str, dict[str, Any]] = {
         "shared_nodes": 8,
         "env": {"DETECTOR_LABELS__GPU_WORKLOAD_LABELS": "[]"},
     },
+    # jobs run one pod per GPU (a rank each): a pod's workload is its owner, so a node's GPUs
+    # in one job stay peers (labels.gpu_workload_pod_owner, the default)
+    "one pod per GPU": {"pod_per_gpu": True},
+    # the same with every pod a workload of its own: no GPU has GPU peers
+    "one pod per GPU, each pod its own workload": {
+        "pod_per_gpu": True,
+        "env": {"DETECTOR_LABELS__GPU_WORKLOAD_POD_OWNER": "false"},
+    },
+    # the 4-node cluster with a pod per GPU, its GPUs' pods' owner (the job) as node cohort
+    "4 nodes, one pod per GPU, pod owners as cohorts": {
+        "nodes": 4,
+        "pod_per_gpu": True,
+        "env": {"DETECTOR_LABELS__COHORT_LABELS": "[pod]"},
+    },
 }
 
 

@@ -268,6 +268,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         # served pages carry no target labels: the printed config adds the job to each target
         job_label=None if args.serve else args.job_label,
         shared_nodes=args.shared_nodes,
+        pod_per_gpu=args.pod_per_gpu,
     )
     if args.serve:
         return _serve(scenario, args.port, args.job_label)

@@ -246,6 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="on N nodes the last 2 GPUs run short jobs of their own (pods of other workloads "
         "on a partly used node; default: %(default)s)",
     )
+    sp.add_argument(
+        "--pod-per-gpu",
+        action="store_true",
+        help="jobs run one pod per GPU (<job>-worker-<rank>) instead of one per node",
+    )
     sp.add_argument("--serve", action="store_true", help="serve live exporters over HTTP instead")
     sp.add_argument(
         "--port",

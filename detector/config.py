@@ -122,6 +122,8 @@ def describe_config(c: Config, path: Path, env: Mapping[str, str]) -> str:
     cohorts = ", ".join(lb.cohort_labels) or "none (one cohort)"
     drops = ", ".join(f"{label}=~{pattern}" for label, pattern in lb.drop.items()) or "none"
     workloads = ", ".join(lb.gpu_workload_labels) or "none (a node's GPUs are all peers)"
+    if lb.gpu_workload_labels and "pod" in lb.gpu_workload_labels:
+        workloads += " (a pod's: its owner)" if lb.gpu_workload_pod_owner else " (each pod its own)"
     lines.append(
         f"  labels: cohorts by {cohorts}; GPU workloads by {workloads}; "
         f"series dropped where {drops}"

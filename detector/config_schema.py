@@ -185,6 +185,12 @@ class LabelsConfig(_Section):
     # running the same workload, so a node shared by several jobs is not a set of lone
     # deviants. GPUs with none of them are one workload. Empty: all GPUs of a node are peers.
     gpu_workload_labels: list[str] = Field(default_factory=lambda: ["hpc_job", "pod"])
+    # A pod label names its owner's workload: the pod name without the suffixes Kubernetes
+    # generates (a Job's or ReplicaSet's random suffix, a StatefulSet's ordinal, a worker
+    # index) and a rank's role (-master, -worker), so a job that runs one pod per GPU
+    # (train-master-0, train-worker-0 ... -6: train) keeps its GPU peers. False: every pod
+    # is a workload of its own (series.pod_owner).
+    gpu_workload_pod_owner: bool = True
     # Series never indexed: label -> regular expression, a series dropped when that label's
     # value matches in full (``__name__``: the metric name, as in Prometheus relabelling).
     # The defaults are what containers bring and take away with them: their virtual network

@@ -407,10 +407,10 @@ def build_pipeline(
     signal at 8 sigma, or three at 5). Signal weights multiply the rules' fusion weights:
     ``signal_weights`` when given (calibration trying weights it fits), else the calibration
     file's, else none. ``index`` must label series as ``config.labels`` says (cohort and GPU
-    workload labels: ``LabelRules.from_config``), or this raises ValueError: a pipeline whose
-    index ignored them would compare nodes and GPUs the config keeps apart."""
+    workload labels, pods' owners: ``LabelRules.from_config``), or this raises ValueError: a
+    pipeline whose index ignored them would compare nodes and GPUs the config keeps apart."""
     wanted_rules = LabelRules.from_config(config.labels)
-    for name in ("cohort_labels", "workload_labels"):
+    for name in ("cohort_labels", "workload_labels", "pod_owner"):
         if getattr(index.rules, name) != getattr(wanted_rules, name):
             raise ValueError(
                 f"build_pipeline: the series index's {name} {getattr(index.rules, name)} are "

@@ -156,8 +156,9 @@ def _announce_span(
 
 def simulated_frames(cluster: SimulatedCluster, index: SeriesIndex) -> Iterator[Frame]:
     """Frames of the simulated cluster, its series placed into ``index`` columns. On a shared
-    node (``Scenario.shared_nodes``) each GPU's pod is scheduled on the index as it changes,
-    as a dump of the same cluster carries it (``SeriesIndex.schedule_context``)."""
+    node (``Scenario.shared_nodes``), and on every node with a pod per GPU
+    (``Scenario.pod_per_gpu``), each GPU's pod is scheduled on the index as it changes, as a
+    dump of the same cluster carries it (``SeriesIndex.schedule_context``)."""
     series = cluster.series()
     columns = np.array([index.add(name, labels) for name, labels in series], dtype=np.int64)
     pods = _SimulatedPods(cluster, series, columns, index)
@@ -176,8 +177,9 @@ def simulated_frames(cluster: SimulatedCluster, index: SeriesIndex) -> Iterator[
 
 
 class _SimulatedPods:
-    """The pods of the shared nodes' GPUs (``SimulatedCluster.gpu_pods``) scheduled on the
-    index when they change: the context each of the GPU's series then carries."""
+    """The pods of the GPUs a replay follows (``SimulatedCluster.shared_gpu_series``: the
+    shared nodes', every node's with a pod per GPU), scheduled on the index when they change
+    (``SimulatedCluster.gpu_pods``): the context each of the GPU's series then carries."""
 
     def __init__(
         self,

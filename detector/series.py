@@ -90,6 +90,9 @@ class LabelRules:
     cohort_labels: tuple[str, ...] = ()
     # Labels naming a GPU's workload, first present wins (``workload``): its Slurm job, its pod.
     workload_labels: tuple[str, ...] = ("hpc_job", "pod")
+    # A ``pod`` label names its owner's workload (``pod_owner``): the per-GPU pods of one job
+    # are one workload (config ``labels.gpu_workload_pod_owner``); False: each pod its own.
+    pod_owner: bool = True
 
     @property
     def relabel(self) -> frozenset[str]:
@@ -107,6 +110,7 @@ class LabelRules:
             drop=tuple((label, re.compile(pattern)) for label, pattern in labels.drop.items()),
             cohort_labels=tuple(labels.cohort_labels),
             workload_labels=tuple(labels.gpu_workload_labels),
+            pod_owner=labels.gpu_workload_pod_owner,
         )
 
     def dropped(self, name: str, labels: Labels) -> bool:
@@ -171,8 +175,8 @@ def _renamed(labels: Labels, rules: LabelRules) -> dict[str, str]:
 
 def workload(info: SeriesInfo, rules: LabelRules) -> str:
     """The workload of a GPU series: the value of the first of ``rules.workload_labels`` it
-    carries (identity or context), "" for none (an idle GPU, an exporter without job or pod
-    mapping)."""
+    carries (identity or context), a pod's as its owner (``pod_owner``), "" for none (an idle
+    GPU, an exporter without job or pod mapping)."""
     if not rules.workload_labels:
         return ""
     return _first_workload(dict((*info.labels, *info.context)), rules)
@@ -182,12 +186,53 @@ def _first_workload(labels: Mapping[str, str], rules: LabelRules) -> str:
     for name in rules.workload_labels:
         value = labels.get(name)
         if value:
-            return value
+            return group_value(name, value, rules)
     return ""
 
 
+def group_value(name: str, value: str, rules: LabelRules) -> str:
+    """What label ``name``'s ``value`` says about a series' peers: a pod's owner
+    (``pod_owner``, where ``rules.pod_owner``) for a GPU's workload or a node's cohort, any
+    other label's value as it is."""
+    return pod_owner(value) if name == "pod" and rules.pod_owner and value else value
+
+
+# The characters of the random suffixes Kubernetes generates (apimachinery's rand.String:
+# no vowels, no 0, 1 or 3), so they never spell a word: a Job's or a ReplicaSet's pods end in
+# five of them, a Deployment's pods carry its pod-template hash (up to ten) before those.
+_GENERATED_SUFFIX = re.compile(r"-[bcdfghjklmnpqrstvwxz2456789]{5}\Z")
+_TEMPLATE_HASH = re.compile(r"-[bcdfghjklmnpqrstvwxz2456789]{6,10}\Z")
+_ORDINAL = re.compile(r"(-[0-9]+)+\Z")  # a StatefulSet's ordinal, a job's worker index
+# The roles training operators name a job's ranks by (PyTorchJob's master and workers, an
+# MPIJob's workers), all of them the job's work.
+_RANK_ROLE = re.compile(r"-(master|worker)\Z")
+
+
+def pod_owner(pod: str) -> str:
+    """The workload a pod belongs to, by the names Kubernetes gives pods: ``pod`` without a
+    generated suffix (a Job's or ReplicaSet's ``-x7k2p``, after a Deployment's pod-template
+    hash), then without trailing indices (a StatefulSet's ordinal, an indexed Job's or a
+    training operator's worker index: ``train-worker-3``, ``train-1-0``), then without a
+    rank's role (``-master``, ``-worker``: a PyTorchJob's master is a rank like its workers).
+    So the pods of one job on a node's GPUs (``train-worker-0`` ... ``-7``) are one workload,
+    ``train``, and pods of different jobs stay apart. A name that would come out empty is
+    kept whole."""
+    owner = pod
+    generated = _GENERATED_SUFFIX.search(owner)
+    if generated:
+        owner = owner[: generated.start()]
+        template = _TEMPLATE_HASH.search(owner)
+        owner = owner[: template.start()] if template else owner
+    ordinal = _ORDINAL.search(owner)
+    owner = owner[: ordinal.start()] if ordinal else owner
+    role = _RANK_ROLE.search(owner)
+    owner = owner[: role.start()] if role else owner
+    return owner or pod
+
+
 def _grouping_of(labels: Mapping[str, str], rules: LabelRules) -> tuple[str, ...]:
-    return (_first_workload(labels, rules), *(labels.get(n, "") for n in sorted(rules.relabel)))
+    cohort = (group_value(n, labels.get(n, ""), rules) for n in sorted(rules.relabel))
+    return (_first_workload(labels, rules), *cohort)
 
 
 def grouping(info: SeriesInfo, rules: LabelRules) -> tuple[str, ...]:

@@ -51,7 +51,7 @@ import numpy as np
 from .model import DCGM_BLANK_THRESHOLD, BoolArray, ColumnLayout, FloatArray, IntArray, SeriesInfo
 from .repeats import RepeatedScrapes, target_key
 from .rules import SignalCatalog
-from .series import SeriesIndex, without, workload
+from .series import SeriesIndex, group_value, without, workload
 
 LEVEL, RATE, EDGE, MISSING, GPU_COUNT, RATIO, FROZEN = 0, 1, 2, 3, 4, 5, 6
 _TRANSFORM = {"level": LEVEL, "rate": RATE, "edge": EDGE, "ratio": RATIO}
@@ -305,7 +305,8 @@ class SignalMap:
 
     def _learn_cohorts(self, series: IntArray) -> None:
         """A node's cohort: the value of the first of ``cohort_labels`` (in that order) that
-        any of the series it sent carries, identity or context label; "" while none does
+        any of the series it sent carries, identity or context label (a pod's owner for
+        ``pod``: ``series.group_value``); "" while none does
         (the nodes without one form one cohort). Learnt from each series' first observation
         (``compute``), not from the index, which may hold every series of a dump from the
         start. A series that brings a better-ranked label (a target that answered later), or
@@ -323,8 +324,9 @@ class SignalMap:
             if not info.node:
                 continue
             best = self._node_cohort.get(info.node, (len(rank), ""))
-            for key, value in (*info.labels, *info.context):
+            for key, raw in (*info.labels, *info.context):
                 r = rank.get(key)
+                value = group_value(key, raw, self.index.rules) if r is not None else raw
                 if r is not None and value and (r, value) != best and r <= best[0]:
                     best = (r, value)
                     moved.add(info.node)
@@ -345,7 +347,7 @@ class SignalMap:
         if self._cohort_labels and info.node:
             labels = dict((*info.labels, *info.context))
             for r, name in enumerate(self._cohort_labels):
-                if value := labels.get(name):
+                if value := group_value(name, labels.get(name, ""), self.index.rules):
                     self._cohort_series.setdefault((info.node, r, value), []).append(info.column)
         entity = -1
         verdict = self.catalog.classify(info.metric)

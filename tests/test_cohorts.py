@@ -341,10 +341,14 @@ def test_a_pipeline_refuses_an_index_that_ignores_the_configs_labels() -> None:
     pipeline over an index built without the config's would compare nodes and GPUs the config
     keeps apart, so build_pipeline names the mismatch instead."""
     config = load_config(None, env={})
-    for update in ({"cohort_labels": ["training_job"]}, {"gpu_workload_labels": []}):
+    updates: dict[str, dict[str, object]] = {
+        "cohort_labels": {"cohort_labels": ["training_job"]},
+        "workload_labels": {"gpu_workload_labels": []},
+        "pod_owner": {"gpu_workload_pod_owner": False},
+    }
+    for name, update in updates.items():
         labels = config.labels.model_copy(update=update)
         configured = config.model_copy(update={"labels": labels})
-        name = "cohort_labels" if "cohort_labels" in update else "workload_labels"
         with pytest.raises(ValueError, match=name):
             build_pipeline(configured, SeriesIndex())
         build_pipeline(configured, SeriesIndex(LabelRules.from_config(labels)))  # accepted

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ from detector.ingest.parse import split_series
 from detector.model import ColumnLayout, Labels, SeriesInfo
 from detector.rules import load_signal_rules
 from detector.scorers.peers import PeerDeviation, peer_groups
-from detector.series import LabelRules, SeriesIndex, normalize, workload
+from detector.series import LabelRules, SeriesIndex, normalize, pod_owner, workload
 from detector.signals import SignalMap
 
 T0 = 1_767_000_000
@@ -35,7 +36,7 @@ def test_the_gpus_own_pod_wins_over_the_scrape_targets_pod() -> None:
         (*base, ("pod", "dcgm-exporter-abc"), ("exported_pod", "train-7")),
     ):
         info = SeriesInfo(0, *normalize("DCGM_FI_DEV_GPU_TEMP", labels, rules))
-        assert workload(info, rules) == "train-7"
+        assert workload(info, rules) == "train"  # train-7's owner (pod_owner)
     idle = SeriesInfo(0, *normalize("DCGM_FI_DEV_GPU_TEMP", (*base, ("pod", "x")), rules))
     assert workload(idle, rules) == "x"  # the exporter's pod: the same for all idle GPUs
 
@@ -131,6 +132,44 @@ def test_a_node_follows_its_gpus_slurm_job_as_cohort_in_a_scrape() -> None:
     assert cohorts == [{"100"}, {"200"}, {"200"}, {"200"}, {"100"}]
 
 
+def test_nodes_whose_gpus_run_one_jobs_pods_share_a_cohort() -> None:
+    """``cohort_labels: [pod]``: a node's cohort is its GPUs' pods' owner (``pod_owner``),
+    so the nodes of one job are one cohort without a scheduler relabelling their targets,
+    and a pod of the same job on the next run keeps the node where it is."""
+    rules = LabelRules.from_config(LabelsConfig(cohort_labels=["pod"]))
+    index = SeriesIndex(rules=rules)
+    signals = SignalMap(load_signal_rules(), index)
+
+    def scrape(k: int, pods: dict[str, str]) -> dict[str, str]:
+        for node, pod in pods.items():
+            keys = [
+                f'DCGM_FI_DEV_GPU_TEMP{{gpu="{g}",Hostname="{node}",pod="{pod}"}}' for g in range(4)
+            ]
+            index.columns(keys, split_series, (("instance", f"{node}:9400"),))
+        values = np.full(len(index), 40.0)
+        signals.sync(T0 + STEP * k)
+        signals.compute(T0 + STEP * k, values)
+        layout = signals.layout
+        return {
+            layout.node_names[n]: signals.cohort_names[c]
+            for n, c in zip(layout.node.tolist(), layout.cohort.tolist(), strict=True)
+        }
+
+    first = {"n1": "llm-worker-0", "n2": "llm-worker-1", "n3": "eval-x7k2p"}
+    assert scrape(0, first) == {"n1": "llm", "n2": "llm", "n3": "eval"}
+    # the next run of the job places its ranks elsewhere: the same cohort
+    assert scrape(1, {"n1": "llm-worker-1", "n2": "llm-worker-0", "n3": "eval-b9zq4"}) == {
+        "n1": "llm",
+        "n2": "llm",
+        "n3": "eval",
+    }
+    assert not signals.sync(T0 + STEP * 2)  # nothing moved
+    each = LabelRules.from_config(LabelsConfig(cohort_labels=["pod"], gpu_workload_pod_owner=False))
+    index = SeriesIndex(rules=each)
+    signals = SignalMap(load_signal_rules(), index)
+    assert scrape(0, first) == first  # each pod a cohort of its own
+
+
 def test_a_node_follows_its_gpus_slurm_job_as_cohort_in_a_dump(tmp_path: Path) -> None:
     plan = ("100", "100", "200", "200", "100")
     lines = ["# TYPE DCGM_FI_DEV_GPU_TEMP gauge"]
@@ -211,7 +250,10 @@ METRICS = {
 SHARED, SICK, SICK_FROM_H = "node-2", ("node-4", 3), 7.0
 
 
-def _workload(node: str, gpu: int, hours: float) -> tuple[float, str | None]:
+Workload = tuple[float, str | None]
+
+
+def _workload(node: str, gpu: int, hours: float) -> Workload:
     """(load, pod): every node trains one job on all 8 GPUs, except the shared node, whose
     GPUs 6 and 7 idle, then serve another job, idle again, then a notebook."""
     if node != SHARED or gpu < 6:
@@ -223,7 +265,12 @@ def _workload(node: str, gpu: int, hours: float) -> tuple[float, str | None]:
     return 0.0, None
 
 
-def _shared_node_dump(path: Path, hours: float = 12.0, seed: int = 3) -> None:
+def _shared_node_dump(
+    path: Path,
+    hours: float = 12.0,
+    seed: int = 3,
+    workload_of: Callable[[str, int, float], Workload] = _workload,
+) -> None:
     """A Prometheus export of 6 nodes x 8 GPUs, dcgm-exporter with Kubernetes pod mapping
     scraped without honor_labels (the GPU's pod as ``exported_pod``); the training job dips
     together every 2 hours (a checkpoint); GPU 3 of node-4 loses 40% of its power and clocks
@@ -238,7 +285,7 @@ def _shared_node_dump(path: Path, hours: float = 12.0, seed: int = 3) -> None:
                     labels = f'gpu="{gpu}",Hostname="{node}",pod="dcgm-exporter-{node}"'
                     for k in range(ticks):
                         t = k * STEP
-                        load, pod = _workload(node, gpu, t / 3600)
+                        load, pod = workload_of(node, gpu, t / 3600)
                         dip = 0.3 if load == 1.0 and t % 7200 < 300 else 1.0
                         sick = (node, gpu) == SICK and t >= SICK_FROM_H * 3600
                         weak = 0.6 if sick and name != "DCGM_FI_DEV_FB_USED" else 1.0
@@ -272,6 +319,44 @@ def test_a_node_shared_by_several_jobs_raises_no_gpu_peer_alert(
     alerts = _alerts(tmp_path, dump, "labels:\n  gpu_workload_labels: []\n")
     assert ("node-4", "3") in alerts
     assert {gpu for node, gpu in alerts if node == SHARED} & {"6", "7"}
+
+
+def _pod_per_gpu(node: str, gpu: int, hours: float) -> Workload:
+    """One training job on every GPU, run as one pod per GPU (a rank each), named as a
+    training operator names its workers."""
+    return 1.0, f"train-worker-{int(node.split('-')[1]) * 8 + gpu}"
+
+
+def test_a_job_with_a_pod_per_gpu_keeps_its_gpu_peers(tmp_path: Path) -> None:
+    """The pods of one job are one workload (``pod_owner``), so the lone weak GPU stands out
+    among its node's other ranks; with every pod its own workload each GPU is alone."""
+    dump = tmp_path / "export.om"
+    _shared_node_dump(dump, workload_of=_pod_per_gpu)
+    assert _alerts(tmp_path, dump, "{}\n") == [("node-4", "3")]
+    alone = _alerts(tmp_path, dump, "labels:\n  gpu_workload_pod_owner: false\n")
+    assert ("node-4", "3") not in alone
+
+
+def test_a_pods_workload_is_its_owner() -> None:
+    """Kubernetes' pod names: a generated suffix (a Job's, a ReplicaSet's after its
+    Deployment's pod-template hash), a StatefulSet's ordinal, a worker's index."""
+    owners = {
+        "train-worker-3": "train",  # a training operator's ranks (Kubeflow, MPI operator)
+        "train-master-0": "train",
+        "train-launcher": "train-launcher",  # an MPIJob's launcher: not a rank
+        "llama-sft-x7k2p": "llama-sft",  # a Job's pod
+        "llama-sft-2-x7k2p": "llama-sft",  # an indexed Job's pod
+        "serve-7d9f8b6c4d-x7k2p": "serve",  # a Deployment's
+        "vllm-0": "vllm",  # a StatefulSet's
+        "gpu-burn": "gpu-burn",  # nothing generated: the name is the workload
+        "notebook-alice": "notebook-alice",
+        "4711": "4711",  # a bare number has no suffix to strip
+    }
+    assert {pod: pod_owner(pod) for pod in owners} == owners
+    info = SeriesInfo(0, *normalize("m", (("gpu", "0"), ("pod", "train-worker-3")), LabelRules()))
+    assert workload(info, LabelRules()) == "train"
+    each = LabelRules.from_config(LabelsConfig(gpu_workload_pod_owner=False))
+    assert workload(info, each) == "train-worker-3"
 
 
 def _gpu_layout(teams: list[int]) -> ColumnLayout:
@@ -311,7 +396,7 @@ def test_a_gpu_that_changes_job_settles_before_its_new_peers_judge_it() -> None:
     before, after = _gpu_layout([0, 0, 0, 0, 1, 1, 1, 1]), _gpu_layout([0, 0, 0, 0, 1, 1, 1, 0])
     rng = np.random.default_rng(5)
 
-    def run(settle_s: float) -> tuple[float, float]:
+    def run(settle_s: float, restart_at: int | None = None) -> tuple[float, float]:
         peers = PeerDeviation(team_settle_s=settle_s)
         moved_at = 200
         during, later = 0.0, 0.0
@@ -319,6 +404,10 @@ def test_a_gpu_that_changes_job_settles_before_its_new_peers_judge_it() -> None:
             x = np.r_[np.full(4, 40.0), np.full(4, 80.0)] + rng.normal(0, 0.5, 8)
             if k >= moved_at:  # GPU 7 cools from 80 to 40 in 5 minutes (10 ticks)
                 x[7] = 40.0 + 40.0 * max(0.0, 1.0 - (k - moved_at) / 10) + rng.normal(0, 0.5)
+            if k == restart_at:  # a restart from the saved state, the layout rebuilt
+                saved = peers.state_dict()
+                peers = PeerDeviation(team_settle_s=settle_s)
+                peers.load_state_dict(saved)
             score = peers.update(STEP * k, x, after if k >= moved_at else before)
             if moved_at <= k < moved_at + 20:
                 during = max(during, float(score[7]))
@@ -329,3 +418,10 @@ def test_a_gpu_that_changes_job_settles_before_its_new_peers_judge_it() -> None:
     assert run(600.0)[0] == 0.0  # settling: not judged
     assert run(600.0)[1] < 3.0  # settled, cool: an ordinary member of the idle GPUs
     assert run(0.0)[0] > 6.0  # judged at once: the hot GPU beside the idle ones stands out
+    assert run(600.0, restart_at=203)[0] == 0.0  # a restart mid-settle keeps it settling
+    # a state saved before the settling existed loads with no column settling
+    peers = PeerDeviation()
+    peers.update(0.0, np.full(8, 40.0), before)
+    old_state = {k: v for k, v in peers.state_dict().items() if k != "settle_until"}
+    peers.load_state_dict(old_state)
+    assert peers.settle_until.tolist() == [-np.inf] * 8

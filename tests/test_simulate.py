@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,10 +20,10 @@ from detector.config import load_config
 from detector.errors import ConfigError
 from detector.frame import frames_from_batches
 from detector.ingest.dumps import read_dump
-from detector.model import FloatArray
+from detector.model import FloatArray, Frame
 from detector.pipeline import build_pipeline
 from detector.replay import run_replay, simulated_frames
-from detector.series import SeriesIndex
+from detector.series import LabelRules, SeriesIndex
 from detector.sim.catalog import DCGM_FIELDS, parse_dcgm_csv
 from detector.sim.trace import DEFAULT_RATES, derive_rates
 from detector.sim.workload import CHECKPOINT, TRAIN
@@ -474,31 +476,77 @@ def test_a_dump_of_shared_nodes_spells_each_gpus_pod_and_replays_it(tmp_path: Pa
     assert 'namespace="batch",pci_bus_id=' in text
     assert 'gpu="7",instance=' in text  # unlabelled while idle too
 
-    def teams(frames_of: object) -> list[frozenset[frozenset[tuple[str, int]]]]:
-        """Per tick, the GPUs of equal team (team ids differ between replays, groups not)."""
-        index = SeriesIndex()
-        pipeline = build_pipeline(load_config(None), index)
-        out = []
-        for frame in frames_of(index):  # type: ignore[operator]
-            pipeline.step(frame)
-            layout = pipeline.signal_map.layout
-            temp = np.flatnonzero(layout.signal == layout.signal_names.index("gpu_temp"))
-            groups: dict[int, set[tuple[str, int]]] = {}
-            for col in temp.tolist():
-                gpu = (layout.node_names[layout.node[col]], int(layout.gpu[col]))
-                groups.setdefault(int(layout.team[col]), set()).add(gpu)
-            out.append(frozenset(frozenset(g) for g in groups.values()))
-        return out
-
-    def from_dump(index: SeriesIndex) -> object:
+    def from_dump(index: SeriesIndex) -> Iterator[Frame]:
         return frames_from_batches(read_dump(dump, index, cache=False), lambda: len(index))
 
-    def simulated(index: SeriesIndex) -> object:
+    def simulated(index: SeriesIndex) -> Iterator[Frame]:
         return simulated_frames(SimulatedCluster(scenario), index)
 
-    replayed, direct = teams(from_dump), teams(simulated)
-    assert {len(groups) for groups in direct} >= {1, 3}  # side GPUs idle; in a job, in another
+    replayed, direct = _teams(from_dump), _teams(simulated)
+    # a node's GPUs, the nodes' teams per tick: side GPUs idle; in a job, in another
+    assert {len(groups) for groups in direct} >= {1, 3}
     assert replayed == direct
+
+
+Teams = frozenset[frozenset[tuple[str, int]]]
+
+
+def _teams(
+    frames_of: Callable[[SeriesIndex], Iterator[Frame]], env: dict[str, str] | None = None
+) -> list[Teams]:
+    """Per tick of a replay, the GPUs of equal team (team ids differ between replays, groups
+    not); ``env``: config overrides."""
+    config = load_config(None, env=env)
+    index = SeriesIndex(rules=LabelRules.from_config(config.labels))
+    pipeline = build_pipeline(config, index)
+    out = []
+    for frame in frames_of(index):
+        pipeline.step(frame)
+        layout = pipeline.signal_map.layout
+        temp = np.flatnonzero(layout.signal == layout.signal_names.index("gpu_temp"))
+        groups: dict[int, set[tuple[str, int]]] = {}
+        for col in temp.tolist():
+            gpu = (layout.node_names[layout.node[col]], int(layout.gpu[col]))
+            groups.setdefault(int(layout.team[col]), set()).add(gpu)
+        out.append(frozenset(frozenset(g) for g in groups.values()))
+    return out
+
+
+def test_a_job_with_a_pod_per_gpu_is_one_workload_on_each_node() -> None:
+    """``Scenario.pod_per_gpu``: each GPU of a node in a job runs its own pod (a rank), on
+    the pages and in a simulated replay; the pods of one job are one workload, so a node's
+    GPUs stay one team (``labels.gpu_workload_pod_owner``), eight without it."""
+    scenario = small(nodes=4, days=0.1, pod_per_gpu=True, dcgm_fields="default")
+    cluster = SimulatedCluster(scenario)
+    name = scenario.node_name(0)
+    busy = [
+        (k, t, values)
+        for k, (t, values) in enumerate(cluster.frames())
+        if int(cluster.workload.job[0, k]) >= 0
+    ]
+    assert busy
+    k, t, values = busy[-1]
+    pods = _pods(cluster.exposition(name, t, values)[0])
+    rank = int(cluster.workload.rank[0, k])
+    job = cluster.workload.job_names[int(cluster.workload.job[0, k])]
+    assert pods == {str(g): f"{job}-worker-{rank * 8 + g}" for g in range(8)}
+
+    def simulated(index: SeriesIndex) -> Iterator[Frame]:
+        return simulated_frames(SimulatedCluster(scenario), index)
+
+    def per_node(teams: Teams) -> list[int]:
+        """The sizes of the GPU peer groups: a team's GPUs on one node."""
+        return sorted(
+            Counter(node for node, _ in team)[node]
+            for team in teams
+            for node in {n for n, _ in team}
+        )
+
+    one_team = [per_node(teams) for teams in _teams(simulated)]
+    assert [8] * 4 in one_team  # every node's GPUs one team each
+    assert all(set(sizes) <= {8} for sizes in one_team)
+    own = {"DETECTOR_LABELS__GPU_WORKLOAD_POD_OWNER": "false"}
+    assert [1] * 32 in [per_node(teams) for teams in _teams(simulated, own)]
 
 
 @pytest.mark.parametrize("per_node_ports", [False, True])

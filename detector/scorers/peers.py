@@ -108,7 +108,10 @@ class PeerDeviation(KernelScorer):
     """Scorer: robust deviation of each column from its peer group's median, smoothed."""
 
     name = "peers"
-    _KEYS = ("smoothed", "scale_var", "scale_w", "count", "last_t", "interval", "late_run")
+    _KEYS = (
+        "smoothed", "scale_var", "scale_w", "count", "last_t", "interval", "late_run",
+        "settle_until",
+    )  # fmt: skip
     # the habituation to recurring excursions (peer_kernels._habituate)
     _HABIT = ("habit_runs", "habit_peaks", "habit_lengths", "run_start", "run_last", "run_peak")
     _HABIT_EMPTY: ClassVar[dict[str, float]] = {
@@ -144,9 +147,10 @@ class PeerDeviation(KernelScorer):
         if not team_settle_s >= 0:
             raise ConfigError(f"team_settle_s must be >= 0, got {team_settle_s}")
         self.team_settle_s = float(team_settle_s)
-        # GPU columns that changed team (workload) lately, and until when they settle
+        # GPU columns that changed team (workload) lately, and per column until when it
+        # settles (-inf: not settling; saved with the state, so a restart keeps it)
         self._settling = np.zeros(0, dtype=np.int64)
-        self._settle_until = np.zeros(0)
+        self.settle_until = np.zeros(0)
         self.min_peers = int(min_peers)
         self.smooth_half_life_s = float(smooth_half_life_s)
         self.scale_half_life_s = float(scale_half_life_s)
@@ -272,6 +276,7 @@ class PeerDeviation(KernelScorer):
             self.last_t = grow(self.last_t, n, -np.inf)
             self.interval = grow(self.interval, n, 0.0)
             self.late_run = grow(self.late_run, n, 0.0)
+            self.settle_until = grow(self.settle_until, n, -np.inf)
             if self.habituates:
                 for k, fill in self._HABIT_EMPTY.items():
                     setattr(self, k, grow(getattr(self, k), n, fill))
@@ -322,15 +327,13 @@ class PeerDeviation(KernelScorer):
         newcomers = np.flatnonzero(moved & mixed[group])
         if not newcomers.size:
             return
-        if self._settle_until.shape[0] < len(layout):
-            self._settle_until = grow(self._settle_until, len(layout), -np.inf)
-        self._settle_until[newcomers] = t + self.team_settle_s
+        self.settle_until[newcomers] = t + self.team_settle_s
         self._settling = np.union1d(self._settling, newcomers)
 
     def _without_settling(self, t: float, x: FloatArray, cols: IntArray | None) -> FloatArray:
         """``x`` with the settling columns' values unobserved (a copy; none left: ``x``):
         they are not judged and do not count in their group's median until they settle."""
-        self._settling = self._settling[self._settle_until[self._settling] > t]
+        self._settling = self._settling[self.settle_until[self._settling] > t]
         if not self._settling.size:
             return x
         masked = x.copy()
@@ -345,11 +348,13 @@ class PeerDeviation(KernelScorer):
         return state
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        """A state saved before ``interval``, ``late_run`` or the habituation existed loads
-        with every interval unknown, no late tick counted and no excursion learnt."""
+        """A state saved before ``interval``, ``late_run``, the habituation or the settling
+        existed loads with every interval unknown, no late tick counted, no excursion learnt
+        and no column settling."""
         keys = self._KEYS + (self._HABIT if self.habituates else ())
-        optional = {"interval": 0.0, "late_run": 0.0, **self._HABIT_EMPTY}
-        load_arrays(self, state, keys, "peers", optional=optional)
+        optional = {"interval": 0.0, "late_run": 0.0, "settle_until": -np.inf}
+        load_arrays(self, state, keys, "peers", optional={**optional, **self._HABIT_EMPTY})
+        self._settling = np.flatnonzero(self.settle_until > -np.inf)
         if self.habituates:
             self._habit_blocks()
         if self.baseline is not None:

@@ -394,14 +394,19 @@ class SimulatedCluster:
 
     def gpu_pods(self, node: int, k: int) -> list[str | None]:
         """Per GPU of ``node`` at tick ``k``: the pod it runs, None when idle or without
-        Kubernetes labels. A node's job runs one pod on all its GPUs, but on a shared node
-        (``Scenario.shared_nodes``) the last ``shared_gpus`` run side jobs' pods."""
+        Kubernetes labels. A node's job runs one pod on all its GPUs (one per GPU, a rank each,
+        with ``Scenario.pod_per_gpu``), but on a shared node (``Scenario.shared_nodes``) the
+        last ``shared_gpus`` run side jobs' pods."""
         sc, w = self.scenario, self.workload
         if not sc.kubernetes_labels:
             return [None] * sc.gpus
-        job = int(w.job[node, k])
-        main = None if job < 0 else f"{w.job_names[job]}-worker-{int(w.rank[node, k])}"
-        pods = [main] * sc.gpus
+        job, rank = int(w.job[node, k]), int(w.rank[node, k])
+        if job < 0:
+            pods: list[str | None] = [None] * sc.gpus
+        elif sc.pod_per_gpu:  # a rank per GPU
+            pods = [f"{w.job_names[job]}-worker-{rank * sc.gpus + g}" for g in range(sc.gpus)]
+        else:
+            pods = [f"{w.job_names[job]}-worker-{rank}"] * sc.gpus
         side = np.flatnonzero(w.shared == node)
         if side.size:
             run = int(w.side_run[side[0], k])
@@ -414,13 +419,15 @@ class SimulatedCluster:
         return [pod_wire(pod) for pod in self.gpu_pods(node, self.tick_of(t))]
 
     def shared_gpu_series(self) -> dict[tuple[int, int], list[int]]:
-        """(node, GPU) -> its DCGM series columns, for the side-job nodes' GPUs
-        (``Scenario.shared_nodes``; empty without): whose pods a replay must follow."""
+        """(node, GPU) -> its DCGM series columns, for the GPUs whose pods a replay must
+        follow: the side-job nodes' (``Scenario.shared_nodes``), every node's with a pod per
+        GPU (``Scenario.pod_per_gpu``); empty without either."""
         sc = self.scenario
         rows = len(self._dcgm_names)
+        nodes = range(sc.nodes) if sc.pod_per_gpu and sc.kubernetes_labels else self.workload.shared
         return {
             (int(n), g): [r * sc.nodes * sc.gpus + int(n) * sc.gpus + g for r in range(rows)]
-            for n in self.workload.shared
+            for n in nodes
             for g in range(sc.gpus)
         }
 

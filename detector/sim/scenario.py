@@ -71,6 +71,10 @@ class Scenario:
     # used node does. Their pod labels say so (``kubernetes_labels``).
     shared_nodes: int = 0
     shared_gpus: int = 2
+    # Jobs run one pod per GPU (``<job>-worker-<rank>``, a rank per GPU, as a training operator
+    # names them) instead of one pod per node; the pods are on the pages, in the dumps and
+    # scheduled in a simulated replay (``kubernetes_labels``).
+    pod_per_gpu: bool = False
     # Failures. Rates and type mix come from the InfiniteHBD trace (see trace.py).
     fault_trace: str | None = "auto"  # path, "auto" (shared data if present) or None (constants)
     failure_rate_multiplier: float = 1.0
