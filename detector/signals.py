@@ -244,6 +244,7 @@ class SignalMap:
         self._learn_cohorts(np.asarray(columns, dtype=np.int64))
         moved, self._cohorts_moved = self._cohorts_moved, False
         infos = self.index.infos
+        nodes: set[int] = set()
         for column in columns:
             info = infos[column]
             entity = self._gpu_entities.get((info.node, info.gpu), -1) if info.gpu else -1
@@ -253,11 +254,13 @@ class SignalMap:
             if team == self._gpu_team[entity]:
                 continue
             self._gpu_team[entity] = team
-            self._note_split(self._gpu_entity_node[entity])
+            nodes.add(self._gpu_entity_node[entity])
             for col in self._entity_columns.get(entity, ()):
                 self._team[col] = team
             self._layout = None
             moved = True
+        for node_id in nodes:  # once all moved: a node's GPUs moving together are not split
+            self._note_split(node_id)
         return moved
 
     def _note_split(self, node_id: int) -> None:
@@ -305,8 +308,8 @@ class SignalMap:
 
     def _learn_cohorts(self, series: IntArray) -> None:
         """A node's cohort: the value of the first of ``cohort_labels`` (in that order) that
-        any of the series it sent carries, identity or context label (a pod's owner for
-        ``pod``: ``series.group_value``); "" while none does
+        any of the series it sent carries, identity or context label (for ``pod``: its GPUs'
+        pods' owner, ``_cohort_value``); "" while none does
         (the nodes without one form one cohort). Learnt from each series' first observation
         (``compute``), not from the index, which may hold every series of a dump from the
         start. A series that brings a better-ranked label (a target that answered later), or
@@ -326,13 +329,24 @@ class SignalMap:
             best = self._node_cohort.get(info.node, (len(rank), ""))
             for key, raw in (*info.labels, *info.context):
                 r = rank.get(key)
-                value = group_value(key, raw, self.index.rules) if r is not None else raw
-                if r is not None and value and (r, value) != best and r <= best[0]:
+                if r is None:
+                    continue
+                value = self._cohort_value(info, key, raw)
+                if value and (r, value) != best and r <= best[0]:
                     best = (r, value)
                     moved.add(info.node)
             self._node_cohort[info.node] = best
         # nodes with columns mapped before: one pass over the columns moves them all
         self._regroup(moved)
+
+    def _cohort_value(self, info: SeriesInfo, name: str, value: str) -> str:
+        """The cohort that label ``name``'s ``value`` on series ``info`` names: a pod's owner
+        (``series.group_value``), read from GPU series only, whose pod is the GPU's workload;
+        on any other series ``pod`` is its exporter's own pod (Prometheus' Kubernetes
+        discovery labels every target with it), which says nothing about the node's job."""
+        if name == "pod" and not info.gpu:
+            return ""
+        return group_value(name, value, self.index.rules)
 
     def _resolve_denominators(self) -> None:
         """Pair ratio columns with their denominator series once those are in the index."""
@@ -347,7 +361,7 @@ class SignalMap:
         if self._cohort_labels and info.node:
             labels = dict((*info.labels, *info.context))
             for r, name in enumerate(self._cohort_labels):
-                if value := group_value(name, labels.get(name, ""), self.index.rules):
+                if value := self._cohort_value(info, name, labels.get(name, "")):
                     self._cohort_series.setdefault((info.node, r, value), []).append(info.column)
         entity = -1
         verdict = self.catalog.classify(info.metric)

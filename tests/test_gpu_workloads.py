@@ -146,6 +146,9 @@ def test_nodes_whose_gpus_run_one_jobs_pods_share_a_cohort() -> None:
                 f'DCGM_FI_DEV_GPU_TEMP{{gpu="{g}",Hostname="{node}",pod="{pod}"}}' for g in range(4)
             ]
             index.columns(keys, split_series, (("instance", f"{node}:9400"),))
+            # node-exporter's series carry its own pod (Kubernetes discovery): not a job
+            own = (("instance", f"{node}:9100"), ("pod", "node-exporter-x7k2p"))
+            index.columns(["node_load1"], split_series, own)
         values = np.full(len(index), 40.0)
         signals.sync(T0 + STEP * k)
         signals.compute(T0 + STEP * k, values)
@@ -323,16 +326,21 @@ def test_a_node_shared_by_several_jobs_raises_no_gpu_peer_alert(
 
 def _pod_per_gpu(node: str, gpu: int, hours: float) -> Workload:
     """One training job on every GPU, run as one pod per GPU (a rank each), named as a
-    training operator names its workers."""
-    return 1.0, f"train-worker-{int(node.split('-')[1]) * 8 + gpu}"
+    training operator names its workers; at hour 5 the next job takes every GPU."""
+    job = "pretrain" if hours < 5 else "finetune"
+    return 1.0, f"{job}-worker-{int(node.split('-')[1]) * 8 + gpu}"
 
 
-def test_a_job_with_a_pod_per_gpu_keeps_its_gpu_peers(tmp_path: Path) -> None:
+def test_a_job_with_a_pod_per_gpu_keeps_its_gpu_peers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The pods of one job are one workload (``pod_owner``), so the lone weak GPU stands out
-    among its node's other ranks; with every pod its own workload each GPU is alone."""
+    among its node's other ranks; with every pod its own workload each GPU is alone. The
+    next job taking all GPUs of the nodes at once is no node shared by two jobs."""
     dump = tmp_path / "export.om"
     _shared_node_dump(dump, workload_of=_pod_per_gpu)
     assert _alerts(tmp_path, dump, "{}\n") == [("node-4", "3")]
+    assert "GPU workloads" not in capsys.readouterr().out
     alone = _alerts(tmp_path, dump, "labels:\n  gpu_workload_pod_owner: false\n")
     assert ("node-4", "3") not in alone
 
