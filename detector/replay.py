@@ -177,7 +177,7 @@ def simulated_frames(cluster: SimulatedCluster, index: SeriesIndex) -> Iterator[
 
 
 class _SimulatedPods:
-    """The pods of the GPUs a replay follows (``SimulatedCluster.shared_gpu_series``: the
+    """The pods of the GPUs a replay follows (``SimulatedCluster.pod_gpu_series``: the
     shared nodes', every node's with a pod per GPU), scheduled on the index when they change
     (``SimulatedCluster.gpu_pods``): the context each of the GPU's series then carries."""
 
@@ -189,12 +189,12 @@ class _SimulatedPods:
         index: SeriesIndex,
     ) -> None:
         self.cluster, self.series, self.columns, self.index = cluster, series, columns, index
-        self.shared = cluster.shared_gpu_series()
+        self.followed = cluster.pod_gpu_series()
         self.last: dict[tuple[int, int], str | None] = {}
 
     def schedule(self, k: int, t: float) -> None:
         by_node: dict[int, list[str | None]] = {}
-        for (node, gpu), cols in self.shared.items():
+        for (node, gpu), cols in self.followed.items():
             if node not in by_node:
                 by_node[node] = self.cluster.gpu_pods(node, k)
             pod = by_node[node][gpu]

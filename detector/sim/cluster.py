@@ -418,7 +418,7 @@ class SimulatedCluster:
         """Per GPU of ``node``: the wire text of its Kubernetes labels at ``t`` ("" if idle)."""
         return [pod_wire(pod) for pod in self.gpu_pods(node, self.tick_of(t))]
 
-    def shared_gpu_series(self) -> dict[tuple[int, int], list[int]]:
+    def pod_gpu_series(self) -> dict[tuple[int, int], list[int]]:
         """(node, GPU) -> its DCGM series columns, for the GPUs whose pods a replay must
         follow: the side-job nodes' (``Scenario.shared_nodes``), every node's with a pod per
         GPU (``Scenario.pod_per_gpu``); empty without either."""

@@ -4,8 +4,9 @@
 seconds through ingest's ``OpenMetricsWriter`` (the promtool backfill format; it reorders the
 tick-major frames family-major with bounded memory). Labels are ``series()``'s, as Prometheus
 stores them (with ``instance`` and ``job``, without the per-tick pod labels), except on shared
-nodes (``Scenario.shared_nodes``), whose GPUs' series carry the pod each GPU runs at each
-sample: which GPUs are peers changes with it, and a replay follows it. The ground-truth
+nodes (``Scenario.shared_nodes``) and with a pod per GPU (``Scenario.pod_per_gpu``), where the
+GPUs' series carry the pod each GPU runs at each sample (``SimulatedCluster.pod_gpu_series``):
+which GPUs are peers changes with it, and a replay follows it. The ground-truth
 events go to JSONL ({"time","node","gpu","xid","end"?}, ARCHITECTURE.md).
 """
 
@@ -41,15 +42,15 @@ def write_dump(scenario: Scenario, dump_path: Path | str, events_path: Path | st
     cluster = SimulatedCluster(scenario)
     series = cluster.series()
     types = {fam.name: fam.kind for fam in cluster.families}
-    shared = {c: where for where, cols in cluster.shared_gpu_series().items() for c in cols}
-    shared_nodes = sorted({node for node, _ in shared.values()})
+    with_pods = {c: where for where, cols in cluster.pod_gpu_series().items() for c in cols}
+    pod_nodes = sorted({node for node, _ in with_pods.values()})
     samples = 0
     with OpenMetricsWriter(Path(dump_path), types) as writer:
         for k, (t, values) in enumerate(cluster.frames()):
-            pods = {node: cluster.gpu_pods(node, k) for node in shared_nodes}
+            pods = {node: cluster.gpu_pods(node, k) for node in pod_nodes}
             for column in np.flatnonzero(~np.isnan(values)).tolist():
                 name, labels = series[column]
-                where = shared.get(column)
+                where = with_pods.get(column)
                 if where is not None:
                     pod = pods[where[0]][where[1]]
                     labels = with_pod(labels, pod)
