@@ -187,9 +187,9 @@ class LabelsConfig(_Section):
     gpu_workload_labels: list[str] = Field(default_factory=lambda: ["hpc_job", "pod"])
     # A pod label names its owner's workload: the pod name without the suffixes Kubernetes
     # generates (a Job's or ReplicaSet's random suffix, a StatefulSet's ordinal, a worker
-    # index) and a rank's role (-master, -worker), so a job that runs one pod per GPU
-    # (train-master-0, train-worker-0 ... -6: train) keeps its GPU peers. False: every pod
-    # is a workload of its own (series.pod_owner).
+    # index) and a rank's role (-master, -worker), in its namespace, so a job that runs one
+    # pod per GPU (train-master-0, train-worker-0 ... -6: train) keeps its GPU peers. False:
+    # every pod is a workload of its own (series.pod_owner, series.group_value).
     gpu_workload_pod_owner: bool = True
     # Series never indexed: label -> regular expression, a series dropped when that label's
     # value matches in full (``__name__``: the metric name, as in Prometheus relabelling).

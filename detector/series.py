@@ -184,17 +184,21 @@ def workload(info: SeriesInfo, rules: LabelRules) -> str:
 
 def _first_workload(labels: Mapping[str, str], rules: LabelRules) -> str:
     for name in rules.workload_labels:
-        value = labels.get(name)
-        if value:
-            return group_value(name, value, rules)
+        if labels.get(name):
+            return group_value(name, labels, rules)
     return ""
 
 
-def group_value(name: str, value: str, rules: LabelRules) -> str:
-    """What label ``name``'s ``value`` says about a series' peers: a pod's owner
-    (``pod_owner``, where ``rules.pod_owner``) for a GPU's workload or a node's cohort, any
-    other label's value as it is."""
-    return pod_owner(value) if name == "pod" and rules.pod_owner and value else value
+def group_value(name: str, labels: Mapping[str, str], rules: LabelRules) -> str:
+    """What label ``name`` of a series with ``labels`` says about its peers ("" where it is
+    absent): for ``pod`` (where ``rules.pod_owner``) its owner (``pod_owner``) in its
+    namespace (``training/llm``: two teams' jobs of one name stay apart), a GPU's workload or
+    a node's cohort; any other label's value as it is."""
+    value = labels.get(name, "")
+    if name != "pod" or not rules.pod_owner or not value:
+        return value
+    namespace = labels.get("namespace")
+    return f"{namespace}/{pod_owner(value)}" if namespace else pod_owner(value)
 
 
 # The characters of the random suffixes Kubernetes generates (apimachinery's rand.String:
@@ -231,7 +235,7 @@ def pod_owner(pod: str) -> str:
 
 
 def _grouping_of(labels: Mapping[str, str], rules: LabelRules) -> tuple[str, ...]:
-    cohort = (group_value(n, labels.get(n, ""), rules) for n in sorted(rules.relabel))
+    cohort = (group_value(n, labels, rules) for n in sorted(rules.relabel))
     return (_first_workload(labels, rules), *cohort)
 
 

@@ -327,11 +327,12 @@ class SignalMap:
             if not info.node:
                 continue
             best = self._node_cohort.get(info.node, (len(rank), ""))
-            for key, raw in (*info.labels, *info.context):
+            labels = dict((*info.labels, *info.context))
+            for key in labels:
                 r = rank.get(key)
                 if r is None:
                     continue
-                value = self._cohort_value(info, key, raw)
+                value = self._cohort_value(info, key, labels)
                 if value and (r, value) != best and r <= best[0]:
                     best = (r, value)
                     moved.add(info.node)
@@ -339,14 +340,15 @@ class SignalMap:
         # nodes with columns mapped before: one pass over the columns moves them all
         self._regroup(moved)
 
-    def _cohort_value(self, info: SeriesInfo, name: str, value: str) -> str:
-        """The cohort that label ``name``'s ``value`` on series ``info`` names: a pod's owner
-        (``series.group_value``), read from GPU series only, whose pod is the GPU's workload;
-        on any other series ``pod`` is its exporter's own pod (Prometheus' Kubernetes
-        discovery labels every target with it), which says nothing about the node's job."""
+    def _cohort_value(self, info: SeriesInfo, name: str, labels: Mapping[str, str]) -> str:
+        """The cohort that label ``name`` of series ``info`` (its ``labels``) names: a pod's
+        owner (``series.group_value``), read from GPU series only, whose pod is the GPU's
+        workload; on any other series ``pod`` is its exporter's own pod (Prometheus'
+        Kubernetes discovery labels every target with it), which says nothing of the node's
+        job."""
         if name == "pod" and not info.gpu:
             return ""
-        return group_value(name, value, self.index.rules)
+        return group_value(name, labels, self.index.rules)
 
     def _resolve_denominators(self) -> None:
         """Pair ratio columns with their denominator series once those are in the index."""
@@ -361,7 +363,7 @@ class SignalMap:
         if self._cohort_labels and info.node:
             labels = dict((*info.labels, *info.context))
             for r, name in enumerate(self._cohort_labels):
-                if value := self._cohort_value(info, name, labels.get(name, "")):
+                if value := self._cohort_value(info, name, labels):
                     self._cohort_series.setdefault((info.node, r, value), []).append(info.column)
         entity = -1
         verdict = self.catalog.classify(info.metric)

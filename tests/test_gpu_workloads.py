@@ -361,10 +361,17 @@ def test_a_pods_workload_is_its_owner() -> None:
         "4711": "4711",  # a bare number has no suffix to strip
     }
     assert {pod: pod_owner(pod) for pod in owners} == owners
-    info = SeriesInfo(0, *normalize("m", (("gpu", "0"), ("pod", "train-worker-3")), LabelRules()))
-    assert workload(info, LabelRules()) == "train"
+    rules = LabelRules()
+    info = SeriesInfo(0, *normalize("m", (("gpu", "0"), ("pod", "train-worker-3")), rules))
+    assert workload(info, rules) == "train"
     each = LabelRules.from_config(LabelsConfig(gpu_workload_pod_owner=False))
     assert workload(info, each) == "train-worker-3"
+    # in its namespace: two teams' jobs of one name are two workloads
+    spaced = [
+        SeriesInfo(0, *normalize("m", (("gpu", "0"), ("pod", pod), ("namespace", ns)), rules))
+        for pod, ns in (("train-worker-3", "team-a"), ("train-worker-0", "team-b"))
+    ]
+    assert [workload(i, rules) for i in spaced] == ["team-a/train", "team-b/train"]
 
 
 def _gpu_layout(teams: list[int]) -> ColumnLayout:
