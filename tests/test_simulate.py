@@ -16,6 +16,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
+from detector.cli import main
 from detector.config import load_config
 from detector.errors import ConfigError
 from detector.frame import frames_from_batches
@@ -575,3 +576,26 @@ def test_a_scenario_shorter_than_the_smoothing_kernel_runs() -> None:
     scenario = replace(Scenario(), nodes=2, gpus=2, days=10 * 30 / 86400)
     frames = list(SimulatedCluster(scenario).frames())
     assert 10 == len(frames)
+
+
+def test_simulate_writes_a_pod_per_gpu_when_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``detector simulate --pod-per-gpu``: the dump's GPU series carry a rank's pod each,
+    and replaying it finds every node's GPUs in one job (no node split by workloads)."""
+    dump, events = tmp_path / "sim.om", tmp_path / "sim.jsonl"
+    args = ["simulate", "--nodes", "2", "--days", "0.05", "--pod-per-gpu"]
+    assert main([*args, "--out", str(dump), "--events", str(events)]) == 0
+    pods = {
+        (labels["Hostname"], labels["gpu"], labels["pod"])
+        for family in parse_text(dump.read_text().replace("# EOF\n", ""))
+        if family.name == "DCGM_FI_DEV_GPU_TEMP"
+        for labels in (sample.labels for sample in family.samples)
+        if "pod" in labels
+    }
+    per_gpu = {(node, gpu) for node, gpu, _ in pods}
+    assert len(per_gpu) == 16  # every GPU of both nodes ran a pod
+    assert len({pod for _, _, pod in pods}) >= 16  # one each, not one per node
+    capsys.readouterr()
+    assert main(["replay", str(dump), "--events", str(events)]) == 0
+    assert "GPU workloads" not in capsys.readouterr().out
