@@ -153,6 +153,11 @@ def describe_config(c: Config, path: Path, env: Mapping[str, str]) -> str:
     named = [*c.targets.file_sd, c.rules.signals, c.rules.xid, c.calibration.path]
     named += [srv.tls_cert, srv.tls_key]
     lines += [f"  warning: {p} {_missing(p)}" for p in named if p is not None and _missing(p)]
+    if "pod" in lb.cohort_labels and not lb.gpu_workload_pod_owner:
+        lines.append(
+            "  warning: labels.cohort_labels names pod while labels.gpu_workload_pod_owner is "
+            "false: each node's own pods name its cohort, so no node has cohort peers"
+        )
     return "\n".join(lines)
 
 

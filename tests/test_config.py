@@ -281,6 +281,16 @@ def test_check_config_names_overrides_and_missing_files(tmp_path: Path) -> None:
     assert "matches no file" not in check_config(path, {})
 
 
+def test_check_config_warns_of_pod_cohorts_without_pod_owners(tmp_path: Path) -> None:
+    """Pods as cohorts need their owners: each node's own pods would make a cohort each."""
+    both = "labels:\n  cohort_labels: [pod]\n"
+    summary = check_config(write(tmp_path, both), {})
+    assert "cohorts by pod; GPU workloads by hpc_job, pod (a pod's: its owner)" in summary
+    assert "warning" not in summary
+    alone = both + "  gpu_workload_pod_owner: false\n"
+    assert "so no node has cohort peers" in check_config(write(tmp_path, alone), {})
+
+
 def test_json_schema_covers_every_section() -> None:
     """Config.model_json_schema() documents every section for editors."""
     schema = Config.model_json_schema()

@@ -356,6 +356,9 @@ def test_a_pods_workload_is_its_owner() -> None:
         "llama-sft-2-x7k2p": "llama-sft",  # an indexed Job's pod
         "serve-7d9f8b6c4d-x7k2p": "serve",  # a Deployment's
         "vllm-0": "vllm",  # a StatefulSet's
+        "vllm-0-1": "vllm",  # a LeaderWorkerSet's worker, beside its leader vllm-0
+        "pretrain-workers-0-3-x7k2p": "pretrain-workers",  # a JobSet's
+        "ray-gpu-group-x7k2p": "ray-gpu-group",  # a KubeRay worker group's
         "gpu-burn": "gpu-burn",  # nothing generated: the name is the workload
         "notebook-alice": "notebook-alice",
         "4711": "4711",  # a bare number has no suffix to strip
