@@ -177,9 +177,9 @@ def simulated_frames(cluster: SimulatedCluster, index: SeriesIndex) -> Iterator[
 
 
 class _SimulatedPods:
-    """The pods of the GPUs a replay follows (``SimulatedCluster.pod_gpu_series``: the
-    shared nodes', every node's with a pod per GPU), scheduled on the index when they change
-    (``SimulatedCluster.gpu_pods``): the context each of the GPU's series then carries."""
+    """The pods of the GPUs a replay follows (``SimulatedCluster.followed_pods``: the shared
+    nodes', every node's with a pod per GPU), scheduled on the index when they change: the
+    context each of the GPU's series then carries."""
 
     def __init__(
         self,
@@ -193,15 +193,11 @@ class _SimulatedPods:
         self.last: dict[tuple[int, int], str | None] = {}
 
     def schedule(self, k: int, t: float) -> None:
-        by_node: dict[int, list[str | None]] = {}
-        for (node, gpu), cols in self.followed.items():
-            if node not in by_node:
-                by_node[node] = self.cluster.gpu_pods(node, k)
-            pod = by_node[node][gpu]
-            if (node, gpu) in self.last and self.last[node, gpu] == pod:
+        for where, pod in self.cluster.followed_pods(k).items():
+            if where in self.last and self.last[where] == pod:
                 continue
-            self.last[node, gpu] = pod
-            for col in cols:
+            self.last[where] = pod
+            for col in self.followed[where]:
                 column = int(self.columns[col])
                 if column < 0:
                     continue

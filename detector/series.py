@@ -22,6 +22,7 @@ import re
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -212,6 +213,7 @@ _ORDINAL = re.compile(r"(-[0-9]+)+\Z")  # a StatefulSet's ordinal, a job's worke
 _RANK_ROLE = re.compile(r"-(master|worker)\Z")
 
 
+@lru_cache(maxsize=4096)  # every series of a GPU, and every GPU of a job, asks for the same pod
 def pod_owner(pod: str) -> str:
     """The workload a pod belongs to, by the names Kubernetes gives pods: ``pod`` without a
     generated suffix (a Job's or ReplicaSet's ``-x7k2p``, after a Deployment's pod-template

@@ -6,8 +6,8 @@ raise), then the node-exporter families (family-major, then node, then label set
 what Prometheus would store (the exporter's labels plus ``instance`` and ``job``), sorted as
 model.Labels requires. Kubernetes pod labels change with the job a GPU runs, so they are not
 part of a series' labels: the exposition pages add them per tick, and so do dumps and
-simulated replays for the shared nodes' GPUs (``Scenario.shared_nodes``), whose peers they
-decide (``gpu_pods``).
+simulated replays where they decide GPU peers (``followed_pods``: the shared nodes' GPUs,
+``Scenario.shared_nodes``, and every GPU with ``Scenario.pod_per_gpu``).
 
 ``frames()`` yields (unix time, values) per tick, values aligned to ``series()``; NaN means
 "not exposed this tick" (a GPU that fell off the bus, a windowed count outside its window).
@@ -418,18 +418,29 @@ class SimulatedCluster:
         """Per GPU of ``node``: the wire text of its Kubernetes labels at ``t`` ("" if idle)."""
         return [pod_wire(pod) for pod in self.gpu_pods(node, self.tick_of(t))]
 
+    def _pod_nodes(self) -> list[int]:
+        """The nodes whose GPUs' pods a dump and a replay follow: the side-job nodes'
+        (``Scenario.shared_nodes``), every node with a pod per GPU (``Scenario.pod_per_gpu``);
+        none without either."""
+        sc = self.scenario
+        if sc.pod_per_gpu and sc.kubernetes_labels:
+            return list(range(sc.nodes))
+        return [int(n) for n in self.workload.shared]
+
     def pod_gpu_series(self) -> dict[tuple[int, int], list[int]]:
-        """(node, GPU) -> its DCGM series columns, for the GPUs whose pods a replay must
-        follow: the side-job nodes' (``Scenario.shared_nodes``), every node's with a pod per
-        GPU (``Scenario.pod_per_gpu``); empty without either."""
+        """(node, GPU) -> its DCGM series columns, for the GPUs whose pods a dump and a replay
+        follow (``_pod_nodes``)."""
         sc = self.scenario
         rows = len(self._dcgm_names)
-        nodes = range(sc.nodes) if sc.pod_per_gpu and sc.kubernetes_labels else self.workload.shared
         return {
-            (int(n), g): [r * sc.nodes * sc.gpus + int(n) * sc.gpus + g for r in range(rows)]
-            for n in nodes
+            (n, g): [r * sc.nodes * sc.gpus + n * sc.gpus + g for r in range(rows)]
+            for n in self._pod_nodes()
             for g in range(sc.gpus)
         }
+
+    def followed_pods(self, k: int) -> dict[tuple[int, int], str | None]:
+        """(node, GPU) -> the pod it runs at tick ``k``, for the GPUs of ``pod_gpu_series``."""
+        return {(n, g): pod for n in self._pod_nodes() for g, pod in enumerate(self.gpu_pods(n, k))}
 
 
 def pod_pairs(pod: str | None) -> Labels:

@@ -43,17 +43,15 @@ def write_dump(scenario: Scenario, dump_path: Path | str, events_path: Path | st
     series = cluster.series()
     types = {fam.name: fam.kind for fam in cluster.families}
     with_pods = {c: where for where, cols in cluster.pod_gpu_series().items() for c in cols}
-    pod_nodes = sorted({node for node, _ in with_pods.values()})
     samples = 0
     with OpenMetricsWriter(Path(dump_path), types) as writer:
         for k, (t, values) in enumerate(cluster.frames()):
-            pods = {node: cluster.gpu_pods(node, k) for node in pod_nodes}
+            pods = cluster.followed_pods(k)
             for column in np.flatnonzero(~np.isnan(values)).tolist():
                 name, labels = series[column]
                 where = with_pods.get(column)
                 if where is not None:
-                    pod = pods[where[0]][where[1]]
-                    labels = with_pod(labels, pod)
+                    labels = with_pod(labels, pods[where])
                 writer.add(Sample(name, labels, float(values[column]), t))
                 samples += 1
     with Path(events_path).open("w") as out:
