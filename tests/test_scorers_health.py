@@ -103,6 +103,23 @@ def test_rising_scrape_duration_scores_on_a_log_scale() -> None:
     assert scores[30:150, DURATION::WIDTH].max() < 5.0
 
 
+def test_a_few_ms_stall_of_a_fast_scrape_is_noise_a_slowdown_to_seconds_is_not() -> None:
+    """A local exporter answering in 2.5 ms with µs jitter, stalled to 5.1 ms for one scrape by
+    a busy host, stays below the fusion's z0 of 3 (log_floor); the same scrape slowing to
+    1 s (a DCGM call blocked on a bad GPU) is far beyond it."""
+    rng = np.random.default_rng(1)
+    x = nominal(200)
+    dur = np.arange(3) * WIDTH + DURATION
+    x[:, dur] = 0.0025 + 2e-6 * rng.normal(size=(200, 3))
+    x[150, DURATION] = 0.0051
+    x[170:, WIDTH + DURATION] = 1.0
+    scores = run(x)
+    assert scores[150, DURATION] < 3.0
+    assert scores[170, WIDTH + DURATION] > 20.0
+    # without the floor the stall is the 50-sigma deviant the floor is there for
+    assert run(x, TelemetryHealth(log_floor=1e-5))[150, DURATION] >= 50.0  # the cap
+
+
 def test_non_health_columns_always_score_zero() -> None:
     """GPU temperature columns are for the other scorers: this one leaves them at 0."""
     x = nominal(100)

@@ -17,8 +17,15 @@ missing, ...)                               ``B``: ``down_z · min(1, (x - B) /
                                             full_fraction)``
 any other ``health_*``          log-z        robust EW z-score of ``log1p(max(x, 0))``
 (scrape duration, bytes, ...)               (``RobustEWBaseline``), folded by the column's
-                                            direction
+                                            direction, its sigma at least ``log_floor``
 =============================  ===========  ===============================================
+
+``log_floor`` (default 0.02) is what a telemetry change must exceed to count as one sigma. On
+``log1p`` a sub-second duration is nearly linear, so it reads as 20 ms there; from a few seconds
+up, or on a count of samples, as 2%. A local exporter answers in 2.5 ms with a few µs of jitter,
+so without it a scrape stalled for 3 ms by a busy host (a real run's test stack) is a 50-sigma
+lone deviant, while the slowdown that matters (a DCGM call blocked on a bad GPU) is hundreds of
+ms to seconds: 0.1 -> 1 s is ~30 sigma under the floor.
 
 The forgetting max/min follows a rise (or fall) at once and otherwise relaxes towards the
 value with ``memory_half_life_s``: a permanent reconfiguration (a node rebuilt with 7 GPUs)
@@ -63,13 +70,17 @@ class TelemetryHealth(KernelScorer):
         memory_half_life_s: float = 6 * 3600.0,
         log_half_life_s: float = 3600.0,
         warmup: int = 20,
+        log_floor: float = 0.02,
     ) -> None:
         if not (down_z > 0 and 0 < full_fraction <= 1 and memory_half_life_s > 0):
             raise ConfigError("health needs down_z > 0, 0 < full_fraction <= 1, memory > 0")
+        if not log_floor > 0:
+            raise ConfigError(f"health: log_floor must be > 0, got {log_floor}")
         self.down_z = float(down_z)
         self.full_fraction = float(full_fraction)
         self.memory_half_life_s = float(memory_half_life_s)
-        self.baseline = RobustEWBaseline(log_half_life_s, warmup)  # for log-z columns
+        # for log-z columns; the floor is on the log1p scale (module docstring)
+        self.baseline = RobustEWBaseline(log_half_life_s, warmup, var_floor_abs=log_floor**2)
         self.n_seen = 0  # layout columns already classified
         self.columns = np.zeros(0, dtype=np.int64)  # global index of each health column
         self.kinds = np.zeros(0, dtype=np.int64)
