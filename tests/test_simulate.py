@@ -229,6 +229,28 @@ def test_straggler_runs_slower_than_its_peers_before_failing() -> None:
     assert np.all(clocks[late, 2] < peers - 150)
 
 
+def test_dcgm_health_fails_after_a_hardware_xid_not_after_an_application_one() -> None:
+    """After its XID, an ECC failure's GPU reports DCGM health FAIL (20) until repaired; a
+    straggler's (XID 43/13, application faults: rules/xid.yaml) keeps reporting PASS (0),
+    and so does every other GPU."""
+    specs = (
+        FailureSpec("ecc", node=0, gpu=1, at_s=1 * HOUR, lead_s=600.0),
+        FailureSpec("straggler", node=2, gpu=3, at_s=1 * HOUR, lead_s=600.0),
+    )
+    cluster = SimulatedCluster(small(failures=specs, jobs=None))
+    times, values = matrix(cluster)
+    health = values[:, columns(cluster, "DCGM_EXP_GPU_HEALTH_STATUS")]
+    repaired = min(f.repair_end for f in cluster.failures)
+    after = (times > cluster.scenario.start + 1.1 * HOUR) & (
+        times < cluster.scenario.start + repaired
+    )
+    assert after.sum() > 10
+    ecc = columns(cluster, "DCGM_EXP_GPU_HEALTH_STATUS", Hostname="node-01", gpu="1")
+    [ecc_col] = [columns(cluster, "DCGM_EXP_GPU_HEALTH_STATUS").index(c) for c in ecc]
+    assert np.all(health[after, ecc_col] == 20.0)
+    assert np.all(np.delete(health, ecc_col, axis=1) == 0.0)
+
+
 def test_nodes_of_a_job_move_together() -> None:
     """Training steps are synchronous: power of two nodes of one job correlates more with
     each other than with a node of another job."""

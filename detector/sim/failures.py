@@ -33,6 +33,10 @@ from .scenario import Scenario
 from .trace import KINDS, TraceRates
 
 NO_PRECURSOR_KINDS = frozenset({"gsp"})
+# Kinds whose XIDs are application faults (43, 13: rules/xid.yaml, RESTART_APP, "the GPU itself
+# is usually fine"): the node is still held for its repair, but the GPU is not dead, so DCGM's
+# health watches (PCIe, memory, InfoROM, thermal, power, NVLink, driver) keep reporting PASS.
+APP_FAULT_KINDS = frozenset({"straggler"})
 _FINAL_XIDS: dict[str, tuple[tuple[int, float], ...]] = {  # kind -> (xid, probability)
     "ecc": ((94, 0.7), (95, 0.3)),
     "row_remap": ((64, 1.0),),
@@ -172,7 +176,7 @@ class FailureEffects:
                 self._precursor(drive, f, (t - (f.time - f.lead_s)) / f.lead_s, rng)
                 continue
             first_tick = t - f.time < self.step_s
-            drive.dead[n, g] = True
+            drive.dead[n, g] |= f.kind not in APP_FAULT_KINDS
             drive.vanished[n, g] |= f.vanish
             if f.kind == "ecc" and first_tick:
                 drive.dbe[n, g] += 1
