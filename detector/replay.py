@@ -65,6 +65,8 @@ class ReplayResult:
     signals_missing: tuple[str, ...] = ()
     # nodes whose GPUs ran more than one workload at once (GPU peers by workload)
     split_nodes: tuple[str, ...] = ()
+    # set when nodes running different jobs were judged against each other (no cohort labels)
+    cohort_advice: str = ""
 
 
 class ScoreRecorder:
@@ -297,6 +299,7 @@ def run_replay(
     )
     result.signals_found, result.signals_missing = signal_coverage(pipeline)
     result.split_nodes = tuple(sorted(pipeline.signal_map.split_nodes))
+    result.cohort_advice = cohort_advice(pipeline)
     if recorder is not None:
         result.times = np.asarray(recorder.times)
         result.node_scores, result.xid_held, result.lead_signal = recorder.matrix(len(node_names))
@@ -399,6 +402,22 @@ def load_event_files(paths: Sequence[Path]) -> list[XidEvent]:
     return events
 
 
+def cohort_advice(pipeline: Pipeline) -> str:
+    """What to configure when the GPUs ran several jobs at once and every node was still
+    judged against all nodes (no ``labels.cohort_labels``); "" otherwise."""
+    signal_map = pipeline.signal_map
+    rules = signal_map.index.rules
+    jobs = signal_map.workloads_at_once
+    if rules.cohort_labels or jobs < 2:
+        return ""
+    named = [n for n in rules.workload_labels if n in signal_map.workload_labels_seen]
+    return (
+        f"node cohorts: the GPUs ran up to {jobs} jobs at once ({', '.join(named)}), yet every "
+        f"node was judged against all nodes; labels.cohort_labels: [{named[0]}] judges each "
+        "node against its own job's nodes only (docs/deploy.md)"
+    )
+
+
 def summary_lines(result: ReplayResult) -> list[str]:
     """A readable summary for the terminal."""
     s: dict[str, Any] = result.evaluation.to_json()["summary"]
@@ -439,6 +458,8 @@ def summary_lines(result: ReplayResult) -> list[str]:
             f"at once, each GPU judged against its own job's (labels.gpu_workload_labels): "
             f"{shown}"
         )
+    if result.cohort_advice:
+        lines.append(result.cohort_advice)
     if result.signal_weights:
         lines.append(f"calibrated signal weights: {describe_weights(result.signal_weights)}")
     rows = result.evaluation.to_json()["failures"]

@@ -72,6 +72,8 @@ class ReplayData(Protocol):
     def signals_missing(self) -> Sequence[str]: ...
     @property
     def split_nodes(self) -> Sequence[str]: ...
+    @property
+    def cohort_advice(self) -> str: ...
 
 
 def render_html(
@@ -169,6 +171,8 @@ def _inputs(result: ReplayData) -> str:
             f"GPUs in different jobs at once on {len(result.split_nodes)} node(s), each GPU "
             f"judged against its own job's (<code>labels.gpu_workload_labels</code>): {nodes}."
         )
+    if result.cohort_advice:
+        parts.append(f"{escape(result.cohort_advice[0].upper() + result.cohort_advice[1:])}.")
     return f"<p class=note id=inputs>{' '.join(parts)}</p>" if parts else ""
 
 

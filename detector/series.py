@@ -178,16 +178,21 @@ def workload(info: SeriesInfo, rules: LabelRules) -> str:
     """The workload of a GPU series: the value of the first of ``rules.workload_labels`` it
     carries (identity or context), a pod's as its owner (``pod_owner``), "" for none (an idle
     GPU, an exporter without job or pod mapping)."""
+    return workload_of(info, rules)[1]
+
+
+def workload_of(info: SeriesInfo, rules: LabelRules) -> tuple[str, str]:
+    """``workload`` and the name of the label it was read from (("", "") for none)."""
     if not rules.workload_labels:
-        return ""
+        return "", ""
     return _first_workload(dict((*info.labels, *info.context)), rules)
 
 
-def _first_workload(labels: Mapping[str, str], rules: LabelRules) -> str:
+def _first_workload(labels: Mapping[str, str], rules: LabelRules) -> tuple[str, str]:
     for name in rules.workload_labels:
         if labels.get(name):
-            return group_value(name, labels, rules)
-    return ""
+            return name, group_value(name, labels, rules)
+    return "", ""
 
 
 def group_value(name: str, labels: Mapping[str, str], rules: LabelRules) -> str:
@@ -238,7 +243,7 @@ def pod_owner(pod: str) -> str:
 
 def _grouping_of(labels: Mapping[str, str], rules: LabelRules) -> tuple[str, ...]:
     cohort = (group_value(n, labels, rules) for n in sorted(rules.relabel))
-    return (_first_workload(labels, rules), *cohort)
+    return (_first_workload(labels, rules)[1], *cohort)
 
 
 def grouping(info: SeriesInfo, rules: LabelRules) -> tuple[str, ...]:

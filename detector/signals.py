@@ -51,7 +51,7 @@ import numpy as np
 from .model import DCGM_BLANK_THRESHOLD, BoolArray, ColumnLayout, FloatArray, IntArray, SeriesInfo
 from .repeats import RepeatedScrapes, target_key
 from .rules import SignalCatalog
-from .series import SeriesIndex, group_value, without, workload
+from .series import SeriesIndex, group_value, without, workload_of
 
 LEVEL, RATE, EDGE, MISSING, GPU_COUNT, RATIO, FROZEN = 0, 1, 2, 3, 4, 5, 6
 _TRANSFORM = {"level": LEVEL, "rate": RATE, "edge": EDGE, "ratio": RATIO}
@@ -117,6 +117,11 @@ class SignalMap:
         self._entity_columns: dict[int, list[int]] = {}  # entity id -> its signal columns
         self._node_entities: dict[int, list[int]] = {}  # node id -> its GPU entity ids
         self.split_nodes: set[str] = set()  # nodes seen with GPUs in two workloads at once
+        # the most workloads the cluster's GPUs ran at once, and the labels that named them
+        # (with no cohort labels, nodes of different jobs are judged against each other)
+        self.workloads_at_once = 0
+        self.workload_labels_seen: set[str] = set()
+        self._teams_changed = False
         self._series_gpu_entity: list[int] = []  # per index series: entity id or -1
         # per index series on a GPU: its (entity, metric) slot id, else -1 (_retire_replaced)
         self._series_slot: list[int] = []
@@ -231,7 +236,9 @@ class SignalMap:
         self._append(info, -1, FROZEN, frozen.name, None, entity_id=node_id, **shape)
 
     def _team_of(self, info: SeriesInfo) -> int:
-        name = workload(info, self.index.rules)
+        label, name = workload_of(info, self.index.rules)
+        if label:
+            self.workload_labels_seen.add(label)
         return self._team_ids.setdefault(name, len(self._team_ids))
 
     def _follow_contexts(self) -> bool:
@@ -265,6 +272,7 @@ class SignalMap:
 
     def _note_split(self, node_id: int) -> None:
         """Note the node in ``split_nodes`` when its GPUs now run more than one workload."""
+        self._teams_changed = True
         entities = self._node_entities.get(node_id, ())
         if len({self._gpu_team[e] for e in entities}) > 1:
             self.split_nodes.add(self.node_names[node_id])
@@ -285,6 +293,10 @@ class SignalMap:
         self._synced = len(infos)
         if self.index.recontexted:  # after mapping: a new GPU's team is its context's
             moved = self._follow_contexts() or moved
+        if self._teams_changed:
+            running = len(set(self._gpu_team.values()) - {0})
+            self.workloads_at_once = max(self.workloads_at_once, running)
+            self._teams_changed = False
         if self.repeats is not None:
             self.repeats.sync(infos)
         if self._seen.shape[0] < len(infos):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import re
 from pathlib import Path
 
 import numpy as np
@@ -223,6 +224,31 @@ def test_simulate_job_label_lets_a_replay_use_the_jobs_as_cohorts(tmp_path: Path
         peak[name] = max(node_08)
     assert peak["one cohort"] > 0.4
     assert peak["jobs"] < 0.1
+
+
+def test_a_replay_whose_nodes_ran_different_jobs_names_the_cohort_label_to_set(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The 8-node cluster runs several jobs, a pod per GPU: without cohort labels the replay
+    says so and names ``pod``, the label its GPUs' jobs were read from; with that label as
+    cohort, or on a cluster running one job, it says nothing."""
+    dump, events = tmp_path / "sim.om.gz", tmp_path / "ev.jsonl"
+    args = ["--nodes", "8", "--days", "0.1", "--pod-per-gpu"]
+    assert 0 == main(["simulate", *args, "--out", str(dump), "--events", str(events)])
+    config = tmp_path / "cohorts.yaml"
+    config.write_text("labels:\n  cohort_labels: [pod]\n")
+    printed = {}
+    for name, extra in (("all nodes", []), ("pod", ["--config", str(config)])):
+        capsys.readouterr()
+        assert 0 == main(["replay", str(dump), "--events", str(events), *extra])
+        printed[name] = capsys.readouterr().out
+    advice = re.search(
+        r"node cohorts: the GPUs ran up to (\d+) jobs at once \(pod\)", printed["all nodes"]
+    )
+    assert advice is not None, printed["all nodes"]
+    assert int(advice[1]) >= 2
+    assert "labels.cohort_labels: [pod]" in printed["all nodes"]
+    assert "node cohorts:" not in printed["pod"]
 
 
 def test_a_node_that_changes_jobs_is_judged_against_its_new_jobs_nodes() -> None:

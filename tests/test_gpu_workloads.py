@@ -105,6 +105,23 @@ def test_a_scraped_gpu_moves_to_its_new_jobs_peers_in_the_same_tick() -> None:
     assert scrape(["train"] * 8) == (True, [list(range(8))])  # the job took the whole node
 
 
+def test_workloads_at_once_counts_jobs_running_together_not_one_after_another() -> None:
+    """A job renamed on every GPU at once (a restart under a new name) is still one job at a
+    time; two jobs side by side are two, and stay the most seen after one of them ends.
+    ``workload_labels_seen`` names the label the jobs were read from (``replay`` advises it
+    as cohort label)."""
+    index = SeriesIndex()
+    signals = SignalMap(load_signal_rules(), index)
+    target: Labels = (("instance", "n1:9400"),)
+    seen = []
+    for pods in (["llm"] * 8, ["eval"] * 8, ["eval"] * 6 + ["serve"] * 2, ["eval"] * 8):
+        index.columns([_key(gpu, pod) for gpu, pod in enumerate(pods)], split_series, target)
+        signals.sync(T0)
+        seen.append(signals.workloads_at_once)
+    assert seen == [1, 1, 2, 2]
+    assert {"pod"} == signals.workload_labels_seen  # exported_pod, normalized to pod
+
+
 def _slurm_cohorts() -> tuple[SeriesIndex, SignalMap]:
     index = SeriesIndex(rules=LabelRules.from_config(LabelsConfig(cohort_labels=["hpc_job"])))
     return index, SignalMap(load_signal_rules(), index)

@@ -134,6 +134,7 @@ class FakeReplay:
     signals_found: tuple[str, ...] = ()
     signals_missing: tuple[str, ...] = ()
     split_nodes: tuple[str, ...] = ()
+    cohort_advice: str = ""
     times: FloatArray = field(init=False)
     end: float = field(init=False)
     ticks: int = field(init=False)
@@ -233,6 +234,12 @@ def test_inputs_name_the_nodes_whose_gpus_ran_different_jobs() -> None:
     assert re.search(r"different jobs at once on 1 node\(s\).*href='#node-n1'", text)
     plain = render_html(FakeReplay([], [], scores, ("n0", "n1")), threshold=0.6, label="x")
     assert "different jobs" not in plain
+    assert "cohort" not in plain
+    advice = "node cohorts: the GPUs ran up to 3 jobs at once (pod), yet <all> nodes"
+    advised = FakeReplay([], [], scores, ("n0", "n1"), cohort_advice=advice)
+    assert "Node cohorts: the GPUs ran up to 3 jobs at once (pod), yet &lt;all&gt; nodes." in (
+        render_html(advised, threshold=0.6, label="x")
+    )
 
 
 def test_report_is_self_contained(small_replay: tuple[str, dict[str, object], Path]) -> None:
