@@ -144,6 +144,7 @@ class Daemon:
         self.last_tick: TickResult | None = None
         self._last_time = float("-inf")
         self._last_save = float("-inf")
+        self._cohorts_advised = False  # the cohort advice is logged once a process
 
     def _fresh_pipeline(self) -> None:
         self.index = SeriesIndex(
@@ -152,6 +153,17 @@ class Daemon:
         )
         self.pipeline: Pipeline = build_pipeline(self.config, self.index, self.calibration)
         self.kernel = KernelXids(self.index, self.config.node_name or socket.gethostname())
+
+    def _advise_cohorts(self) -> None:
+        """Once: a fleet whose GPUs run several jobs judges every node against all nodes
+        unless cohort labels are set (signals.SignalMap.cohort_advice). An agent sees one node,
+        whose peers are its own GPUs: nothing to advise."""
+        if self._cohorts_advised or self.config.mode == "agent":
+            return
+        advice = self.pipeline.signal_map.cohort_advice()
+        if advice:
+            self._cohorts_advised = True
+            _log.warning("nodes of different jobs share one cohort", advice=advice)
 
     # -- state ------------------------------------------------------------------------------
     def restore(self) -> bool:
@@ -281,6 +293,7 @@ class Daemon:
             )
         for alert in tick.ended:
             _log.info("alert resolved", node=alert.node, gpu=alert.gpu)
+        self._advise_cohorts()
         for node in self.node_stats.update(tick.node_names, tick.node_score):
             _log.info("node score level rose", node=node)
         self._export(tick, round_, now, time.perf_counter() - work_began)

@@ -299,7 +299,7 @@ def run_replay(
     )
     result.signals_found, result.signals_missing = signal_coverage(pipeline)
     result.split_nodes = tuple(sorted(pipeline.signal_map.split_nodes))
-    result.cohort_advice = cohort_advice(pipeline)
+    result.cohort_advice = pipeline.signal_map.cohort_advice()
     if recorder is not None:
         result.times = np.asarray(recorder.times)
         result.node_scores, result.xid_held, result.lead_signal = recorder.matrix(len(node_names))
@@ -400,22 +400,6 @@ def load_event_files(paths: Sequence[Path]) -> list[XidEvent]:
         for file in files:
             events.extend(load_events(file))
     return events
-
-
-def cohort_advice(pipeline: Pipeline) -> str:
-    """What to configure when the GPUs ran several jobs at once and every node was still
-    judged against all nodes (no ``labels.cohort_labels``); "" otherwise."""
-    signal_map = pipeline.signal_map
-    rules = signal_map.index.rules
-    jobs = signal_map.workloads_at_once
-    if rules.cohort_labels or jobs < 2:
-        return ""
-    named = [n for n in rules.workload_labels if n in signal_map.workload_labels_seen]
-    return (
-        f"node cohorts: the GPUs ran up to {jobs} jobs at once ({', '.join(named)}), yet every "
-        f"node was judged against all nodes; labels.cohort_labels: [{named[0]}] judges each "
-        "node against its own job's nodes only (docs/deploy.md)"
-    )
 
 
 def summary_lines(result: ReplayResult) -> list[str]:

@@ -270,6 +270,20 @@ class SignalMap:
             self._note_split(node_id)
         return moved
 
+    def cohort_advice(self) -> str:
+        """What to configure when the GPUs ran several jobs at once and every node was still
+        judged against all nodes (no cohort labels); "" otherwise (replay and daemon say it)."""
+        rules = self.index.rules
+        jobs = self.workloads_at_once
+        if rules.cohort_labels or jobs < 2:
+            return ""
+        named = [n for n in rules.workload_labels if n in self.workload_labels_seen]
+        return (
+            f"node cohorts: the GPUs ran up to {jobs} jobs at once ({', '.join(named)}), yet "
+            f"every node was judged against all nodes; labels.cohort_labels: [{named[0]}] "
+            "judges each node against its own job's nodes only (docs/deploy.md)"
+        )
+
     def _note_split(self, node_id: int) -> None:
         """Note the node in ``split_nodes`` when its GPUs now run more than one workload."""
         self._teams_changed = True

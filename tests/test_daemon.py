@@ -4,6 +4,7 @@ a local fake Alertmanager, kernel-log XIDs from a file, systemd notifications, r
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -27,7 +28,7 @@ from detector.daemon import Daemon, main_run, run_daemon, sd_notify
 from detector.ingest.parse import parse_exposition
 from detector.model import Alert, XidEvent
 from detector.pipeline import TickResult
-from detector.simulate import FailureSpec, Scenario, serve
+from detector.simulate import FailureSpec, JobSpec, Scenario, serve
 
 SPEED = 200.0  # simulated seconds per wall second: one 30 s sim step per 0.15 s tick
 INTERVAL = 0.15
@@ -480,6 +481,37 @@ async def test_a_daemon_without_targets_warns_that_nothing_will_be_scraped(
 
     assert 1 == len(await start([]))
     assert [] == await start([{"url": "http://127.0.0.1:9/metrics", "node": "n1"}])
+
+
+async def test_a_fleet_whose_gpus_run_two_jobs_is_told_once_which_cohort_label_to_set(
+    tmp_path: Path, alertmanager: FakeAlertmanager
+) -> None:
+    """Jobs a (node-01, node-02) and b (node-03), a pod per GPU on dcgm-exporter's page: the
+    fleet logs once that every node is judged against all nodes and names ``pod``; with
+    ``cohort_labels: [pod]`` it says nothing."""
+    jobs = (JobSpec("a", (0, 1)), JobSpec("b", (2,)))
+    # seed 4: both jobs run from the sixth step on (the other seeds start them later)
+    scenario = dataclasses.replace(SCENARIO, seed=4, failures=(), pod_per_gpu=True, jobs=jobs)
+    _ORIGIN[:] = [time.monotonic()]
+    running = serve(scenario, port=0, speed=SPEED, clock=time.monotonic)
+    _ORIGIN[:] = [time.monotonic()]
+    try:
+        told = {}
+        for name, labels in (("all nodes", {}), ("pod", {"cohort_labels": ["pod"]})):
+            own = tmp_path / name.replace(" ", "-")  # a state file each
+            own.mkdir()
+            config = daemon_config(own, running.urls, alertmanager.url, labels=labels)
+            with capture_logs() as logs:
+                await run_until(config, lambda daemon, tick: daemon.stats.ticks >= 20)
+            told[name] = [
+                e for e in logs if e["event"] == "nodes of different jobs share one cohort"
+            ]
+    finally:
+        running.close()
+    [advice] = told["all nodes"]
+    assert "up to 2 jobs at once (pod)" in advice["advice"]
+    assert "labels.cohort_labels: [pod]" in advice["advice"]
+    assert [] == told["pod"]
 
 
 T_GAP = 1_700_000_000.0
