@@ -275,9 +275,9 @@ class SignalMap:
         judged against all nodes (no cohort labels); "" otherwise (replay and daemon say it)."""
         rules = self.index.rules
         jobs = self.workloads_at_once
-        if rules.cohort_labels or jobs < 2:
-            return ""
         named = [n for n in rules.workload_labels if n in self.workload_labels_seen]
+        if rules.cohort_labels or jobs < 2 or not named:
+            return ""
         return (
             f"node cohorts: the GPUs ran up to {jobs} jobs at once ({', '.join(named)}), yet "
             f"every node was judged against all nodes; labels.cohort_labels: [{named[0]}] "
