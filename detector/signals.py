@@ -548,6 +548,7 @@ class SignalMap:
                 "resolution": np.asarray(self._resolution, dtype=np.float64),
                 "denom": np.asarray(self._denom, dtype=np.int64),
                 "backed": np.flatnonzero(series >= 0),
+                "computed": np.flatnonzero(series < 0),
                 "missing": np.flatnonzero(kind == MISSING),
                 "count": np.flatnonzero(kind == GPU_COUNT),
                 "entity": np.asarray(self._entity, dtype=np.int64),
@@ -645,6 +646,8 @@ class SignalMap:
 
         np.copyto(prev, cur, where=observed)
         np.copyto(prev_t, t, where=observed)
+        computed = a["computed"]  # observed when they have a value (last_observed)
+        prev_t[computed[~np.isnan(out[computed])]] = t
         return out
 
     @staticmethod
@@ -739,8 +742,10 @@ class SignalMap:
 
     @property
     def last_observed(self) -> FloatArray:
-        """Per column, the time of its series' last observation (NaN: never; computed
-        columns: always NaN). Read-only view, current after ``compute``."""
+        """Per column, the time of its series' last observation, or for a computed column
+        (presence, frozen targets) the last tick it had a value (NaN: never). The pipeline
+        bridges a node's tick when a column with evidence on the previous tick has none now
+        (``PipelineParams.bridge_missed_tick``). Read-only view, current after ``compute``."""
         view = self._prev_time.view()
         view.setflags(write=False)
         return view

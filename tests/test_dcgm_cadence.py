@@ -197,6 +197,29 @@ def test_a_deviant_gpu_scraped_every_other_tick_still_alerts() -> None:
     assert unbridged == []
 
 
+def test_a_gpu_that_falls_off_the_bus_alerts_with_its_exporter_answering_every_other_tick() -> None:
+    """GPU 3's series vanish for good (fell off the bus) while the DCGM page comes every
+    other tick: the node alerts on its GPU count. The GPU count and missing fraction are
+    computed, not read from a series; until they counted as observed when they had a value,
+    the ticks without a DCGM page were not bridged, their score 0 dropped the pending alert
+    each time and it never fired (a robustness seed: XID 79, no precursor, never caught)."""
+    node = Node()
+    pipeline = pipeline_for(node)
+    dcgm = node.temp + node.power + node.energy
+    gone = [node.temp[3], node.power[3], node.energy[3]]
+    started = []
+    for k in range(240):
+        page = node.page(k)
+        if k >= 150:
+            page[gone] = np.nan
+        if k in ODD:
+            page[dcgm] = np.nan
+        started += pipeline.step(Frame(T0 + 15.0 * k, page)).started
+    assert [a.node for a in started] == ["n1"]
+    assert started[0].signals[0] in {"health_gpu_count", "health_series_missing_fraction"}
+    assert started[0].start <= T0 + 15.0 * 150 + 120.0
+
+
 def test_a_deviant_gpu_keeps_its_alert_through_a_lost_scrape() -> None:
     """A firing GPU alert goes on through a lost DCGM scrape (one alert, not two)."""
     node = Node()
