@@ -275,8 +275,10 @@ class SignalMap:
         judged against all nodes (no cohort labels); "" otherwise (replay and daemon say it)."""
         rules = self.index.rules
         jobs = self.workloads_at_once
+        if rules.cohort_labels or jobs < 2:  # the daemon asks every tick: cheap checks first
+            return ""
         named = [n for n in rules.workload_labels if n in self.workload_labels_seen]
-        if rules.cohort_labels or jobs < 2 or not named:
+        if not named:
             return ""
         return (
             f"node cohorts: the GPUs ran up to {jobs} jobs at once ({', '.join(named)}), yet "
@@ -285,7 +287,9 @@ class SignalMap:
         )
 
     def _note_split(self, node_id: int) -> None:
-        """Note the node in ``split_nodes`` when its GPUs now run more than one workload."""
+        """Note the node in ``split_nodes`` when its GPUs now run more than one workload.
+        Called after every change of a GPU's team, so it also tells ``sync`` to recount
+        ``workloads_at_once``."""
         self._teams_changed = True
         entities = self._node_entities.get(node_id, ())
         if len({self._gpu_team[e] for e in entities}) > 1:

@@ -231,7 +231,7 @@ def test_a_replay_whose_nodes_ran_different_jobs_names_the_cohort_label_to_set(
 ) -> None:
     """The 8-node cluster runs several jobs, a pod per GPU: without cohort labels the replay
     says so and names ``pod``, the label its GPUs' jobs were read from; with that label as
-    cohort, or on a cluster running one job, it says nothing."""
+    cohort it says nothing (a single job: tests/test_gpu_workloads.py's count stays 1)."""
     dump, events = tmp_path / "sim.om.gz", tmp_path / "ev.jsonl"
     args = ["--nodes", "8", "--days", "0.1", "--pod-per-gpu"]
     assert 0 == main(["simulate", *args, "--out", str(dump), "--events", str(events)])
