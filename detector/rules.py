@@ -80,6 +80,12 @@ class SignalRule(_Strict):
     # it (0: exact). A GPU throttled 3% of a tick more than its peers is not a fault, and with
     # zero-inflated peers (all others exactly 0) nothing else stops it looking infinitely odd.
     resolution: float = Field(default=0.0, ge=0.0)
+    # Compare in log space: the value becomes ln(1 + value / log_unit) (0: as it is). For a
+    # positive quantity whose spread grows with its level (a latency: 30x higher in a checkpoint
+    # storm, and its spread with it), so that a node 30% slower than its peers deviates by the
+    # same amount in a storm and between storms. log_unit is the smallest value that matters
+    # (below it the scale is about linear, so 0 is finite); negative values read as 0.
+    log_unit: float = Field(default=0.0, ge=0.0)
     scorers: tuple[ScorerName, ...] = DEFAULT_SCORERS
     truth: Literal["xid"] | None = None  # ground truth, claimed but never scored
     # ratio: increase of this counter per increase of the ``denominator`` counter with the same
@@ -101,6 +107,8 @@ class SignalRule(_Strict):
             raise ValueError("give metrics and/or pattern")
         if (self.transform == "ratio") != (self.denominator is not None):
             raise ValueError("transform ratio needs a denominator (and only ratio takes one)")
+        if self.log_unit > 0 and (self.transform in ("edge", "presence") or self.resolution > 0):
+            raise ValueError("log_unit takes a level, rate or ratio transform and no resolution")
         if "health" in self.scorers and not self.name.startswith("health_"):
             raise ValueError("signals scored by 'health' must be named health_*")
         return self

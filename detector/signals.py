@@ -20,7 +20,9 @@ Transforms, per column, with ``prev`` the last *observed* value of its series:
   ``dt <= 0``, and on a counter reset (a decrease): the counter's value before the reset is
   unknown, so ``value / dt`` would invent a spike at every driver reload; one lost tick is cheap.
 - edge: 1.0 when the value differs from ``prev``, else 0.0; NaN on the first observation.
-- every transformed value is rounded to its rule's ``resolution`` when one is set.
+- every transformed value is rounded to its rule's ``resolution`` when one is set, or taken
+  to log space, ``ln(1 + max(value, 0) / log_unit)``, when its rule sets ``log_unit``
+  (rules.SignalRule: a latency, whose spread grows with its level).
 - ratio: increase of the counter per increase of its ``denominator`` counter (the series of that
   metric with the same identity labels): NFS seconds of RTT per operation rather than per second,
   which would only measure volume. NaN when either is unobserved, reset, or the denominator did
@@ -100,6 +102,7 @@ class SignalMap:
         self._entity: list[int] = []  # gpu entity id (MISSING) or node id (GPU_COUNT), else -1
         self._denom: list[int] = []  # RATIO: series column of the denominator, -1 unknown yet
         self._resolution: list[float] = []  # rounding step of the column's values (0: none)
+        self._log_unit: list[float] = []  # log space: ln(1 + value / unit) (0: none)
         self._unresolved: dict[int, tuple[str, tuple[tuple[str, str], ...]]] = {}
         self.signal_names: list[str] = []
         self._signal_ids: dict[str, int] = {}
@@ -203,6 +206,7 @@ class SignalMap:
         self._kind.append(kind)
         self._scale.append(float(rule.get("scale", 1.0)))
         self._resolution.append(float(rule.get("resolution", 0.0)))
+        self._log_unit.append(float(rule.get("log_unit", 0.0)))
         self._signal.append(self._id(self._signal_ids, self.signal_names, name))
         node_id = self._id(self._node_ids, self.node_names, info.node)
         self._node_columns.setdefault(node_id, []).append(len(self._node))
@@ -454,6 +458,7 @@ class SignalMap:
             "weight": verdict.weight,
             "scale": verdict.scale,
             "resolution": verdict.resolution,
+            "log_unit": verdict.log_unit,
             "denominator": verdict.denominator,
         }
         self._append(info, info.column, _TRANSFORM[verdict.transform], verdict.name, gpu, **fields)
@@ -550,6 +555,8 @@ class SignalMap:
                 "ratio": np.flatnonzero(kind == RATIO),
                 "rounded": np.flatnonzero(np.asarray(self._resolution) > 0),
                 "resolution": np.asarray(self._resolution, dtype=np.float64),
+                "logged": np.flatnonzero(np.asarray(self._log_unit) > 0),
+                "log_unit": np.asarray(self._log_unit, dtype=np.float64),
                 "denom": np.asarray(self._denom, dtype=np.int64),
                 "backed": np.flatnonzero(series >= 0),
                 "computed": np.flatnonzero(series < 0),
@@ -636,6 +643,9 @@ class SignalMap:
         if rd.size:
             step = a["resolution"][rd]
             out[rd] = np.round(out[rd] / step) * step
+        lg = a["logged"]
+        if lg.size:  # NaN stays NaN
+            out[lg] = np.log1p(np.maximum(out[lg], 0.0) / a["log_unit"][lg])
         seen = self._seen[:n_series]
         sent = ~missing
         first = seen < sent

@@ -132,10 +132,17 @@ def test_duplicate_signal_names_are_rejected(tmp_path: Path) -> None:
             "signals[0]: signals scored by 'health' must be named health_*",
         ),
         ("    scorers: [magic]\n", "signals[0].scorers[0]: must be one of zscore, changepoint"),
+        (
+            "    log_unit: 0.001\n    resolution: 0.1\n",
+            "signals[0]: log_unit takes a level, rate or ratio transform and no resolution",
+        ),
+        ("    log_unit: -1\n", "signals[0].log_unit: Input should be greater than or equal to 0"),
     ],
 )
 def test_rule_level_checks_name_the_rule(tmp_path: Path, extra: str, message: str) -> None:
-    """Bad regexes, misnamed health signals and unknown scorers are rejected with their rule."""
+    """Bad regexes, misnamed health signals, unknown scorers and a log space that cannot hold
+    (beside a rounding step, which the peers' quantization floor reads in the raw unit) are
+    rejected with their rule."""
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_signal_rules(_write(tmp_path, "signals:" + GOOD_RULE + extra))
 

@@ -427,10 +427,15 @@ def test_default_rule_leaves_node_level_series_alone_unless_asked() -> None:
     assert "node_context_switches_total" not in names
 
 
+def _without_log_space(catalog: SignalCatalog) -> SignalCatalog:
+    rules = tuple(rule.model_copy(update={"log_unit": 0.0}) for rule in catalog.signals)
+    return catalog.model_copy(update={"signals": rules})
+
+
 def test_ratio_is_counter_increase_per_denominator_increase() -> None:
     """NFS RTT per operation: seconds of RTT gained per request gained, whatever the volume;
     NaN when no request completed and before the denominator series exists."""
-    cluster = Cluster()
+    cluster = Cluster(_without_log_space(node_level_defaults()))
     labels = (("instance", "n1:9100"), ("export", "srv:/data"), ("operation", "READ"))
     rtt = "node_mountstats_nfs_operations_response_time_seconds_total"
     ops = "node_mountstats_nfs_operations_requests_total"
@@ -451,3 +456,38 @@ def test_values_are_rounded_to_the_rule_resolution() -> None:
     col = cluster.column("power_violation", gpu="0")
     assert 0.0 == cluster.tick(10, {(viol, gpu_labels("0")): 0.4e9})[col]
     assert pytest.approx(0.3) == cluster.tick(20, {(viol, gpu_labels("0")): 3.0e9})[col]
+
+
+def test_a_latency_is_compared_in_log_space_so_its_spread_does_not_grow_with_its_level() -> None:
+    """nfs_op_rtt (log_unit 1e-4 s): ln(1 + rtt / unit). A node 30% slower than another is
+    about as far from it at 0.7 ms as at 20 ms (a checkpoint storm; the unit's linear part
+    shrinks the calm distance 12%), where the seconds apart grow 29-fold; 0 s stays finite,
+    and no request completed stays NaN."""
+    unit = next(r.log_unit for r in load_signal_rules().signals if r.name == "nfs_op_rtt")
+    assert unit == 1e-4
+    rtt = "node_mountstats_nfs_operations_response_time_seconds_total"
+    ops = "node_mountstats_nfs_operations_requests_total"
+    cluster = Cluster()
+    nodes = {name: (("instance", f"{name}:9100"), ("export", "srv:/d"), ("operation", "READ"))
+             for name in ("n1", "n2")}  # fmt: skip
+    totals = {name: [0.0, 0.0] for name in nodes}
+
+    def tick(t: float, per_op: dict[str, float]) -> FloatArray:
+        values = {}
+        for name, labels in nodes.items():
+            totals[name][0] += 1000 * per_op[name]
+            totals[name][1] += 1000
+            values[(rtt, labels)], values[(ops, labels)] = totals[name]
+        return cluster.tick(t, values)
+
+    tick(0, {"n1": 0.0, "n2": 0.0})
+    cols = [cluster.column("nfs_op_rtt", node=name) for name in nodes]
+    calm = tick(15, {"n1": 0.0007, "n2": 1.3 * 0.0007})[cols]
+    storm = tick(30, {"n1": 0.020, "n2": 1.3 * 0.020})[cols]
+    assert pytest.approx(np.log1p(0.0007 / unit)) == calm[0]
+    assert 0.85 < (calm[1] - calm[0]) / (storm[1] - storm[0]) < 1.0  # seconds apart: 1/28.6
+    assert 0.0 == tick(45, {"n1": 0.0, "n2": 0.0})[cols[0]]
+    idle = cluster.tick(
+        60, {(rtt, nodes["n1"]): totals["n1"][0], (ops, nodes["n1"]): totals["n1"][1]}
+    )
+    assert np.isnan(idle[cols[0]])
