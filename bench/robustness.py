@@ -155,6 +155,7 @@ def false_alerts(result: ReplayResult, params: EpisodeParams) -> list[str]:
     return [
         f"{r.alert.node} at {(r.alert.start - result.start) / 3600:.2f} h, peak "
         f"{r.alert.peak_score:.2f}, led by {', '.join(r.alert.signals) or '-'}"
+        f"{'' if r.other_xid is None else f', at XID {r.other_xid} (not a failure)'}"
         for r in rows
         if not r.matched
     ]

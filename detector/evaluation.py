@@ -10,7 +10,11 @@ on the failure's own GPU is reported as ``gpu_matched``.
   the earliest matching alert starts strictly before ``time``. ``lead_time_s`` is ``time`` minus
   that start (negative when the alert came after the XID, within the grace).
 - An alert matching no failure is a false positive; ``fp_per_day`` divides them by the days
-  the caller says were covered (the replayed span ``end - start``).
+  the caller says were covered (the replayed span ``end - start``). One that the same rule
+  would match to an XID that is not a failure (``others``: an application fault such as 13 or
+  43, which rules/xid.yaml does not count) stays a false positive, and is reported with that
+  XID (``AlertRow.other_xid``, ``Summary.false_positives_at_other_xids``): the GPU it flagged
+  went on to lose its application, which an operator may well want to know.
 - ``recall`` is detected / failures and ``precision`` matched alerts / alerts; either is
   ``None`` (JSON ``null``) when its denominator is zero, never a made-up 0 or 1. The lead-time
   quartiles are over detected failures and ``None`` when nothing was detected.
@@ -65,6 +69,7 @@ class Summary:
     lead_time_s: LeadTimes
     share_before: float | None  # detected_before_failure / failures
     out_of_span: int = 0  # failures no alert in the covered span could match: not evaluated
+    false_positives_at_other_xids: int = 0  # of false_positives: at an XID not a failure
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +89,7 @@ class AlertRow:
 
     alert: Alert
     matched: bool
+    other_xid: int | None = None  # unmatched, but at this XID, which is not a failure
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +119,7 @@ class Evaluation:
 
         Additive to the contract: ``summary.share_before``, ``summary.failures_out_of_span``
         (failures no alert of the covered span could match: not evaluated),
+        ``summary.false_positives_at_other_xids`` and ``alerts[].other_xid`` (module doc),
         ``failures[].gpu_matched`` and the top-level ``signals_first`` table
         ``{"<xid>": {"detected": n, "signals": {name: n}}}``.
         """
@@ -129,6 +136,7 @@ class Evaluation:
                 "fp_per_day": s.fp_per_day,
                 "days": s.days,
                 "failures_out_of_span": s.out_of_span,
+                "false_positives_at_other_xids": s.false_positives_at_other_xids,
                 "lead_time_s": {
                     "p25": s.lead_time_s.p25,
                     "median": s.lead_time_s.median,
@@ -157,6 +165,7 @@ class Evaluation:
                     "peak_score": row.alert.peak_score,
                     "signals": list(row.alert.signals),
                     "matched": row.matched,
+                    "other_xid": row.other_xid,
                 }
                 for row in self.alerts
             ],
@@ -208,11 +217,13 @@ def evaluate(
     horizon_s: float = DEFAULT_HORIZON_S,
     grace_s: float = DEFAULT_GRACE_S,
     is_failure: Callable[[XidEvent], bool] | None = None,
+    others: Sequence[XidEvent] = (),
 ) -> Evaluation:
     """Match ``alerts`` to ``failures`` over the covered span ``[start, end]`` (module doc).
 
     ``is_failure`` filters ``failures`` first (e.g. by the XID catalog); by default every event
-    passed is a failure. Raises ValueError when the span is empty or a window is negative.
+    passed is a failure. ``others``: XIDs that are not failures, which only annotate false
+    positives. Raises ValueError when the span is empty or a window is negative.
     """
     if not end > start:
         raise ValueError(f"covered span must be positive: start={start} end={end}")
@@ -253,6 +264,7 @@ def evaluate(
         matched[group.indices[np.cumsum(cover[:-1]) > 0]] = True
 
     gpu_matched = _gpu_matches(ordered_alerts, events, starts, window_lo, window_hi, first_alert)
+    other_xid = _other_xids(ordered_alerts, starts, matched, others, horizon_s, grace_s)
 
     rows: list[FailureRow] = []
     lead_times: list[float] = []
@@ -284,11 +296,15 @@ def evaluate(
         lead_time_s=_quartiles(lead_times),
         share_before=before / len(events) if events else None,
         out_of_span=out_of_span,
+        false_positives_at_other_xids=sum(x is not None for x in other_xid),
     )
     return Evaluation(
         summary=summary,
         failures=tuple(rows),
-        alerts=tuple(AlertRow(a, bool(m)) for a, m in zip(ordered_alerts, matched, strict=True)),
+        alerts=tuple(
+            AlertRow(a, bool(m), x)
+            for a, m, x in zip(ordered_alerts, matched, other_xid, strict=True)
+        ),
         signals_first={
             xid: dict(counts.most_common()) for xid, counts in sorted(signals_first.items())
         },
@@ -322,6 +338,30 @@ def _gpu_matches(
         first, stop = _SortedStarts(starts, by_gpu[key]).window(window_lo[fidx], window_hi[fidx])
         for i, found in zip(fidx, stop > first, strict=True):
             result[int(i)] = bool(found)
+    return result
+
+
+def _other_xids(
+    alerts: Sequence[Alert],
+    starts: FloatArray,
+    matched: np.ndarray,
+    others: Sequence[XidEvent],
+    horizon_s: float,
+    grace_s: float,
+) -> list[int | None]:
+    """Per alert: the XID of the earliest of ``others`` whose window (the matching rule) holds
+    the alert's start, for unmatched alerts; None otherwise."""
+    result: list[int | None] = [None] * len(alerts)
+    unmatched = _group([a.node if not m else None for a, m in zip(alerts, matched, strict=True)])
+    for node, event_idx in _group([ev.node for ev in others]).items():
+        if node is None or node not in unmatched:
+            continue
+        group = _SortedStarts(starts, unmatched[node])
+        for ev in sorted((others[i] for i in event_idx), key=lambda e: e.time):
+            lo, hi = _window(ev, horizon_s, grace_s)
+            first, stop = group.window(np.array([lo]), np.array([hi]))
+            for k in group.indices[int(first[0]) : int(stop[0])].tolist():
+                result[k] = ev.xid if result[k] is None else result[k]
     return result
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import gzip
 import time as wallclock
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -272,12 +273,19 @@ def run_replay(
     named = place_events(named, pipeline.index.infos)  # short host names, GPU UUIDs and PCI ids
     all_xids = dedupe_episodes([*named, *data_xids], catalog)
     failures = [ev for ev in all_xids if is_failure(ev, catalog)]
+    others = [ev for ev in all_xids if not is_failure(ev, catalog)]
     if ticks < 2:
         when = wallclock.strftime("%Y-%m-%d %H:%M:%S UTC", wallclock.gmtime(start if ticks else 0))
         found = "no samples" if ticks == 0 else f"one tick of data (at {when})"
         raise DumpError(f"{source}: {found}; a replay needs samples at two times at least")
     evaluation = evaluate(
-        alerts, failures, start=start, end=end, horizon_s=horizon_s, grace_s=grace_s
+        alerts,
+        failures,
+        start=start,
+        end=end,
+        horizon_s=horizon_s,
+        grace_s=grace_s,
+        others=others,
     )
     node_names = pipeline.signal_map.layout.node_names if ticks else ()
     result = ReplayResult(
@@ -364,6 +372,7 @@ def evaluate_at_threshold(
     alerts = alerts_at_threshold(
         result.times, result.node_scores, result.node_names, params, result.xid_held, leads
     )
+    failures = set(result.failures)
     return evaluate(
         alerts,
         result.failures,
@@ -371,6 +380,7 @@ def evaluate_at_threshold(
         end=result.end,
         horizon_s=horizon_s,
         grace_s=grace_s,
+        others=[ev for ev in result.all_xids if ev not in failures],
     )
 
 
@@ -424,6 +434,13 @@ def summary_lines(result: ReplayResult) -> list[str]:
         f"lead time p25 {fmt_lead(lt['p25'])}  median {fmt_lead(lt['median'])}  "
         f"p75 {fmt_lead(lt['p75'])}  (positive: alert before the XID)",
     ]
+    at_other = Counter(r.other_xid for r in result.evaluation.alerts if r.other_xid is not None)
+    if at_other:  # flagged GPUs whose application then faulted: worth a look, still counted
+        codes = ", ".join(f"xid {x}: {n}" for x, n in sorted(at_other.items()))
+        lines.append(
+            f"false positives at an XID rules/xid.yaml does not count as a failure: "
+            f"{sum(at_other.values())} ({codes})"
+        )
     if result.failures:  # where the failures came from: a user checks their events loaded
         counted = ", ".join(f"{name} {n}" for name, n in failure_sources(result.failures))
         lines.append(f"failures by source (first report of each episode): {counted}")

@@ -123,6 +123,13 @@ def _table(cls: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> st
     return f"<table class={cls}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _false_positives(total: int, at_other_xids: int) -> str:
+    """The count, and how many came before an XID that is not a failure (evaluation.py)."""
+    if not at_other_xids:
+        return str(total)
+    return f"{total} ({at_other_xids} at an XID not counted as a failure)"
+
+
 def _summary(result: ReplayData, threshold: float, weights: Mapping[str, float]) -> str:
     s = result.evaluation.summary
     lt = s.lead_time_s
@@ -132,7 +139,7 @@ def _summary(result: ReplayData, threshold: float, weights: Mapping[str, float])
         ("before the XID", f"{s.detected_before_failure} ({_pct(s.share_before)})"),
         ("alerts", str(len(result.alerts))),
         ("precision", _pct(s.precision)),
-        ("false positives", str(s.false_positives)),
+        ("false positives", _false_positives(s.false_positives, s.false_positives_at_other_xids)),
         ("FP/day", f"{s.fp_per_day:.2f}"),
         ("lead time p25 / median / p75", f"{_lead(lt.p25)} / {_lead(lt.median)} / {_lead(lt.p75)}"),
         ("cluster incidents", str(result.incidents)),

@@ -146,7 +146,7 @@ def test_report_json_has_exactly_the_contract_keys() -> None:
     assert set(document["summary"]) == {
         "failures", "detected", "detected_before_failure", "recall", "precision",
         "false_positives", "fp_per_day", "days", "lead_time_s", "share_before",
-        "failures_out_of_span",
+        "failures_out_of_span", "false_positives_at_other_xids",
     }  # fmt: skip
     assert set(document["summary"]["lead_time_s"]) == {"p25", "median", "p75"}
     assert document["failures"] == [
@@ -155,7 +155,7 @@ def test_report_json_has_exactly_the_contract_keys() -> None:
     ]  # fmt: skip
     assert document["alerts"] == [
         {"node": "n1", "gpu": "2", "start": T - 60.0, "end": T + 60.0, "peak_score": 0.9,
-         "signals": ["temp", "power"], "matched": True}
+         "signals": ["temp", "power"], "matched": True, "other_xid": None}
     ]  # fmt: skip
     assert json.loads(json.dumps(document, allow_nan=False)) == document
 
@@ -314,3 +314,26 @@ def test_failures_no_alert_of_the_span_could_match_are_not_evaluated() -> None:
     assert 1.0 == ev.summary.recall
     assert 0 == ev.summary.false_positives
     assert 2 == ev.to_json()["summary"]["failures_out_of_span"]
+
+
+def test_a_false_positive_at_an_xid_that_is_not_a_failure_stays_one_and_names_it() -> None:
+    """An unmatched alert that the matching rule would match to an application fault (XID 43,
+    not a failure) is still a false positive, reported with that XID; an alert on another
+    node, one outside the window and one matched to a real failure are not."""
+    app_fault = _failure(T, "n1", "3", xid=43)
+    alerts = [
+        _alert(T - 600.0, "n1"),  # 10 min before the XID 43: at it
+        _alert(T - 600.0, "n2"),  # another node
+        _alert(T - 3601.0, "n1"),  # before the window
+        _alert(T + 2 * DAY / 3, "n3"),  # matched to n3's failure
+    ]
+    result = evaluate(alerts, [_failure(T + 2 * DAY / 3, "n3")], **SPAN, others=[app_fault])
+    assert [(row.matched, row.other_xid) for row in result.alerts] == [
+        (False, None),
+        (False, 43),
+        (False, None),
+        (True, None),
+    ]
+    assert 3 == result.summary.false_positives
+    assert 1 == result.summary.false_positives_at_other_xids
+    assert 1 == result.to_json()["summary"]["false_positives_at_other_xids"]

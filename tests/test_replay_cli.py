@@ -47,11 +47,13 @@ CONTRACT_FAILURE = {"time", "node", "gpu", "xid", "detected", "lead_time_s"}
 CONTRACT_ALERT = {"node", "gpu", "start", "end", "peak_score", "signals", "matched"}
 # Additive fields, documented in evaluation.Evaluation.to_json.
 ADDITIVE_TOP = {"signals_first"}
-ADDITIVE_SUMMARY = {"share_before", "failures_out_of_span"}
+ADDITIVE_SUMMARY = {"share_before", "failures_out_of_span", "false_positives_at_other_xids"}
 ADDITIVE_FAILURE = {"gpu_matched"}
+ADDITIVE_ALERT = {"other_xid"}
 
 
-def cluster_samples() -> list[Sample]:
+def cluster_samples(code: int = 79) -> list[Sample]:
+    """Node 2's GPU 1 heats from tick 150 on and reports XID ``code`` at FAIL_TICK."""
     rng = np.random.default_rng(0)
     samples = []
     for k in range(TICKS):
@@ -63,7 +65,7 @@ def cluster_samples() -> list[Sample]:
                 failing = n == 2 and g == 1
                 if failing and k >= 150:
                     temp += k - 150.0
-                xid = 79.0 if failing and k >= FAIL_TICK else 0.0
+                xid = float(code) if failing and k >= FAIL_TICK else 0.0
                 power = 600 + rng.normal(0, 10)
                 samples.append(Sample("DCGM_FI_DEV_GPU_TEMP", labels, round(temp, 2), t))
                 samples.append(Sample("DCGM_FI_DEV_POWER_USAGE", labels, round(power, 2), t))
@@ -120,7 +122,7 @@ def test_replay_report_json_has_the_contract_keys(
     assert CONTRACT_SUMMARY | ADDITIVE_SUMMARY == set(doc["summary"])
     assert {"p25", "median", "p75"} == set(doc["summary"]["lead_time_s"])
     assert all(CONTRACT_FAILURE | ADDITIVE_FAILURE == set(row) for row in doc["failures"])
-    assert all(CONTRACT_ALERT == set(row) for row in doc["alerts"])
+    assert all(CONTRACT_ALERT | ADDITIVE_ALERT == set(row) for row in doc["alerts"])
     # the dump's own XID and the events file describe one failure
     assert 1 == doc["summary"]["failures"]
     (failure,) = doc["failures"]
@@ -314,3 +316,27 @@ def test_replay_applies_and_reports_the_calibrated_signal_weights(
             assert "calibrated signal weights: 1 (gpu_temp x0.50)" in printed
             assert "Signal weights: 1 (gpu_temp x0.50)" in html.read_text()
     assert starts[1] > starts[0]
+
+
+def test_replay_names_false_positives_at_an_xid_that_is_not_a_failure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The heating GPU ends in XID 43, an application fault rules/xid.yaml does not count: its
+    alert stays a false positive, and the summary and report say it came at that XID."""
+    dump, report, html = tmp_path / "dump.om", tmp_path / "report.json", tmp_path / "r.html"
+    types = dict.fromkeys(
+        ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_XID_ERRORS"), "gauge"
+    )
+    write_openmetrics(dump, cluster_samples(code=43), types)
+    argv = ["replay", str(dump), "--report-json", str(report), "--html", str(html), "--quiet"]
+    assert 0 == main(argv)
+    out = capsys.readouterr().out
+    assert "failures 0 " in out
+    assert (
+        "false positives at an XID rules/xid.yaml does not count as a failure: 1 (xid 43: 1)" in out
+    )
+    document = json.loads(report.read_text())
+    assert 1 == document["summary"]["false_positives"]
+    assert 1 == document["summary"]["false_positives_at_other_xids"]
+    assert [("node2", 43)] == [(a["node"], a["other_xid"]) for a in document["alerts"]]
+    assert "1 (1 at an XID not counted as a failure)" in html.read_text()
