@@ -69,7 +69,7 @@ class Node:
     def page(self, k: int) -> FloatArray:
         """Tick ``k``'s true values: every gauge moves, the counters advance."""
         v = np.full(len(self.index), np.nan)
-        v[self.temp] = 60.0 + self.rng.normal(0, 0.5, self.gpus)
+        v[self.temp] = np.round(60.0 + self.rng.normal(0, 0.5, self.gpus))  # whole degrees
         v[self.power] = 600.0 + self.rng.normal(0, 10, self.gpus)
         v[self.energy] = 1e6 + 9000.0 * k + np.arange(self.gpus)
         v[self.load] = 40.0 + self.rng.normal(0, 1)

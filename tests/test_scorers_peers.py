@@ -7,10 +7,13 @@ import dataclasses
 import numpy as np
 import pytest
 
+from detector.rules import load_signal_rules
 from detector.scorers.base import ColumnLayout
 from detector.scorers.peers import MAD_SCALE, PeerDeviation, peer_groups
 from detector.scorers.registry import grid_layout
 from detector.scorers.zscore import RobustZScore
+from detector.series import SeriesIndex
+from detector.signals import SignalMap
 
 TICK_S = 15.0
 
@@ -377,3 +380,57 @@ def test_a_slow_nfs_client_is_caught_between_checkpoint_storms_in_log_space() ->
     seconds, _, _ = _nfs_latency_scores(None)
     assert np.median(seconds[slow & ~storm, 9]) < 4.0
     assert seconds[storm, 5].max() > 8.0
+
+
+def _loading_phase_scores(strip_resolution: bool) -> tuple[np.ndarray, np.ndarray]:
+    """One node's 8 GPUs through the shipped rules (DCGM_FI_DEV_GPU_UTIL, whole percent,
+    120 s samples): idle at exactly 0 for 3 h, a 10-min loading phase at 25 +- 1 (most GPUs
+    tie on one value, so the group's MAD is 0), GPU 4 stuck at 10 in its last 4 min; then
+    training at 99 +- 1. Peer scores of the gpu_util columns (ticks x GPUs), and the mask
+    of loading ticks before GPU 4 lags."""
+    catalog = load_signal_rules()
+    if strip_resolution:
+        rules = tuple(r.model_copy(update={"resolution": 0.0}) for r in catalog.signals)
+        catalog = catalog.model_copy(update={"signals": rules})
+    index = SeriesIndex()
+    signals = SignalMap(catalog, index)
+    series = [
+        index.add(
+            "DCGM_FI_DEV_GPU_UTIL", (("Hostname", "n1"), ("UUID", f"GPU-{g}"), ("gpu", str(g)))
+        )
+        for g in range(8)
+    ]
+    signals.sync()
+    cols = [next(i for i in range(len(signals)) if signals.column_names(i)[3] == s) for s in series]
+    rng = np.random.default_rng(5)
+    peers, step = PeerDeviation(), 120.0
+    scores, loading = [], []
+    for k in range(int(4 * 3600 / step)):
+        minute = k * step / 60.0
+        if minute < 180.0:
+            util = np.zeros(8)
+        elif minute < 190.0:
+            util = 25.0 + rng.choice([-1.0, 0.0, 0.0, 0.0, 0.0, 1.0], size=8)
+            util[4] = 10.0 if minute >= 186.0 else util[4]
+        else:
+            util = 99.0 + rng.choice([-1.0, 0.0, 1.0], size=8)
+        frame = np.full(len(index), np.nan)
+        frame[series] = util
+        x = signals.compute(k * step, frame)
+        scores.append(peers.update(k * step, x, signals.layout)[cols])
+        loading.append(180.0 <= minute < 186.0)
+    return np.array(scores), np.array(loading)
+
+
+def test_whole_number_readings_tied_after_an_idle_phase_are_not_deviants() -> None:
+    """DCGM reports utilization and temperatures in whole units (rules: resolution 1). After
+    an idle phase with no spread at all, a loading phase where most GPUs tie on one value
+    has a MAD of 0: a GPU one or two percent off its peers is quantization, not a tens-of-
+    sigma deviant, while a GPU stuck at 10 beside peers at 25 still stands out. Without the
+    resolution (the same readings) the one-percent GPUs score like a fault."""
+    shipped, loading = _loading_phase_scores(strip_resolution=False)
+    assert shipped[loading].max() < 8.0
+    assert shipped[-20:].max() < 8.0  # training, 99 +- 1 (its last 40 min)
+    assert shipped[~loading, 4].max() > 20.0  # the stuck GPU, minutes 186-190
+    plain, _ = _loading_phase_scores(strip_resolution=True)
+    assert plain[loading].max() > 20.0
