@@ -123,11 +123,17 @@ def _table(cls: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> st
     return f"<table class={cls}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _false_positives(total: int, at_other_xids: int) -> str:
-    """The count, and how many came before an XID that is not a failure (evaluation.py)."""
-    if not at_other_xids:
-        return str(total)
-    return f"{total} ({at_other_xids} at an XID not counted as a failure)"
+def _at_other_xids(result: ReplayData) -> str:
+    """A sentence on the false positives that came at an XID which is not a failure
+    (evaluation.py), "" when none did."""
+    codes = Counter(r.other_xid for r in result.evaluation.alerts if r.other_xid is not None)
+    if not codes:
+        return ""
+    listed = ", ".join(f"XID {x} ({n})" for x, n in sorted(codes.items()))
+    return (
+        f" False positives at an XID that rules/xid.yaml does not count as a failure: "
+        f"{sum(codes.values())}, {listed}; the GPU flagged went on to lose its application."
+    )
 
 
 def _summary(result: ReplayData, threshold: float, weights: Mapping[str, float]) -> str:
@@ -139,7 +145,7 @@ def _summary(result: ReplayData, threshold: float, weights: Mapping[str, float])
         ("before the XID", f"{s.detected_before_failure} ({_pct(s.share_before)})"),
         ("alerts", str(len(result.alerts))),
         ("precision", _pct(s.precision)),
-        ("false positives", _false_positives(s.false_positives, s.false_positives_at_other_xids)),
+        ("false positives", str(s.false_positives)),
         ("FP/day", f"{s.fp_per_day:.2f}"),
         ("lead time p25 / median / p75", f"{_lead(lt.p25)} / {_lead(lt.median)} / {_lead(lt.p75)}"),
         ("cluster incidents", str(result.incidents)),
@@ -151,7 +157,9 @@ def _summary(result: ReplayData, threshold: float, weights: Mapping[str, float])
         + "<p class=note>Lead time: XID time minus the start of the earliest matching alert "
         "(positive: the alert came first). Signal weights: "
         + (escape(describe_weights(weights)) if weights else "the rules' own (none calibrated)")
-        + ".</p>"
+        + "."
+        + escape(_at_other_xids(result))
+        + "</p>"
         + _inputs(result)
         + "</section>"
     )
