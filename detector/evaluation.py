@@ -114,6 +114,11 @@ class Evaluation:
                 hits[row.alert.signals[0]][0 if row.matched else 1] += 1
         return {signal: (tp, fp) for signal, (tp, fp) in sorted(hits.items())}
 
+    def other_xids(self) -> dict[int, int]:
+        """XID code -> false positives at it (``AlertRow.other_xid``), by code."""
+        counts = Counter(row.other_xid for row in self.alerts if row.other_xid is not None)
+        return dict(sorted(counts.items()))
+
     def to_json(self) -> dict[str, Any]:
         """The ``--report-json`` document (ARCHITECTURE.md contract, plus additive fields).
 
@@ -354,7 +359,7 @@ def _other_xids(
     result: list[int | None] = [None] * len(alerts)
     unmatched = _group([a.node if not m else None for a, m in zip(alerts, matched, strict=True)])
     for node, event_idx in _group([ev.node for ev in others]).items():
-        if node is None or node not in unmatched:
+        if node not in unmatched:  # matched alerts are grouped under None, no node's name
             continue
         group = _SortedStarts(starts, unmatched[node])
         for ev in sorted((others[i] for i in event_idx), key=lambda e: e.time):

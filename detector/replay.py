@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import gzip
 import time as wallclock
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -434,9 +433,9 @@ def summary_lines(result: ReplayResult) -> list[str]:
         f"lead time p25 {fmt_lead(lt['p25'])}  median {fmt_lead(lt['median'])}  "
         f"p75 {fmt_lead(lt['p75'])}  (positive: alert before the XID)",
     ]
-    at_other = Counter(r.other_xid for r in result.evaluation.alerts if r.other_xid is not None)
+    at_other = result.evaluation.other_xids()
     if at_other:  # flagged GPUs whose application then faulted: worth a look, still counted
-        codes = ", ".join(f"xid {x}: {n}" for x, n in sorted(at_other.items()))
+        codes = ", ".join(f"xid {x}: {n}" for x, n in at_other.items())
         lines.append(
             f"false positives at an XID rules/xid.yaml does not count as a failure: "
             f"{sum(at_other.values())} ({codes})"

@@ -126,10 +126,10 @@ def _table(cls: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> st
 def _at_other_xids(result: ReplayData) -> str:
     """A sentence on the false positives that came at an XID which is not a failure
     (evaluation.py), "" when none did."""
-    codes = Counter(r.other_xid for r in result.evaluation.alerts if r.other_xid is not None)
+    codes = result.evaluation.other_xids()
     if not codes:
         return ""
-    listed = ", ".join(f"XID {x} ({n})" for x, n in sorted(codes.items()))
+    listed = ", ".join(f"XID {x} ({n})" for x, n in codes.items())
     return (
         f" False positives at an XID that rules/xid.yaml does not count as a failure: "
         f"{sum(codes.values())}, {listed}; the GPU flagged went on to lose its application."
