@@ -11,9 +11,9 @@ on the failure's own GPU is reported as ``gpu_matched``.
   that start (negative when the alert came after the XID, within the grace).
 - An alert matching no failure is a false positive; ``fp_per_day`` divides them by the days
   the caller says were covered (the replayed span ``end - start``). One that the same rule
-  would match to an XID that is not a failure (``others``: an application fault such as 13 or
-  43, which rules/xid.yaml does not count) stays a false positive, and is reported with that
-  XID (``AlertRow.other_xid``, ``Summary.false_positives_at_other_xids``): the GPU it flagged
+  would match to an event ``is_failure`` rejects (an application fault such as XID 13 or 43,
+  which rules/xid.yaml does not count) stays a false positive, and is reported with that XID
+  (``AlertRow.other_xid``, ``Summary.false_positives_at_other_xids``): the GPU it flagged
   went on to lose its application, which an operator may well want to know.
 - ``recall`` is detected / failures and ``precision`` matched alerts / alerts; either is
   ``None`` (JSON ``null``) when its denominator is zero, never a made-up 0 or 1. The lead-time
@@ -222,22 +222,22 @@ def evaluate(
     horizon_s: float = DEFAULT_HORIZON_S,
     grace_s: float = DEFAULT_GRACE_S,
     is_failure: Callable[[XidEvent], bool] | None = None,
-    others: Sequence[XidEvent] = (),
 ) -> Evaluation:
     """Match ``alerts`` to ``failures`` over the covered span ``[start, end]`` (module doc).
 
     ``is_failure`` filters ``failures`` first (e.g. by the XID catalog); by default every event
-    passed is a failure. ``others``: XIDs that are not failures, which only annotate false
-    positives. Raises ValueError when the span is empty or a window is negative.
+    passed is a failure. The events it rejects are only named beside the false positives at
+    them. Raises ValueError when the span is empty or a window is negative.
     """
     if not end > start:
         raise ValueError(f"covered span must be positive: start={start} end={end}")
     if horizon_s < 0 or grace_s < 0:
         raise ValueError(f"horizon_s and grace_s must be >= 0, got {horizon_s}, {grace_s}")
-    events = sorted(
-        (f for f in failures if is_failure is None or is_failure(f)),
-        key=lambda f: (f.time, f.node),
-    )
+    events: list[XidEvent] = []
+    others: list[XidEvent] = []  # rejected: only named beside false positives
+    for f in failures:
+        (events if is_failure is None or is_failure(f) else others).append(f)
+    events.sort(key=lambda f: (f.time, f.node))
     in_span = [_window(f, horizon_s, grace_s) for f in events]
     out_of_span = sum(1 for lo, hi in in_span if lo > end or hi < start)
     events = [f for f, (lo, hi) in zip(events, in_span, strict=True) if lo <= end and hi >= start]
@@ -362,12 +362,25 @@ def _other_xids(
         if node not in unmatched:  # matched alerts are grouped under None, no node's name
             continue
         group = _SortedStarts(starts, unmatched[node])
-        for ev in sorted((others[i] for i in event_idx), key=lambda e: e.time):
-            lo, hi = _window(ev, horizon_s, grace_s)
-            first, stop = group.window(np.array([lo]), np.array([hi]))
-            for k in group.indices[int(first[0]) : int(stop[0])].tolist():
+        events = sorted((others[i] for i in event_idx), key=lambda e: e.time)
+        lo, hi = np.array([_window(ev, horizon_s, grace_s) for ev in events]).T
+        for ev, first, stop in zip(events, *group.window(lo, hi), strict=True):
+            for k in group.indices[first:stop].tolist():
                 result[k] = ev.xid if result[k] is None else result[k]
     return result
+
+
+def describe_other_xids(evaluation: Evaluation) -> str:
+    """One sentence on the false positives at an XID that is not a failure (``other_xid``),
+    for the replay summary and the report; "" when none was."""
+    counts = evaluation.other_xids()
+    if not counts:
+        return ""
+    listed = ", ".join(f"XID {x}: {n}" for x, n in counts.items())
+    return (
+        f"false positives at an XID rules/xid.yaml does not count as a failure: "
+        f"{sum(counts.values())} ({listed}); the GPU flagged went on to lose its application"
+    )
 
 
 def failure_sources(failures: Iterable[XidEvent]) -> list[tuple[str, int]]:

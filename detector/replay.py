@@ -20,7 +20,7 @@ import numpy as np
 from .calibration import describe_weights
 from .episodes import EpisodeParams, Episodes
 from .errors import DumpError, EventsError
-from .evaluation import Evaluation, evaluate, failure_sources
+from .evaluation import Evaluation, describe_other_xids, evaluate, failure_sources
 from .frame import frames_from_batches
 from .ingest.dumps import DumpStats, read_dump
 from .ingest.dumps_store import load_array
@@ -272,19 +272,18 @@ def run_replay(
     named = place_events(named, pipeline.index.infos)  # short host names, GPU UUIDs and PCI ids
     all_xids = dedupe_episodes([*named, *data_xids], catalog)
     failures = [ev for ev in all_xids if is_failure(ev, catalog)]
-    others = [ev for ev in all_xids if not is_failure(ev, catalog)]
     if ticks < 2:
         when = wallclock.strftime("%Y-%m-%d %H:%M:%S UTC", wallclock.gmtime(start if ticks else 0))
         found = "no samples" if ticks == 0 else f"one tick of data (at {when})"
         raise DumpError(f"{source}: {found}; a replay needs samples at two times at least")
     evaluation = evaluate(
         alerts,
-        failures,
+        all_xids,
         start=start,
         end=end,
         horizon_s=horizon_s,
         grace_s=grace_s,
-        others=others,
+        is_failure=lambda ev: is_failure(ev, catalog),
     )
     node_names = pipeline.signal_map.layout.node_names if ticks else ()
     result = ReplayResult(
@@ -374,12 +373,12 @@ def evaluate_at_threshold(
     failures = set(result.failures)
     return evaluate(
         alerts,
-        result.failures,
+        result.all_xids,
         start=result.start,
         end=result.end,
         horizon_s=horizon_s,
         grace_s=grace_s,
-        others=[ev for ev in result.all_xids if ev not in failures],
+        is_failure=failures.__contains__,
     )
 
 
@@ -433,13 +432,8 @@ def summary_lines(result: ReplayResult) -> list[str]:
         f"lead time p25 {fmt_lead(lt['p25'])}  median {fmt_lead(lt['median'])}  "
         f"p75 {fmt_lead(lt['p75'])}  (positive: alert before the XID)",
     ]
-    at_other = result.evaluation.other_xids()
-    if at_other:  # flagged GPUs whose application then faulted: worth a look, still counted
-        codes = ", ".join(f"xid {x}: {n}" for x, n in at_other.items())
-        lines.append(
-            f"false positives at an XID rules/xid.yaml does not count as a failure: "
-            f"{sum(at_other.values())} ({codes})"
-        )
+    if at_other := describe_other_xids(result.evaluation):  # still counted, worth a look
+        lines.append(at_other)
     if result.failures:  # where the failures came from: a user checks their events loaded
         counted = ", ".join(f"{name} {n}" for name, n in failure_sources(result.failures))
         lines.append(f"failures by source (first report of each episode): {counted}")

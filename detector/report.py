@@ -26,7 +26,7 @@ from typing import Protocol
 import numpy as np
 
 from .calibration import describe_weights
-from .evaluation import Evaluation, FailureRow, failure_sources
+from .evaluation import Evaluation, FailureRow, describe_other_xids, failure_sources
 from .model import Alert, FloatArray, XidEvent
 from .report_charts import CSS, LEGEND, Mark, Span, bars_svg, heatmap_svg, timeline_svg
 from .report_svg import utc
@@ -123,21 +123,9 @@ def _table(cls: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> st
     return f"<table class={cls}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _at_other_xids(result: ReplayData) -> str:
-    """A sentence on the false positives that came at an XID which is not a failure
-    (evaluation.py), "" when none did."""
-    codes = result.evaluation.other_xids()
-    if not codes:
-        return ""
-    listed = ", ".join(f"XID {x} ({n})" for x, n in codes.items())
-    return (
-        f" False positives at an XID that rules/xid.yaml does not count as a failure: "
-        f"{sum(codes.values())}, {listed}; the GPU flagged went on to lose its application."
-    )
-
-
 def _summary(result: ReplayData, threshold: float, weights: Mapping[str, float]) -> str:
     s = result.evaluation.summary
+    other = describe_other_xids(result.evaluation)
     lt = s.lead_time_s
     cells = [
         ("failures", str(s.failures)),
@@ -158,7 +146,7 @@ def _summary(result: ReplayData, threshold: float, weights: Mapping[str, float])
         "(positive: the alert came first). Signal weights: "
         + (escape(describe_weights(weights)) if weights else "the rules' own (none calibrated)")
         + "."
-        + escape(_at_other_xids(result))
+        + (f" {escape(other[:1].upper() + other[1:])}." if other else "")
         + "</p>"
         + _inputs(result)
         + "</section>"

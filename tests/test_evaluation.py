@@ -318,16 +318,17 @@ def test_failures_no_alert_of_the_span_could_match_are_not_evaluated() -> None:
 
 def test_a_false_positive_at_an_xid_that_is_not_a_failure_stays_one_and_names_it() -> None:
     """An unmatched alert that the matching rule would match to an application fault (XID 43,
-    not a failure) is still a false positive, reported with that XID; an alert on another
-    node, one outside the window and one matched to a real failure are not."""
+    which is_failure rejects) is still a false positive, reported with that XID; an alert on
+    another node, one outside the window and one matched to a real failure are not."""
     app_fault = _failure(T, "n1", "3", xid=43)
+    events = [_failure(T + 2 * DAY / 3, "n3"), app_fault]
     alerts = [
         _alert(T - 600.0, "n1"),  # 10 min before the XID 43: at it
         _alert(T - 600.0, "n2"),  # another node
         _alert(T - 3601.0, "n1"),  # before the window
         _alert(T + 2 * DAY / 3, "n3"),  # matched to n3's failure
     ]
-    result = evaluate(alerts, [_failure(T + 2 * DAY / 3, "n3")], **SPAN, others=[app_fault])
+    result = evaluate(alerts, events, **SPAN, is_failure=lambda event: event.xid != 43)
     assert [(row.matched, row.other_xid) for row in result.alerts] == [
         (False, None),
         (False, 43),

@@ -333,10 +333,10 @@ def test_replay_names_false_positives_at_an_xid_that_is_not_a_failure(
     out = capsys.readouterr().out
     assert "failures 0 " in out
     assert (
-        "false positives at an XID rules/xid.yaml does not count as a failure: 1 (xid 43: 1)" in out
+        "false positives at an XID rules/xid.yaml does not count as a failure: 1 (XID 43: 1)" in out
     )
     document = json.loads(report.read_text())
     assert 1 == document["summary"]["false_positives"]
     assert 1 == document["summary"]["false_positives_at_other_xids"]
     assert [("node2", 43)] == [(a["node"], a["other_xid"]) for a in document["alerts"]]
-    assert "does not count as a failure: 1, XID 43 (1)" in html.read_text()
+    assert "does not count as a failure: 1 (XID 43: 1); the GPU flagged" in html.read_text()

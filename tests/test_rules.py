@@ -147,6 +147,13 @@ def test_rule_level_checks_name_the_rule(tmp_path: Path, extra: str, message: st
         load_signal_rules(_write(tmp_path, "signals:" + GOOD_RULE + extra))
 
 
+def test_log_space_is_refused_on_an_edge(tmp_path: Path) -> None:
+    """An edge is 0 or 1 (the value changed): it has no log space, and the rule is named."""
+    edge = GOOD_RULE.replace("transform: level", "transform: edge") + "    log_unit: 0.001\n"
+    with pytest.raises(ConfigError, match=re.escape("signals[0]: log_unit takes a level")):
+        load_signal_rules(_write(tmp_path, "signals:" + edge))
+
+
 def test_rule_without_metrics_or_pattern_is_rejected() -> None:
     """A non-presence rule must say which series it reads."""
     with pytest.raises(ValueError, match="give metrics and/or pattern"):
