@@ -40,6 +40,9 @@ Transforms, per column, with ``prev`` the last *observed* value of its series:
 DCGM's blank sentinel (values near 2**63) reads as not observed. NaN means not observed. So
 does a target's scrape that repeats its previous one byte for byte (dcgm-exporter serving its
 cached collection, see repeats.py), for up to ``repeat_hold_s`` (None: every scrape observed).
+
+This module decides which columns exist and what each reads; the per-tick arithmetic (the
+transforms, presence, frozen targets) is signal_values.py's.
 """
 
 from __future__ import annotations
@@ -54,6 +57,13 @@ from .model import DCGM_BLANK_THRESHOLD, BoolArray, ColumnLayout, FloatArray, In
 from .repeats import RepeatedScrapes, target_key
 from .rules import SignalCatalog
 from .series import SeriesIndex, group_value, without, workload_of
+from .signal_values import (
+    frozen_values,
+    known_per_gpu,
+    presence_values,
+    retire_replaced,
+    transformed,
+)
 
 LEVEL, RATE, EDGE, MISSING, GPU_COUNT, RATIO, FROZEN = 0, 1, 2, 3, 4, 5, 6
 _TRANSFORM = {"level": LEVEL, "rate": RATE, "edge": EDGE, "ratio": RATIO}
@@ -609,54 +619,23 @@ class SignalMap:
         cur = padded[a["series"]]
         observed = ~np.isnan(cur)
         prev, prev_t = self._prev_value, self._prev_time
-        have_prev = observed & ~np.isnan(prev)
-
-        # Whole-width arithmetic (contiguous) beats gathering each kind's columns: every
-        # column starts as its level value and the other kinds overwrite theirs below.
-        out: FloatArray = np.multiply(cur, a["scale"])
-        dt = np.subtract(t, prev_t)
-        dv = np.subtract(cur, prev)
-        positive = dt > 0
-        ok = have_prev & positive
-        ok &= dv >= 0
-        with np.errstate(invalid="ignore", divide="ignore"):
-            np.divide(dv, dt, out=dv, where=positive)  # dv / 1.0 elsewhere: dv stays
-            dv *= a["scale"]
-        np.copyto(dv, np.nan, where=~ok)
-        np.copyto(out, dv, where=a["is_rate"])
-        ed = a["edge"]
-        out[ed] = np.where(have_prev[ed], (cur[ed] != prev[ed]).astype(np.float64), np.nan)
-        ra = a["ratio"]
-        if ra.size:
-            den_col = a["denom"][ra]
-            known = den_col >= 0
-            den = np.where(known, values[np.where(known, den_col, 0)], np.nan)
-            d_num = cur[ra] - prev[ra]
-            d_den = den - self._prev_den[ra]
-            ok = have_prev[ra] & (d_num >= 0) & (d_den > 0)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                out[ra] = np.where(ok, d_num / np.where(ok, d_den, 1.0) * a["scale"][ra], np.nan)
-            den_seen = ~np.isnan(den)
-            self._prev_den[ra[den_seen]] = den[den_seen]
+        out = transformed(a, t, cur, values, prev, prev_t, self._prev_den)
         missing = np.isnan(values)
-        rd = a["rounded"]
-        if rd.size:
-            step = a["resolution"][rd]
-            out[rd] = np.round(out[rd] / step) * step
-        lg = a["logged"]
-        if lg.size:  # NaN stays NaN
-            out[lg] = np.log1p(np.maximum(out[lg], 0.0) / a["log_unit"][lg])
         seen = self._seen[:n_series]
         sent = ~missing
         first = seen < sent
         if first.any():  # a series observed for the first time
             self._learn_cohorts(np.flatnonzero(first))
-            self._retire_replaced(a["series_slot"], first, missing, seen)
+            retire_replaced(a["series_slot"], first, missing, seen)
             seen |= sent
             self._known = None
-        self._presence_values(a, missing, out)
+        if self._known is None:
+            self._known = known_per_gpu(a, self._seen)
+        presence_values(a, missing, self._seen, self._known, len(self.node_names), out)
         if a["frozen"].size:
-            self._frozen_values(a, out)
+            repeats = self.repeats
+            scraped, frozen = (None, None) if repeats is None else (repeats.scraped, repeats.frozen)
+            frozen_values(a, scraped, frozen, len(self.node_names), out)
 
         np.copyto(prev, cur, where=observed)
         np.copyto(prev_t, t, where=observed)
@@ -664,77 +643,8 @@ class SignalMap:
         prev_t[computed[~np.isnan(out[computed])]] = t
         return out
 
-    @staticmethod
-    def _retire_replaced(
-        slot: IntArray, first: BoolArray, missing: BoolArray, seen: BoolArray
-    ) -> None:
-        """A GPU series seen for the first time replaces the series of the same metric and
-        GPU that went silent as it came (``seen`` cleared for those): its target was
-        relabelled, e.g. with its node's next job, and every series came back under a new
-        identity. Counted as missing, the old ones held each GPU's missing fraction at 0.5
-        from then on (a health alert at every job change). A GPU off the bus brings no new
-        series, so its series stay missing; two series of a metric both present (MIG
-        instances) both stay known; one that comes back replaces its successor in turn."""
-        n = slot.shape[0]
-        new_slots = np.unique(slot[first[:n]])
-        new_slots = new_slots[new_slots >= 0]
-        if new_slots.size:
-            seen[:n][seen[:n] & missing[:n] & np.isin(slot, new_slots)] = False
-
-    def _presence_values(
-        self, a: dict[str, np.ndarray], missing: BoolArray, out: FloatArray
-    ) -> None:
-        """``missing``: per series, not observed this tick. Counts come from the few series
-        that are missing (per-entity totals are fixed per layout), not from every series."""
-        n_entities = a["entity_node"].shape[0]
-        if n_entities == 0:
-            return
-        absent = np.flatnonzero(missing)
-        ent = a["series_entity"][absent]
-        on_gpu = ent >= 0
-        absent, ent = absent[on_gpu], ent[on_gpu]
-        observed_per_gpu = a["entity_series"] - np.bincount(ent, minlength=n_entities)
-        gpu_up = observed_per_gpu > 0
-        gpus_per_node = np.bincount(
-            a["entity_node"], weights=gpu_up.astype(np.float64), minlength=len(self.node_names)
-        )
-        node_has_data = gpus_per_node > 0
-        if self._known is None:  # series ever observed, per entity: changes rarely
-            seen = self._seen[a["gpu_series"]]
-            self._known = np.bincount(a["gpu_series_entity"][seen], minlength=n_entities).astype(
-                np.float64
-            )
-        known = self._known
-        was_seen = self._seen[absent]
-        missing_n = np.bincount(ent[was_seen], minlength=n_entities).astype(np.float64)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            fraction = np.where(known > 0, missing_n / known, np.nan)
-        fraction[~node_has_data[a["entity_node"]]] = np.nan
-        mi = a["missing"]
-        out[mi] = fraction[a["entity"][mi]]
-        co = a["count"]
-        node_of = a["entity"][co]
-        out[co] = np.where(node_has_data[node_of], gpus_per_node[node_of], np.nan)
-
     def _target_nodes(self) -> list[str]:
         return [] if self.repeats is None else self.repeats.target_nodes()
-
-    def _frozen_values(self, a: dict[str, np.ndarray], out: FloatArray) -> None:
-        """Per node, the share of its targets scraped this tick that are frozen
-        (``RepeatedScrapes.frozen``); NaN for a node none of whose targets sent anything."""
-        node_of = a["target_node"]
-        repeats = self.repeats
-        if repeats is None or repeats.frozen.shape[0] != node_of.shape[0]:  # nothing compared
-            out[a["frozen"]] = np.nan
-            return
-        known = node_of >= 0
-        n_nodes = len(self.node_names)
-        targets = np.bincount(node_of[known & repeats.scraped], minlength=n_nodes)
-        stuck = np.bincount(node_of[known & repeats.frozen], minlength=n_nodes)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            share = np.where(targets > 0, stuck / targets, np.nan)
-        fz = a["frozen"]
-        out[fz] = share[a["entity"][fz]]
 
     # ------------------------------------------------------------------ description
     @property
