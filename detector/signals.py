@@ -54,9 +54,10 @@ from typing import Any
 import numpy as np
 
 from .model import DCGM_BLANK_THRESHOLD, BoolArray, ColumnLayout, FloatArray, IntArray, SeriesInfo
+from .node_cohorts import NodeCohorts
 from .repeats import RepeatedScrapes, target_key
 from .rules import SignalCatalog
-from .series import SeriesIndex, group_value, without, workload_of
+from .series import SeriesIndex, without, workload_of
 from .signal_values import (
     frozen_values,
     known_per_gpu,
@@ -92,8 +93,7 @@ class SignalMap:
         self.repeats = None if repeat_hold_s is None else RepeatedScrapes(repeat_hold_s)
         self.index = index
         self.metric_types = metric_types if metric_types is not None else {}
-        self._cohort_labels = index.rules.cohort_labels  # in order of preference
-        self._node_cohort: dict[str, tuple[int, str]] = {}  # node -> (label rank, cohort)
+        self.cohorts = NodeCohorts(index.rules)
         self._cohorts_moved = False  # since the last sync
         self._synced = 0
         self._presence = {rule.name: rule for rule in catalog.presence_rules()}
@@ -118,9 +118,7 @@ class SignalMap:
         self._signal_ids: dict[str, int] = {}
         self.node_names: list[str] = []
         self._node_ids: dict[str, int] = {}
-        self.cohort_names: list[str] = []
-        self._cohort_ids: dict[str, int] = {}
-        self._gpu_nodes: set[str] = set()  # nodes with a GPU series (_cohort_id)
+        self.cohort_names = self.cohorts.names  # cohort id -> name
         self._gpu_entities: dict[tuple[str, str], int] = {}  # (node, gpu label) -> entity id
         self._gpu_entity_node: list[int] = []  # entity id -> node id
         # GPU workloads (series.workload): GPU peers are the GPUs of one node and one team
@@ -145,8 +143,6 @@ class SignalMap:
         # such series; and the (series, column) pairs of the series that came after it, under
         # another value of a cohort label (see _is_relabel, _follow_relabels).
         self._relabel_keys: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
-        # (node, label rank, value) -> the series carrying that cohort label value
-        self._cohort_series: dict[tuple[str, int, str], list[int]] = {}
         self._aliases: list[tuple[int, int]] = []
         self._denom_metric: dict[int, str] = {}  # RATIO columns: their denominator's metric
         # Tick state.
@@ -171,22 +167,14 @@ class SignalMap:
             names.append(name)
         return found
 
-    def _cohort_id(self, node: str) -> int:
-        """The node's cohort id (``_learn_cohorts``; "" for all nodes without cohort labels).
-        Once some node has GPUs, a node without any GPU series (a CPU-only host whose
-        node-exporter is in the data, e.g. a whole Prometheus export) is compared only with
-        other such nodes: its work is not the GPU nodes' and would skew their peer medians."""
-        label = self._node_cohort.get(node, (0, ""))[1]
-        if self._gpu_nodes and node not in self._gpu_nodes:
-            label = f"{label} (no GPU)" if label else "(no GPU)"
-        return self._id(self._cohort_ids, self.cohort_names, label)
-
     def _regroup(self, nodes: set[str]) -> None:
         """Give every mapped column of ``nodes`` its node's cohort as it is now (work in
         their columns only: a first GPU series moves its node as a fleet's index fills)."""
+        if not nodes:
+            return
         moved = False
         for node in nodes & set(self._node_ids):
-            cohort = self._cohort_id(node)
+            cohort = self.cohorts.id_of(node)
             for col in self._node_columns.get(self._node_ids[node], ()):
                 if self._cohort[col] != cohort:
                     self._cohort[col] = cohort
@@ -223,7 +211,7 @@ class SignalMap:
         self._node.append(node_id)
         self._gpu.append(-1 if gpu is None else gpu_number(gpu))
         self._gpu_label.append(gpu)
-        self._cohort.append(self._cohort_id(info.node))
+        self._cohort.append(self.cohorts.id_of(info.node))
         entity = -1 if gpu is None else self._gpu_entities.get((info.node, gpu), -1)
         self._team.append(self._gpu_team.get(entity, 0))
         if entity >= 0:
@@ -351,48 +339,12 @@ class SignalMap:
         return added > 0 or moved
 
     def _learn_cohorts(self, series: IntArray) -> None:
-        """A node's cohort: the value of the first of ``cohort_labels`` (in that order) that
-        any of the series it sent carries, identity or context label (for ``pod``: its GPUs'
-        pods' owner, ``_cohort_value``); "" while none does
-        (the nodes without one form one cohort). Learnt from each series' first observation
-        (``compute``), not from the index, which may hold every series of a dump from the
-        start. A series that brings a better-ranked label (a target that answered later), or
-        a new value of the same label (the scheduler relabelled the node's targets for its
-        next job: its series come back as new ones), moves all of the node's columns to that
-        cohort; the next ``sync`` reports the changed layout. A live scrape's relabelled series
-        keep their columns (``SeriesIndex.columns``) and are learnt again from their new
-        labels. ``series``: index columns, in the order their values were first sent."""
-        if not self._cohort_labels:
-            return
-        rank = {name: r for r, name in enumerate(self._cohort_labels)}
-        moved: set[str] = set()
+        """Learn the nodes' cohorts from ``series`` (index columns, in the order their values
+        were first sent: node_cohorts.py) and move the columns of the nodes that changed; the
+        next ``sync`` reports the changed layout. A live scrape's relabelled series keep their
+        columns (``SeriesIndex.columns``) and are learnt again from their new labels."""
         infos = self.index.infos
-        for info in (infos[i] for i in series.tolist()):
-            if not info.node:
-                continue
-            best = self._node_cohort.get(info.node, (len(rank), ""))
-            labels = dict((*info.labels, *info.context))
-            for key in labels:
-                r = rank.get(key)
-                if r is None:
-                    continue
-                value = self._cohort_value(info, key, labels)
-                if value and (r, value) != best and r <= best[0]:
-                    best = (r, value)
-                    moved.add(info.node)
-            self._node_cohort[info.node] = best
-        # nodes with columns mapped before: one pass over the columns moves them all
-        self._regroup(moved)
-
-    def _cohort_value(self, info: SeriesInfo, name: str, labels: Mapping[str, str]) -> str:
-        """The cohort that label ``name`` of series ``info`` (its ``labels``) names: a pod's
-        owner (``series.group_value``), read from GPU series only, whose pod is the GPU's
-        workload; on any other series ``pod`` is its exporter's own pod (Prometheus'
-        Kubernetes discovery labels every target with it), which says nothing of the node's
-        job."""
-        if name == "pod" and not info.gpu:
-            return ""
-        return group_value(name, labels, self.index.rules)
+        self._regroup(self.cohorts.learn(infos[i] for i in series.tolist()))
 
     def _resolve_denominators(self) -> None:
         """Pair ratio columns with their denominator series once those are in the index."""
@@ -404,11 +356,7 @@ class SignalMap:
                 self._arrays = None
 
     def _map_series(self, info: SeriesInfo) -> None:
-        if self._cohort_labels and info.node:
-            labels = dict((*info.labels, *info.context))
-            for r, name in enumerate(self._cohort_labels):
-                if value := self._cohort_value(info, name, labels):
-                    self._cohort_series.setdefault((info.node, r, value), []).append(info.column)
+        self.cohorts.note_series(info)
         entity = -1
         verdict = self.catalog.classify(info.metric)
         if info.gpu:
@@ -422,9 +370,8 @@ class SignalMap:
                 self._node_entities.setdefault(node_id, []).append(entity)
                 self._note_split(node_id)
                 self._add_presence(info, entity, node_id)
-                if info.node not in self._gpu_nodes:  # the first GPU node moves all others
-                    first = not self._gpu_nodes
-                    self._gpu_nodes.add(info.node)
+                first = self.cohorts.add_gpu_node(info.node)
+                if first is not None:  # a new GPU node; the first moves all others
                     self._regroup(set(self._node_ids) if first else {info.node})
         # XID series come and go by design (a windowed count exists only while an XID is in
         # its window): they are ground truth, not telemetry a GPU loses, so presence skips them.
@@ -480,9 +427,9 @@ class SignalMap:
         next job): it then feeds that series' signal column from its first observation on
         (``_follow_relabels``) instead of a column of its own. The first series of an
         identity without cohort labels is recorded and gets its column as usual (False)."""
-        if not self._cohort_labels:
+        if not self.cohorts.labels:
             return False
-        key = (info.metric, without(info.labels, self._cohort_labels))
+        key = (info.metric, without(info.labels, self.cohorts.labels))
         col = self._relabel_keys.setdefault(key, len(self._series))
         if col == len(self._series):
             return False
@@ -507,8 +454,7 @@ class SignalMap:
             return
         infos, kept = self.index.infos, set()
         for node in {infos[s].node for s in alias[switched].tolist()}:
-            current = self._node_cohort.get(node)
-            carrying = self._cohort_series.get((node, *current), []) if current else []
+            carrying = self.cohorts.carrying(node)
             if carrying and not np.isnan(values[carrying]).all():
                 kept.add(node)  # its present cohort's label is still sent: no move
         back = [s for s in alias[switched].tolist() if infos[s].node not in kept]
