@@ -269,6 +269,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         job_label=None if args.serve else args.job_label,
         shared_nodes=args.shared_nodes,
         pod_per_gpu=args.pod_per_gpu,
+        dcgm_fields=args.dcgm_fields,
     )
     if args.serve:
         return _serve(scenario, args.port, args.job_label)

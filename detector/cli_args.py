@@ -251,6 +251,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="jobs run one pod per GPU (<job>-worker-<rank>) instead of one per node",
     )
+    sp.add_argument(
+        "--dcgm-fields",
+        choices=("default", "all"),
+        default="default",
+        help="dcgm-exporter's fields: 'default' as its default-counters.csv ships them (ECC, "
+        "NVLink-error and throttle-violation counters off), 'all' with those on too, as in "
+        "the built-in cluster of replay (default: %(default)s)",
+    )
     sp.add_argument("--serve", action="store_true", help="serve live exporters over HTTP instead")
     sp.add_argument(
         "--port",

@@ -411,6 +411,24 @@ def test_simulate_help_shows_every_default(capsys: pytest.CaptureFixture[str]) -
     assert "--step SECONDS tick length of a DUMP replay" in shown
 
 
+def test_simulate_writes_the_fields_dcgm_exporter_ships_on_unless_asked_for_all(
+    tmp_path: Path,
+) -> None:
+    """simulate writes dcgm-exporter's default fields (its ECC counters shipped off); with
+    --dcgm-fields all, those too: the dump to replay for what enabling them buys."""
+    pages = {}
+    for fields in ("default", "all"):
+        dump, events = tmp_path / f"{fields}.om", tmp_path / f"{fields}.jsonl"
+        argv = ["simulate", "--nodes", "1", "--gpus", "1", "--days", "0.002", "--seed", "7"]
+        assert 0 == main(
+            [*argv, "--dcgm-fields", fields, "--out", str(dump), "--events", str(events)]
+        )
+        pages[fields] = dump.read_text()
+    assert "DCGM_FI_DEV_GPU_TEMP{" in pages["default"]
+    assert "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL" not in pages["default"]
+    assert "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{" in pages["all"]
+
+
 def test_calibrate_explains_a_threshold_set_by_the_budget_alone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
