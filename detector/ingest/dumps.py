@@ -18,6 +18,10 @@ on-disk cache (``dumps_store``: external merge sort into memory-mapped arrays be
 reused while the sources keep their size and mtime), so a dump larger than memory replays and
 a second replay skips parsing.
 
+Text dumps are read a block (8 MB of whole lines) at a time; a block of plain sample lines,
+the bulk of a promtool-layout dump, by ``dumps_fast`` (the parser's result, faster), any other
+by the exposition parser.
+
 Bad input policy: a bad line is skipped and counted; a file is rejected with a DumpError
 naming the first bad line (``file:line: reason: content``) when it has more than
 ``10 + 1%`` bad lines, or no good sample at all, or any bad line with ``strict=True``. Skipped

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import ParseError
 from ..model import DCGM_BLANK_THRESHOLD, FloatArray, Labels
+from .dumps_fast import sample_fields
 from .parse import parse_exposition, split_series
 
 BLOCK_BYTES = 8 << 20  # text read per parse call: whole lines, ~100k samples
@@ -225,6 +226,11 @@ def read_openmetrics(fh: IO[bytes], report: FileReport, table: SeriesTable) -> I
     pages may follow one another, with or without ``# EOF``: each block is parsed as
     OpenMetrics with its EOF lines blanked (line numbers kept) and one EOF appended."""
     for block, first in text_blocks(fh):
+        fast = _plain_samples(block, table)
+        if fast is not None:
+            report.samples += len(fast)
+            yield fast
+            continue
         data = (_EOF_LINES.sub(b"", block) if b"EOF" in block else block) + b"# EOF\n"
         exp = parse_exposition(data, str(report.path), openmetrics=True)
         for err in exp.errors:
@@ -250,6 +256,21 @@ def read_openmetrics(fh: IO[bytes], report: FileReport, table: SeriesTable) -> I
         chunk = RawChunk(ids[keep].astype(np.int32), times[keep], values[keep])
         report.samples += len(chunk)
         yield chunk
+
+
+def _plain_samples(block: bytes, table: SeriesTable) -> RawChunk | None:
+    """The block's samples by dumps_fast when it is only plain sample lines whose keys are
+    all series (else None: the parser reads it, and names what is wrong)."""
+    fields = sample_fields(block)
+    if fields is None:
+        return None
+    keys, values, times = fields
+    try:
+        ids = table.ids_of_texts(keys)
+    except ParseError:
+        return None
+    table.blank_dcgm(ids, values)
+    return RawChunk(ids, np.where(times > MS_THRESHOLD, times / 1000.0, times), values)
 
 
 def _ids_or_report(

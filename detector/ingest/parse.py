@@ -150,6 +150,8 @@ _LABELS_AT = re.compile(_LABELS)
 _NUMBER_FULL = re.compile(_NUMBER)
 _TS_MS_FULL = re.compile(_TS_MS)
 _TS_S_FULL = re.compile(_TS_S)
+NUMBER_PATTERN = _NUMBER_FULL  # a sample value, whole (dumps_fast)
+SECONDS_PATTERN = _TS_S_FULL  # an OpenMetrics timestamp, whole (dumps_fast)
 
 
 def _unescape(match: re.Match[str]) -> str:

@@ -1,0 +1,160 @@
+"""dumps_fast: blocks of plain sample lines read without the parser, sample for sample as the
+parser reads them; anything else left to the parser."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from detector.ingest import dumps_formats
+from detector.ingest.dumps import open_dump
+from detector.ingest.dumps_fast import sample_fields
+from detector.ingest.dumps_formats import FileReport, SeriesTable, read_openmetrics
+from detector.simulate import Scenario, write_dump
+
+T0 = 1_700_000_000
+
+
+def _read(block: bytes, *, fast: bool, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """What read_openmetrics yields for ``block`` (ids resolved to series), with the fast
+    path or with the parser alone, and what it reported."""
+    with monkeypatch.context() as patch:
+        if not fast:
+            patch.setattr(dumps_formats, "sample_fields", lambda _block: None)
+        report, table = FileReport(Path("dump.om"), "openmetrics"), SeriesTable()
+        chunks = list(read_openmetrics(io.BytesIO(block), report, table))
+    ids = np.concatenate([c.ids for c in chunks]) if chunks else np.zeros(0, dtype=np.int32)
+    return {
+        "series": [table.series[i] for i in ids.tolist()],
+        "times": np.concatenate([c.times for c in chunks]).tolist() if chunks else [],
+        "values": np.concatenate([c.values for c in chunks]).tobytes() if chunks else b"",
+        "samples": report.samples,
+        "bad": report.bad,
+        "errors": report.errors,
+    }
+
+
+def _same_either_way(block: bytes, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    fast = _read(block, fast=True, monkeypatch=monkeypatch)
+    assert fast == _read(block, fast=False, monkeypatch=monkeypatch)
+    return fast
+
+
+def _real_sample_lines(shared_data: Path) -> list[str]:
+    """node_exporter's end-to-end fixture, its comments and its 3 lines with UTF-8 label
+    values left out (a block with those goes to the parser), a timestamp on each line."""
+    text = (shared_data / "exporters/node_exporter/e2e-output.txt").read_text()
+    lines = [line for line in text.split("\n") if line and not line.startswith("#")]
+    return [f"{line} {T0 + 15 * (i % 7)}" for i, line in enumerate(lines) if line.isascii()]
+
+
+def test_real_node_exporter_lines_read_as_the_parser_reads_them(
+    shared_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every label shape of the real fixture (escapes, le="+Inf", empty values, NaN): the
+    fast path takes the block and yields the parser's samples, value for value."""
+    block = ("\n".join(_real_sample_lines(shared_data)) + "\n").encode()
+    assert sample_fields(block) is not None
+    out = _same_either_way(block, monkeypatch)
+    assert out["samples"] == len(_real_sample_lines(shared_data)) > 1000
+    assert out["bad"] == 0
+
+
+def test_a_block_with_comments_or_a_bad_line_goes_to_the_parser(
+    shared_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A TYPE line, an exemplar, CRLF, a blank line, a line without timestamp, a tsdb-style key,
+    a bad value or a time past float range: the parser reads the block and names the line."""
+    lines = _real_sample_lines(shared_data)[:50]
+    good = "\n".join(lines) + "\n"
+    cases = {
+        "# TYPE node_load1 gauge\n": 0,
+        'node_load1 1 1700000000 # {trace_id="a"} 1\n': 0,
+        "node_load1 1 1700000000\r\n": 0,
+        "\n": 0,
+        "node_load1 1\n": 1,
+        '{__name__="node_load1"} 1 1700000000\n': 1,
+        "node_load1 1.2.3 1700000000\n": 1,
+        "node_load1 1 1e999\n": 1,
+        "node_load1  1 1700000000\n": 0,
+        'node_load1{a="\u00e9"} 1 1700000000\n': 0,
+    }
+    for extra, bad in cases.items():
+        block = (good + extra + good).encode()
+        out = _same_either_way(block, monkeypatch)
+        assert out["bad"] == bad, extra
+
+
+_NUMBERS = st.one_of(
+    st.from_regex(r"\A[-+]?(\d{1,6}(\.\d{0,4})?([eE][-+]?\d{1,3})?|\.\d{1,4})\Z"),
+    st.sampled_from(
+        ["NaN", "nan", "+Inf", "-Inf", "Inf", "inf", "Infinity", "9223372036854775794"]
+    ),
+    st.text(alphabet="0123456789.eE+-_xNaIf", min_size=1, max_size=6),  # mostly invalid
+)
+_KEYS = st.sampled_from(
+    [
+        "up",
+        "node_load1",
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",Hostname="n1"}',
+        'DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{gpu="1"}',
+        'node_filesystem_avail_bytes{mountpoint="/a b",fstype="nfs"}',
+        'm{note="say \\"hi\\"\\nbye",x=""}',
+        'm{a = "b"}',
+        "bad-name",
+        'm{a="b",a="c"}',
+    ]
+)
+_LINES = st.lists(st.tuples(_KEYS, _NUMBERS, _NUMBERS), min_size=1, max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=_LINES)
+def test_generated_lines_read_the_same_with_and_without_the_fast_path(
+    lines: list[tuple[str, str, str]],
+) -> None:
+    """Keys of every shape, numbers valid and not: the output and the report agree."""
+    block = "".join(f"{key} {value} {stamp}\n" for key, value, stamp in lines).encode()
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _same_either_way(block, monkeypatch)
+
+
+def test_the_fast_path_takes_plain_simulated_dump_blocks(tmp_path: Path) -> None:
+    """A block of a simulated dump without its TYPE lines is the fast path's: the bulk of a
+    real dump is read by it."""
+    dump, events = tmp_path / "sim.om.gz", tmp_path / "sim.jsonl"
+    write_dump(Scenario(nodes=2, gpus=2, days=0.01, seed=3, failure_count=0), dump, events)
+    with open_dump(dump) as fh:
+        text = fh.read().decode()
+    plain = "".join(line + "\n" for line in text.splitlines() if not line.startswith("#"))
+    fields = sample_fields(plain.encode())
+    assert fields is not None
+    keys, values, times = fields
+    assert len(keys) == len(values) == len(times) == plain.count("\n") > 100
+    assert np.isnan(values).sum() < len(values)
+
+
+def test_every_number_form_is_read_as_the_parser_reads_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Values and timestamps in every form the grammar takes, the DCGM blank sentinel and
+    millisecond timestamps included: the fast path takes the block, with the parser's result."""
+    values = ["1.", ".5", "+3", "-0", "1e5", "1E-3", "NaN", "+Inf", "-Inf", "00012", "2.5e+2"]
+    stamps = ["1700000000", "1700000000.5", "1.7e9", "1700000000000", "+1700000001"]
+    keys = ['DCGM_FI_DEV_GPU_TEMP{gpu="0"}', "node_load1", "m:sub_total"]
+    lines = [f"{key} {value} {stamp}\n" for key in keys for value in values for stamp in stamps]
+    lines += ['DCGM_FI_DEV_GPU_TEMP{gpu="1"} 9223372036854775794 1700000000\n']
+    block = "".join(lines).encode()
+    assert sample_fields(block) is not None
+    out = _same_either_way(block, monkeypatch)
+    assert (out["samples"], out["bad"]) == (len(lines), 0)
+    read = np.frombuffer(out["values"])
+    assert np.isnan(read[-1])  # the sentinel of a DCGM series: no data
+    assert 1_700_000_000.0 in out["times"]
+    assert max(out["times"]) < 2e9  # milliseconds read as milliseconds
