@@ -20,25 +20,27 @@ error reporting. So for the blocks it takes, the samples are the parser's, value
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
-from ..model import FloatArray, IntArray
+from ..model import BoolArray, FloatArray, IntArray
+from ..scorers.jit import COMPILED, jit
 from .parse import NUMBER_PATTERN, SECONDS_PATTERN
 
 _NEWLINE, _SPACE = 10, 32
-_WIDEST = 40  # a value or timestamp wider than this sends the block to the parser
+_POW10 = 10.0 ** np.arange(23)  # exact doubles
 _REFUSED = (b"#", b"\r", b"\x00")
 
 
-def sample_fields(block: bytes) -> tuple[list[str], FloatArray, FloatArray] | None:
-    """Keys, values and timestamps (as written: seconds or ms) of ``block``, whole lines
-    ``key value timestamp`` ending in a newline; None when the block is not only such
-    lines (module docstring)."""
-    if not block.endswith(b"\n") or block.startswith(b"\n") or not block.isascii():
+def sample_fields(block: bytes) -> SampleFields | None:
+    """The samples of ``block``, whole lines ``key value timestamp`` ending in a newline:
+    the distinct keys of its runs of lines with one key, each line's run, its value and its
+    timestamp (as written: seconds or ms); None when the block is not only such lines
+    (module docstring), and where numba cannot compile (the parser is then faster)."""
+    if not COMPILED or not block.endswith(b"\n") or block.startswith(b"\n"):
         return None
-    if any(mark in block for mark in _REFUSED):
+    if not block.isascii() or any(mark in block for mark in _REFUSED):
         return None
     data = np.frombuffer(block, dtype=np.uint8)
     ends = np.flatnonzero(data == _NEWLINE)
@@ -58,36 +60,120 @@ def sample_fields(block: bytes) -> tuple[list[str], FloatArray, FloatArray] | No
         return None  # a space too few in a line, a key or a value empty
     if not (ends > time_at + 1).all():
         return None  # a timestamp empty
-    values = _numbers(data, value_at + 1, time_at, NUMBER_PATTERN.fullmatch)
-    times = _numbers(data, time_at + 1, ends, SECONDS_PATTERN.fullmatch)
-    if values is None or times is None or not np.isfinite(times).all():
+    values, times, plain_value, plain_time, new_run = _scan(data, starts, value_at, time_at, ends)
+    if not _convert_rest(block, value_at + 1, time_at, plain_value, values, NUMBER_PATTERN):
+        return None
+    if not _convert_rest(block, time_at + 1, ends, plain_time, times, SECONDS_PATTERN):
+        return None
+    if not np.isfinite(times).all():
         return None  # the parser sends a time past float range to its exact path
+    runs = np.flatnonzero(new_run)
     text = block.decode("ascii")
-    keys = [text[a:b] for a, b in zip(starts.tolist(), value_at.tolist(), strict=True)]
-    return keys, values, times
+    keys = [text[a:b] for a, b in zip(starts[runs].tolist(), value_at[runs].tolist(), strict=True)]
+    return SampleFields(keys, np.cumsum(new_run) - 1, values, times)
 
 
-def _numbers(
-    data: np.ndarray,
+@dataclass(frozen=True, slots=True)
+class SampleFields:
+    """A block's samples: line ``i`` is series ``keys[run[i]]`` at ``times[i]``."""
+
+    keys: list[str]
+    run: IntArray
+    values: FloatArray
+    times: FloatArray
+
+
+def _convert_rest(
+    block: bytes,
     begin: IntArray,
     end: IntArray,
-    grammar: Callable[[str], re.Match[str] | None],
-) -> FloatArray | None:
-    """``float`` of each field ``data[begin[i]:end[i]]`` when every distinct one matches
-    ``grammar`` (a compiled pattern's ``fullmatch``), else None."""
-    width = end - begin
-    widest = int(width.max())
-    if widest > _WIDEST:
-        return None
-    offsets = np.arange(widest)
-    inside = offsets[None, :] < width[:, None]
-    where = np.where(inside, begin[:, None] + offsets[None, :], 0)
-    chars = np.where(inside, data[where], 0).astype(np.uint8)
-    fields = chars.view(f"S{widest}").reshape(-1)  # trailing NULs (padding) are dropped
-    distinct, inverse = np.unique(fields, return_inverse=True)
-    texts: list[str] = distinct.astype(f"U{widest}").tolist()
-    if not all(grammar(t) for t in texts):
-        return None
-    converted = np.array([float(t) for t in texts], dtype=np.float64)
-    out: FloatArray = converted[inverse.reshape(-1)]
-    return out
+    plain: BoolArray,
+    out: FloatArray,
+    grammar: re.Pattern[str],
+) -> bool:
+    """Fill ``out`` where the field is not a plain decimal: ``float`` of each distinct one, if
+    every one matches ``grammar`` (the parser's pattern); False when one does not."""
+    rest = np.flatnonzero(~plain)
+    if not rest.size:
+        return True
+    bounds = zip(begin[rest].tolist(), end[rest].tolist(), strict=True)
+    texts = [block[a:b].decode("ascii") for a, b in bounds]
+    distinct = set(texts)
+    if not all(grammar.fullmatch(t) for t in distinct):
+        return False
+    converted = {t: float(t) for t in distinct}
+    out[rest] = [converted[t] for t in texts]
+    return True
+
+
+@jit
+def _decimal(data: np.ndarray, begin: int, end: int) -> tuple[bool, float]:
+    """(True, value) when ``data[begin:end]`` is a plain decimal: an optional sign, 1 to 15
+    digits with at most one '.' among them, an optional exponent (``e``, a sign, 1 to 3
+    digits), the power of ten it comes to within 1e-22 to 1e22 (every number grammar takes
+    such a field); else (False, 0). Exact as ``float``: the digits as an integer below 2**53
+    times or over a power of ten up to 1e22, both exact doubles, is one correctly rounded
+    operation (Clinger's fast path)."""
+    i, negative = begin, False
+    if data[i] == 45 or data[i] == 43:  # '-' or '+'
+        negative = data[i] == 45
+        i += 1
+    mantissa, digits, fraction, dots = 0, 0, 0, 0
+    while i < end and data[i] != 101 and data[i] != 69:  # up to 'e' or 'E'
+        c = data[i]
+        if 48 <= c <= 57:
+            mantissa = mantissa * 10 + (c - 48)
+            digits += 1
+            fraction += dots
+        elif c == 46:
+            dots += 1
+        else:
+            return False, 0.0
+        i += 1
+    if digits == 0 or digits > 15 or dots > 1:
+        return False, 0.0
+    power = -fraction
+    if i < end:  # the exponent
+        i += 1
+        minus = i < end and data[i] == 45
+        if i < end and (data[i] == 45 or data[i] == 43):
+            i += 1
+        if i == end or end - i > 3:
+            return False, 0.0
+        exponent = 0
+        while i < end:
+            c = data[i]
+            if not 48 <= c <= 57:
+                return False, 0.0
+            exponent = exponent * 10 + (c - 48)
+            i += 1
+        power += -exponent if minus else exponent
+    if power > 22 or power < -22:
+        return False, 0.0
+    value = mantissa * _POW10[power] if power >= 0 else mantissa / _POW10[-power]
+    return True, (-value if negative else value)
+
+
+@jit
+def _scan(
+    data: np.ndarray, starts: IntArray, value_at: IntArray, time_at: IntArray, ends: IntArray
+) -> tuple[FloatArray, FloatArray, BoolArray, BoolArray, BoolArray]:
+    """Per line: its value and timestamp where plain decimals (``_decimal``), whether they
+    were, and whether its key differs from the previous line's (byte for byte)."""
+    n = starts.shape[0]
+    values, times = np.zeros(n), np.zeros(n)
+    plain_value, plain_time = np.zeros(n, np.bool_), np.zeros(n, np.bool_)
+    new_run = np.ones(n, np.bool_)
+    for i in range(n):
+        plain_value[i], values[i] = _decimal(data, value_at[i] + 1, time_at[i])
+        plain_time[i], times[i] = _decimal(data, time_at[i] + 1, ends[i])
+        if i > 0:
+            width = value_at[i] - starts[i]
+            if width == value_at[i - 1] - starts[i - 1]:
+                a, b, same = starts[i], starts[i - 1], True
+                for k in range(width):
+                    if data[a + k] != data[b + k]:
+                        same = False
+                        break
+                new_run[i] = not same
+    return values, times, plain_value, plain_time, new_run

@@ -264,11 +264,11 @@ def _plain_samples(block: bytes, table: SeriesTable) -> RawChunk | None:
     fields = sample_fields(block)
     if fields is None:
         return None
-    keys, values, times = fields
     try:
-        ids = table.ids_of_texts(keys)
+        ids = table.ids_of_texts(fields.keys)[fields.run]
     except ParseError:
         return None
+    values, times = fields.values, fields.times
     table.blank_dcgm(ids, values)
     return RawChunk(ids, np.where(times > MS_THRESHOLD, times / 1000.0, times), values)
 
