@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 
 from detector.ingest import dumps_formats
 from detector.ingest.dumps import open_dump
-from detector.ingest.dumps_fast import sample_fields
+from detector.ingest.dumps_fast import _decimal, sample_fields
 from detector.ingest.dumps_formats import FileReport, SeriesTable, read_openmetrics
+from detector.ingest.parse import NUMBER_PATTERN, SECONDS_PATTERN
 from detector.simulate import Scenario, write_dump
 
 T0 = 1_700_000_000
@@ -161,3 +162,22 @@ def test_every_number_form_is_read_as_the_parser_reads_it(
     assert np.isnan(read[-1])  # the sentinel of a DCGM series: no data
     assert 1_700_000_000.0 in out["times"]
     assert max(out["times"]) < 2e9  # milliseconds read as milliseconds
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    text=st.one_of(
+        st.from_regex(r"\A[-+]?(\d{1,17}(\.\d{0,17})?|\.\d{1,17})([eE][-+]?\d{1,3})?\Z"),
+        st.floats(allow_nan=False, allow_infinity=False).map(repr),
+        st.text(alphabet="0123456789.eE+-", min_size=1, max_size=8),
+    )
+)
+def test_a_number_the_numba_pass_reads_is_valid_and_exactly_floats(text: str) -> None:
+    """Whatever the numba pass reads itself is a number both grammars take, with float's
+    value to the bit (the rest goes to the grammar and float)."""
+    data = np.frombuffer(text.encode(), dtype=np.uint8)
+    plain, value = _decimal(data, 0, len(data))
+    if plain:
+        assert NUMBER_PATTERN.fullmatch(text)
+        assert SECONDS_PATTERN.fullmatch(text)
+        assert np.float64(value).tobytes() == np.float64(float(text)).tobytes()
