@@ -15,21 +15,29 @@ from hypothesis import strategies as st
 from detector.ingest import dumps_formats
 from detector.ingest.dumps import open_dump
 from detector.ingest.dumps_fast import _decimal, sample_fields
-from detector.ingest.dumps_formats import FileReport, SeriesTable, read_openmetrics
+from detector.ingest.dumps_formats import (
+    FileReport,
+    SeriesTable,
+    read_openmetrics,
+    read_tsdb_dump,
+)
 from detector.ingest.parse import NUMBER_PATTERN, SECONDS_PATTERN
 from detector.simulate import Scenario, write_dump
 
 T0 = 1_700_000_000
 
 
-def _read(block: bytes, *, fast: bool, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """What read_openmetrics yields for ``block`` (ids resolved to series), with the fast
-    path or with the parser alone, and what it reported."""
+def _read(
+    block: bytes, *, fast: bool, monkeypatch: pytest.MonkeyPatch, tsdb: bool = False
+) -> dict[str, Any]:
+    """What read_openmetrics (or read_tsdb_dump) yields for ``block`` (ids resolved to
+    series), with the fast path or with the format's own reader alone, and what it reported."""
     with monkeypatch.context() as patch:
         if not fast:
-            patch.setattr(dumps_formats, "sample_fields", lambda _block: None)
+            patch.setattr(dumps_formats, "sample_fields", lambda _block, tsdb=False: None)
         report, table = FileReport(Path("dump.om"), "openmetrics"), SeriesTable()
-        chunks = list(read_openmetrics(io.BytesIO(block), report, table))
+        reader = read_tsdb_dump if tsdb else read_openmetrics
+        chunks = list(reader(io.BytesIO(block), report, table))
     ids = np.concatenate([c.ids for c in chunks]) if chunks else np.zeros(0, dtype=np.int32)
     return {
         "series": [table.series[i] for i in ids.tolist()],
@@ -41,10 +49,20 @@ def _read(block: bytes, *, fast: bool, monkeypatch: pytest.MonkeyPatch) -> dict[
     }
 
 
-def _same_either_way(block: bytes, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    fast = _read(block, fast=True, monkeypatch=monkeypatch)
-    assert fast == _read(block, fast=False, monkeypatch=monkeypatch)
+def _same_either_way(
+    block: bytes, monkeypatch: pytest.MonkeyPatch, *, tsdb: bool = False
+) -> dict[str, Any]:
+    fast = _read(block, fast=True, monkeypatch=monkeypatch, tsdb=tsdb)
+    assert fast == _read(block, fast=False, monkeypatch=monkeypatch, tsdb=tsdb)
     return fast
+
+
+def _tsdb_line(key: str, value: str, stamp: str) -> str:
+    """``name{a="b"}`` as promtool tsdb dump writes it: ``{__name__="name", a="b"}``."""
+    brace = key.find("{")
+    name, labels = (key, "") if brace < 0 else (key[:brace], key[brace + 1 : -1])
+    inner = f'__name__="{name}"' + (", " + labels.replace('",', '", ') if labels else "")
+    return f"{{{inner}}} {value} {stamp}\n"
 
 
 def _real_sample_lines(shared_data: Path) -> list[str]:
@@ -181,3 +199,44 @@ def test_a_number_the_numba_pass_reads_is_valid_and_exactly_floats(text: str) ->
         assert NUMBER_PATTERN.fullmatch(text)
         assert SECONDS_PATTERN.fullmatch(text)
         assert np.float64(value).tobytes() == np.float64(float(text)).tobytes()
+
+
+def test_real_lines_as_promtool_tsdb_dump_writes_them_read_the_same_either_way(
+    shared_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real fixture's series as tsdb-dump lines (ms timestamps): the fast path takes the
+    block, with the tsdb reader's samples; a non-integer or a '+' timestamp, a bad key or a
+    bad value send the block back to it."""
+    lines = [line.rsplit(" ", 2) for line in _real_sample_lines(shared_data)]
+    good = "".join(_tsdb_line(key, value, f"{stamp}000") for key, value, stamp in lines)
+    assert sample_fields(good.encode(), tsdb=True) is not None
+    out = _same_either_way(good.encode(), monkeypatch, tsdb=True)
+    assert (out["samples"], out["bad"]) == (len(lines), 0)
+    for extra in (
+        '{__name__="m"} 1 1700000000000.5\n',
+        '{__name__="m"} 1 +1700000000000\n',
+        '{__name__="m"} 1 1.7e12\n',
+        '{__name__="m", a="b} 1 1700000000000\n',
+        '{__name__="m"} 1x 1700000000000\n',
+        'm{a="b"} 1 1700000000000\n',
+    ):
+        block = (good + extra + good).encode()
+        assert sample_fields(block, tsdb=True) is None or extra.startswith('{__name__="m", a')
+        _same_either_way(block, monkeypatch, tsdb=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines=_LINES)
+def test_generated_tsdb_lines_read_the_same_with_and_without_the_fast_path(
+    lines: list[tuple[str, str, str]],
+) -> None:
+    """The generated lines as tsdb-dump lines, timestamps as generated (mostly not whole ms)
+    and as whole ms: the output and the report agree."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for ms in (False, True):
+            block = "".join(
+                _tsdb_line(key, value, str(T0 * 1000 + i) if ms else stamp)
+                for i, (key, value, stamp) in enumerate(lines)
+                if key[0].isalpha()
+            )
+            _same_either_way(block.encode(), monkeypatch, tsdb=True)

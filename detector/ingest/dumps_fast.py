@@ -33,11 +33,13 @@ _POW10 = 10.0 ** np.arange(23)  # exact doubles
 _REFUSED = (b"#", b"\r", b"\x00")
 
 
-def sample_fields(block: bytes) -> SampleFields | None:
+def sample_fields(block: bytes, *, tsdb: bool = False) -> SampleFields | None:
     """The samples of ``block``, whole lines ``key value timestamp`` ending in a newline:
     the distinct keys of its runs of lines with one key, each line's run, its value and its
     timestamp (as written: seconds or ms); None when the block is not only such lines
-    (module docstring), and where numba cannot compile (the parser is then faster)."""
+    (module docstring), and where numba cannot compile (the parser is then faster).
+    ``tsdb``: ``promtool tsdb dump`` lines, keys ``{__name__="x", ...}`` and timestamps
+    integer milliseconds of at most 15 digits (anything else: None)."""
     if not COMPILED or not block.endswith(b"\n") or block.startswith(b"\n"):
         return None
     if not block.isascii() or any(mark in block for mark in _REFUSED):
@@ -47,9 +49,10 @@ def sample_fields(block: bytes) -> SampleFields | None:
     starts = np.concatenate(([0], ends[:-1] + 1))
     if not (ends > starts).all():
         return None  # a blank line
-    first = data[starts]  # a key starts with a metric name: [a-zA-Z_:] (not '{': tsdb's)
+    first = data[starts]  # a key starts with a metric name: [a-zA-Z_:], or tsdb's '{'
     letter = ((first | 0x20) >= ord("a")) & ((first | 0x20) <= ord("z"))
-    if not (letter | (first == ord("_")) | (first == ord(":"))).all():
+    name = letter | (first == ord("_")) | (first == ord(":"))
+    if not ((first == ord("{")) if tsdb else name).all():
         return None
     spaces = np.flatnonzero(data == _SPACE)
     last = np.searchsorted(spaces, ends) - 1  # each line's last space, -1 if none before
@@ -63,7 +66,10 @@ def sample_fields(block: bytes) -> SampleFields | None:
     values, times, plain_value, plain_time, new_run = _scan(data, starts, value_at, time_at, ends)
     if not _convert_rest(block, value_at + 1, time_at, plain_value, values, NUMBER_PATTERN):
         return None
-    if not _convert_rest(block, time_at + 1, ends, plain_time, times, SECONDS_PATTERN):
+    if tsdb:  # whole milliseconds only: digits, all of them plain
+        if not (plain_time.all() and _all_digits(data, time_at + 1, ends)):
+            return None
+    elif not _convert_rest(block, time_at + 1, ends, plain_time, times, SECONDS_PATTERN):
         return None
     if not np.isfinite(times).all():
         return None  # the parser sends a time past float range to its exact path
@@ -152,6 +158,16 @@ def _decimal(data: np.ndarray, begin: int, end: int) -> tuple[bool, float]:
         return False, 0.0
     value = mantissa * _POW10[power] if power >= 0 else mantissa / _POW10[-power]
     return True, (-value if negative else value)
+
+
+@jit
+def _all_digits(data: np.ndarray, begin: IntArray, end: IntArray) -> bool:
+    """Whether every field ``data[begin[i]:end[i]]`` is digits, a leading '-' allowed."""
+    for i in range(begin.shape[0]):
+        for k in range(begin[i] + (data[begin[i]] == 45), end[i]):
+            if not 48 <= data[k] <= 57:
+                return False
+    return True
 
 
 @jit

@@ -175,6 +175,11 @@ def read_tsdb_dump(fh: IO[bytes], report: FileReport, table: SeriesTable) -> Ite
     """Lines ``{labels} value ts_ms`` (series-ordered). Vectorized per block; a block with a
     bad line is re-read line by line to keep the good ones and name the bad ones."""
     for block, first in text_blocks(fh):
+        fast = _plain_samples(block, table, tsdb=True)
+        if fast is not None:
+            report.samples += len(fast)
+            yield fast
+            continue
         lines = block.decode("utf-8", errors="replace").split("\n")
         try:
             chunk = _tsdb_fast(lines, table)
@@ -258,18 +263,20 @@ def read_openmetrics(fh: IO[bytes], report: FileReport, table: SeriesTable) -> I
         yield chunk
 
 
-def _plain_samples(block: bytes, table: SeriesTable) -> RawChunk | None:
+def _plain_samples(block: bytes, table: SeriesTable, *, tsdb: bool = False) -> RawChunk | None:
     """The block's samples by dumps_fast when it is only plain sample lines whose keys are
-    all series (else None: the parser reads it, and names what is wrong)."""
-    fields = sample_fields(block)
+    all series (else None: the format's own reader reads it, and names what is wrong)."""
+    fields = sample_fields(block, tsdb=tsdb)
     if fields is None:
         return None
     try:
         ids = table.ids_of_texts(fields.keys)[fields.run]
-    except ParseError:
+    except (ParseError, ValueError):  # ValueError: a tsdb key split_tsdb_series rejects
         return None
     values, times = fields.values, fields.times
     table.blank_dcgm(ids, values)
+    if tsdb:
+        return RawChunk(ids, times / 1000.0, values)
     return RawChunk(ids, np.where(times > MS_THRESHOLD, times / 1000.0, times), values)
 
 
