@@ -33,8 +33,9 @@ def _read(
     """What read_openmetrics (or read_tsdb_dump) yields for ``block`` (ids resolved to
     series), with the fast path or with the format's own reader alone, and what it reported."""
     with monkeypatch.context() as patch:
-        if not fast:
+        if not fast:  # the readers as they were: every block whole, by the parser
             patch.setattr(dumps_formats, "sample_fields", lambda _block, tsdb=False: None)
+            patch.setattr(dumps_formats, "_segments", lambda block, first: iter([(block, first)]))
         report, table = FileReport(Path("dump.om"), "openmetrics"), SeriesTable()
         reader = read_tsdb_dump if tsdb else read_openmetrics
         chunks = list(reader(io.BytesIO(block), report, table))
@@ -240,3 +241,27 @@ def test_generated_tsdb_lines_read_the_same_with_and_without_the_fast_path(
                 if key[0].isalpha()
             )
             _same_either_way(block.encode(), monkeypatch, tsdb=True)
+
+
+def test_type_lines_and_bad_lines_amid_samples_keep_their_line_numbers(
+    shared_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs of samples between a family's HELP/TYPE lines go the fast way, the comments and a
+    run holding a bad line to the parser: the same samples, and each bad line named by its
+    own line number, as when the parser read the whole block."""
+    good = _real_sample_lines(shared_data)[:40]
+    lines = [
+        "# HELP node_load1 1m load average.",
+        "# TYPE node_load1 gauge",
+        *good[:20],
+        "# TYPE node_bogus nonsense",
+        *good[20:30],
+        "node_load1 1.2.3 1700000000",
+        *good[30:],
+        "# EOF",
+        *good[:5],
+    ]
+    out = _same_either_way(("\n".join(lines) + "\n").encode(), monkeypatch)
+    assert out["samples"] == 45
+    assert out["bad"] == 2
+    assert [e.split(":")[1] for e in out["errors"]] == ["23", "34"]

@@ -33,6 +33,7 @@ BLOCK_BYTES = 8 << 20  # text read per parse call: whole lines, ~100k samples
 MS_THRESHOLD = 1e11
 _DCGM_PREFIXES = ("DCGM_", "dcgm_")
 _EOF_LINES = re.compile(rb"^[ \t]*#[ \t]+EOF[ \t]*\r?$", re.MULTILINE)
+_COMMENT_LINE = re.compile(rb"^[ \t]*#[^\n]*\n", re.MULTILINE)
 _MAX_SHOWN = 200
 IdArray = np.ndarray[Any, np.dtype[np.int32]]
 
@@ -230,37 +231,70 @@ def read_openmetrics(fh: IO[bytes], report: FileReport, table: SeriesTable) -> I
     """Text with timestamps (seconds; Prometheus-text ms recognised by magnitude). Several
     pages may follow one another, with or without ``# EOF``: each block is parsed as
     OpenMetrics with its EOF lines blanked (line numbers kept) and one EOF appended."""
-    for block, first in text_blocks(fh):
-        fast = _plain_samples(block, table)
-        if fast is not None:
-            report.samples += len(fast)
-            yield fast
-            continue
-        data = (_EOF_LINES.sub(b"", block) if b"EOF" in block else block) + b"# EOF\n"
-        exp = parse_exposition(data, str(report.path), openmetrics=True)
-        for err in exp.errors:
-            if isinstance(err, ParseError):
-                report.bad_line(f"{report.path}:{first + err.line - 1}", err.reason, err.content)
-            else:
-                report.bad_line(str(report.path), str(err))
-        if not exp.keys:
-            continue
-        times = np.array(exp.timestamps, dtype=np.float64)  # None -> NaN
-        locate = _LineFinder(block, first)
-        ids = _ids_or_report(exp.keys, locate, report, table)
-        keep = ~np.isnan(times) & (ids >= 0)
-        missing = np.flatnonzero(~keep & (ids >= 0))
-        for n, i in enumerate(missing):
-            if len(report.errors) >= 5:  # the rest are only counted
-                report.bad += len(missing) - n
-                break
-            line = locate(exp.keys[i], bare=True)
-            report.bad_line(f"{report.path}:{line}", _NO_TIMESTAMP, exp.keys[i])
-        times = np.where(times > MS_THRESHOLD, times / 1000.0, times)
-        values = np.array(exp.values, dtype=np.float64)
-        chunk = RawChunk(ids[keep].astype(np.int32), times[keep], values[keep])
-        report.samples += len(chunk)
-        yield chunk
+    for whole, at in text_blocks(fh):
+        for block, first in _segments(whole, at):
+            yield from _openmetrics_block(block, first, report, table)
+
+
+def _segments(block: bytes, first: int) -> Iterator[tuple[bytes, int]]:
+    """``block`` (whole lines; the first is line ``first``) cut into runs of comment lines
+    and runs of other lines, each with its first line's number: a family's ``# TYPE`` line
+    does not send the samples around it to the parser."""
+    if b"#" not in block:
+        yield block, first
+        return
+    pos, line, comments = 0, first, -1  # comments: where the current run of them began
+    for match in _COMMENT_LINE.finditer(block):
+        if match.start() > pos:  # other lines before this comment
+            if comments >= 0:
+                yield block[comments:pos], line
+                line += block.count(b"\n", comments, pos)
+                comments = -1
+            yield block[pos : match.start()], line
+            line += block.count(b"\n", pos, match.start())
+        comments = match.start() if comments < 0 else comments
+        pos = match.end()
+    if comments >= 0:
+        yield block[comments:pos], line
+        line += block.count(b"\n", comments, pos)
+    if pos < len(block):
+        yield block[pos:], line
+
+
+def _openmetrics_block(
+    block: bytes, first: int, report: FileReport, table: SeriesTable
+) -> Iterator[RawChunk]:
+    """read_openmetrics for one run of lines: dumps_fast's, or else the parser's."""
+    fast = _plain_samples(block, table)
+    if fast is not None:
+        report.samples += len(fast)
+        yield fast
+        return
+    data = (_EOF_LINES.sub(b"", block) if b"EOF" in block else block) + b"# EOF\n"
+    exp = parse_exposition(data, str(report.path), openmetrics=True)
+    for err in exp.errors:
+        if isinstance(err, ParseError):
+            report.bad_line(f"{report.path}:{first + err.line - 1}", err.reason, err.content)
+        else:
+            report.bad_line(str(report.path), str(err))
+    if not exp.keys:
+        return
+    times = np.array(exp.timestamps, dtype=np.float64)  # None -> NaN
+    locate = _LineFinder(block, first)
+    ids = _ids_or_report(exp.keys, locate, report, table)
+    keep = ~np.isnan(times) & (ids >= 0)
+    missing = np.flatnonzero(~keep & (ids >= 0))
+    for n, i in enumerate(missing):
+        if len(report.errors) >= 5:  # the rest are only counted
+            report.bad += len(missing) - n
+            break
+        line = locate(exp.keys[i], bare=True)
+        report.bad_line(f"{report.path}:{line}", _NO_TIMESTAMP, exp.keys[i])
+    times = np.where(times > MS_THRESHOLD, times / 1000.0, times)
+    values = np.array(exp.values, dtype=np.float64)
+    chunk = RawChunk(ids[keep].astype(np.int32), times[keep], values[keep])
+    report.samples += len(chunk)
+    yield chunk
 
 
 def _plain_samples(block: bytes, table: SeriesTable, *, tsdb: bool = False) -> RawChunk | None:
