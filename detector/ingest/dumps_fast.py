@@ -1,20 +1,23 @@
 """A fast path for the bulk of a timestamped text dump: blocks of plain sample lines.
 
 A dump in the promtool backfill layout (``detector simulate``, ``detector record``) is, apart
-from a ``# TYPE`` line per family, millions of lines ``name{labels} value timestamp``, each
-series' lines one after another. The exposition parser reads every byte of them through the
-whole grammar, ~3 us a line (bench/RESULTS.md "Replay throughput"). Here a block of such lines
-is cut into its three fields with numpy (the positions of its newlines and of the last two
-spaces of each line), and only the *distinct* values and timestamps of the block (a dump's
-timestamps repeat across series, its values often) go through the grammar's number patterns
-and Python's ``float``, as the parser converts them; the keys are left to the caller's series
-table, which checks each distinct key once (``split_series``).
+from a family's ``# HELP``/``# TYPE`` lines, millions of lines ``name{labels} value
+timestamp``, each series' lines one after another; ``promtool tsdb dump`` writes
+``{__name__="name", labels} value ms`` the same way. The exposition parser reads every byte
+through the whole grammar, ~3 us a line (bench/RESULTS.md "Replay throughput"). Here a block
+of such lines is cut into its three fields with numpy (its newlines and each line's last two
+spaces); one numba pass (``_scan``) reads every value and timestamp that is a plain decimal
+(``_decimal``: exactly ``float``'s value) and notes where a line's key differs from the one
+before; the other numbers go through the grammar's patterns and ``float`` once per distinct
+text, as the parser converts them; the caller's series table checks each run's key once
+(``split_series``, ``split_tsdb_series``).
 
 Anything else is not guessed at: a block that is not ASCII, holds a ``#`` (comments, ``# EOF``,
-exemplars), a carriage return, a NUL, a blank line, a line that does not start with a metric
-name's first character, a line without two spaces, an empty field or a field the number
-grammar rejects gets None, and the caller parses it exactly, with its
-error reporting. So for the blocks it takes, the samples are the parser's, value for value.
+exemplars), a carriage return, a NUL, a blank line, a line that does not start as its format's
+keys do, a line without two spaces, an empty field, a field the number grammar rejects or (tsdb)
+a timestamp that is not whole milliseconds gets None, and the format's own reader reads it,
+with its error reporting. So for the blocks it takes, the samples are that reader's, value for
+value (tests/test_dumps_fast.py compares both).
 """
 
 from __future__ import annotations
