@@ -1,0 +1,102 @@
+"""Reading a recorded dump: the fast path (ingest/dumps_fast.py) against the parser alone.
+
+    python bench/dump_bench.py [--nodes 4] [--days 0.5] [--repeats 3]
+
+Writes a simulated dump (``detector simulate``'s writer: OpenMetrics with timestamps, the
+promtool backfill layout, dcgm-exporter's default fields) and a ``promtool tsdb dump``
+rendering of the same samples, then reads each with ``read_dump`` (no cache: every read
+parses) twice per repeat: as shipped, and with the fast path switched off (every block whole
+through the format's own reader, as before dumps_fast). Prints samples/s of both, their ratio
+(measured in the same run) and whether both read the same samples, bit for bit. Medians of
+``--repeats`` runs of CPU time; the first read of the run (numba compiling or loading the
+kernels) is not counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+
+from detector.ingest import dumps_formats
+from detector.ingest.dumps import read_dump
+from detector.series import SeriesIndex
+from detector.simulate import Scenario, write_dump
+
+
+@contextlib.contextmanager
+def parser_only() -> Iterator[None]:
+    """The readers as they were before dumps_fast: every block whole, by its own reader."""
+    with (
+        mock.patch.object(dumps_formats, "sample_fields", return_value=None),
+        mock.patch.object(dumps_formats, "_segments", lambda block, first: iter([(block, first)])),
+    ):
+        yield
+
+
+def read_all(path: Path) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+    """CPU seconds to read ``path`` whole, and its times, columns and values."""
+    start = time.process_time()
+    batches = list(read_dump([path], SeriesIndex(), cache=False))
+    spent = time.process_time() - start
+    return (
+        spent,
+        np.concatenate([b.times for b in batches]),
+        np.concatenate([b.columns for b in batches]),
+        np.concatenate([b.values for b in batches]),
+    )
+
+
+def tsdb_rendering(openmetrics: Path, out: Path) -> None:
+    """The dump's sample lines as ``promtool tsdb dump`` prints them (integer ms)."""
+    with gzip.open(openmetrics, "rt") as src, out.open("w") as dst:
+        for line in src:
+            if line.startswith("#"):
+                continue
+            key, value, stamp = line.rstrip("\n").rsplit(" ", 2)
+            brace = key.find("{")
+            name, labels = (key, "") if brace < 0 else (key[:brace], key[brace + 1 : -1])
+            inner = f'__name__="{name}"' + (", " + labels.replace('",', '", ') if labels else "")
+            dst.write(f"{{{inner}}} {value} {round(float(stamp) * 1000)}\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument("--days", type=float, default=0.5)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        om, tsdb = Path(tmp) / "sim.om.gz", Path(tmp) / "sim.tsdb"
+        scenario = Scenario(nodes=args.nodes, days=args.days, seed=7, failure_count=0)
+        write_dump(scenario, om, Path(tmp) / "sim.jsonl")
+        tsdb_rendering(om, tsdb)
+        read_all(om)  # numba compiles or loads the kernels
+        print(f"{args.nodes} nodes x 8 GPUs, {args.days:g} days at 30 s; medians of "
+              f"{args.repeats} runs, CPU time")  # fmt: skip
+        print("| format | samples | fast path samples/s | parser alone samples/s | ratio | same |")
+        print("|---|---:|---:|---:|---:|---|")
+        for label, path in (("OpenMetrics (.gz)", om), ("promtool tsdb dump", tsdb)):
+            fast, alone = [], []
+            for _ in range(args.repeats):
+                spent, *got = read_all(path)
+                fast.append(spent)
+                with parser_only():
+                    spent, *want = read_all(path)
+                alone.append(spent)
+            same = all(a.tobytes() == b.tobytes() for a, b in zip(got, want, strict=True))
+            n = got[0].shape[0]
+            f, a = statistics.median(fast), statistics.median(alone)
+            print(f"| {label} | {n:,} | {n / f:,.0f} | {n / a:,.0f} | {a / f:.2f}x | {same} |")
+
+
+if __name__ == "__main__":
+    main()
