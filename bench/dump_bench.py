@@ -15,31 +15,23 @@ kernels) is not counted.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gzip
 import statistics
+import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from unittest import mock
 
 import numpy as np
 
-from detector.ingest import dumps_formats
 from detector.ingest.dumps import read_dump
 from detector.series import SeriesIndex
 from detector.simulate import Scenario, write_dump
 
-
-@contextlib.contextmanager
-def parser_only() -> Iterator[None]:
-    """The readers as they were before dumps_fast: every block whole, by its own reader."""
-    with (
-        mock.patch.object(dumps_formats, "sample_fields", return_value=None),
-        mock.patch.object(dumps_formats, "_segments", lambda block, first: iter([(block, first)])),
-    ):
-        yield
+# The readers "as before" and the tsdb-dump line are the tests' own (tests/test_dumps_fast.py),
+# so the bench measures against what the tests prove equal.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from test_dumps_fast import readers_as_before, tsdb_line
 
 
 def read_all(path: Path) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
@@ -59,13 +51,9 @@ def tsdb_rendering(openmetrics: Path, out: Path) -> None:
     """The dump's sample lines as ``promtool tsdb dump`` prints them (integer ms)."""
     with gzip.open(openmetrics, "rt") as src, out.open("w") as dst:
         for line in src:
-            if line.startswith("#"):
-                continue
-            key, value, stamp = line.rstrip("\n").rsplit(" ", 2)
-            brace = key.find("{")
-            name, labels = (key, "") if brace < 0 else (key[:brace], key[brace + 1 : -1])
-            inner = f'__name__="{name}"' + (", " + labels.replace('",', '", ') if labels else "")
-            dst.write(f"{{{inner}}} {value} {round(float(stamp) * 1000)}\n")
+            if not line.startswith("#"):
+                key, value, stamp = line.rstrip("\n").rsplit(" ", 2)
+                dst.write(tsdb_line(key, value, str(round(float(stamp) * 1000))))
 
 
 def main() -> None:
@@ -89,7 +77,7 @@ def main() -> None:
             for _ in range(args.repeats):
                 spent, *got = read_all(path)
                 fast.append(spent)
-                with parser_only():
+                with readers_as_before():
                     spent, *want = read_all(path)
                 alone.append(spent)
             same = all(a.tobytes() == b.tobytes() for a, b in zip(got, want, strict=True))

@@ -38,6 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
+from . import jit
 from .accounting import LiveAccounting
 from .alerts import AlertSender
 from .calibration_file import load_calibration
@@ -51,7 +52,6 @@ from .ingest.targets import TargetSource
 from .logs import configure_logging, get_logger
 from .model import Frame, XidEvent
 from .pipeline import Pipeline, TickResult, build_pipeline, pipeline_state, restore_pipeline
-from .scorers import jit
 from .series import LabelRules, SeriesIndex
 from .server import Readiness, Server, start_server
 from .state import load_state, save_state

@@ -19,19 +19,19 @@ def transformed(
     a: dict[str, np.ndarray],
     t: float,
     cur: FloatArray,
+    observed: BoolArray,
     values: FloatArray,
     prev: FloatArray,
     prev_t: FloatArray,
     prev_den: FloatArray,
 ) -> FloatArray:
     """Per column, its transformed value at ``t``: ``cur`` = the value of the series it reads
-    (NaN: not observed), ``values`` = every series' value (a ratio's denominator is read
-    there), ``prev`` / ``prev_t`` = its series' last observed value and time. Rates are NaN on
-    a first observation, a non-positive elapsed time or a counter reset (a decrease); ratios
-    also where the denominator is unknown, reset or did not increase. ``prev_den`` (the
-    denominators' last observed values) is updated in place; ``prev`` and ``prev_t`` are the
-    caller's to update."""
-    observed = ~np.isnan(cur)
+    (NaN: not observed; ``observed`` = not NaN, the caller's), ``values`` = every series'
+    value (a ratio's denominator is read there), ``prev`` / ``prev_t`` = its series' last
+    observed value and time. Rates are NaN on a first observation, a non-positive elapsed
+    time or a counter reset (a decrease); ratios also where the denominator is unknown, reset
+    or did not increase. ``prev_den`` (the denominators' last observed values) is updated in
+    place; ``prev`` and ``prev_t`` are the caller's to update."""
     have_prev = observed & ~np.isnan(prev)
     # Whole-width arithmetic (contiguous) beats gathering each kind's columns: every
     # column starts as its level value and the other kinds overwrite theirs below.

@@ -118,7 +118,6 @@ class SignalMap:
         self._signal_ids: dict[str, int] = {}
         self.node_names: list[str] = []
         self._node_ids: dict[str, int] = {}
-        self.cohort_names = self.cohorts.names  # cohort id -> name
         self._gpu_entities: dict[tuple[str, str], int] = {}  # (node, gpu label) -> entity id
         self._gpu_entity_node: list[int] = []  # entity id -> node id
         # GPU workloads (series.workload): GPU peers are the GPUs of one node and one team
@@ -565,7 +564,7 @@ class SignalMap:
         cur = padded[a["series"]]
         observed = ~np.isnan(cur)
         prev, prev_t = self._prev_value, self._prev_time
-        out = transformed(a, t, cur, values, prev, prev_t, self._prev_den)
+        out = transformed(a, t, cur, observed, values, prev, prev_t, self._prev_den)
         missing = np.isnan(values)
         seen = self._seen[:n_series]
         sent = ~missing
@@ -609,6 +608,11 @@ class SignalMap:
                 team=np.asarray(self._team, dtype=np.int64),
             )
         return self._layout
+
+    @property
+    def cohort_names(self) -> list[str]:
+        """Cohort id -> name (``ColumnLayout.cohort`` holds the ids)."""
+        return self.cohorts.names
 
     @property
     def last_observed(self) -> FloatArray:

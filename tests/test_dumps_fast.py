@@ -3,12 +3,14 @@ parser reads them; anything else left to the parser."""
 
 from __future__ import annotations
 
+import contextlib
 import io
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,15 +29,21 @@ from detector.simulate import Scenario, write_dump
 T0 = 1_700_000_000
 
 
-def _read(
-    block: bytes, *, fast: bool, monkeypatch: pytest.MonkeyPatch, tsdb: bool = False
-) -> dict[str, Any]:
+@contextlib.contextmanager
+def readers_as_before() -> Iterator[None]:
+    """The dump readers as they were before dumps_fast: every block whole, by the format's
+    own reader (bench/dump_bench.py measures against it too)."""
+    with (
+        mock.patch.object(dumps_formats, "sample_fields", return_value=None),
+        mock.patch.object(dumps_formats, "_segments", lambda block, first: iter([(block, first)])),
+    ):
+        yield
+
+
+def _read(block: bytes, *, fast: bool, tsdb: bool = False) -> dict[str, Any]:
     """What read_openmetrics (or read_tsdb_dump) yields for ``block`` (ids resolved to
     series), with the fast path or with the format's own reader alone, and what it reported."""
-    with monkeypatch.context() as patch:
-        if not fast:  # the readers as they were: every block whole, by the parser
-            patch.setattr(dumps_formats, "sample_fields", lambda _block, tsdb=False: None)
-            patch.setattr(dumps_formats, "_segments", lambda block, first: iter([(block, first)]))
+    with readers_as_before() if not fast else contextlib.nullcontext():
         report, table = FileReport(Path("dump.om"), "openmetrics"), SeriesTable()
         reader = read_tsdb_dump if tsdb else read_openmetrics
         chunks = list(reader(io.BytesIO(block), report, table))
@@ -50,15 +58,13 @@ def _read(
     }
 
 
-def _same_either_way(
-    block: bytes, monkeypatch: pytest.MonkeyPatch, *, tsdb: bool = False
-) -> dict[str, Any]:
-    fast = _read(block, fast=True, monkeypatch=monkeypatch, tsdb=tsdb)
-    assert fast == _read(block, fast=False, monkeypatch=monkeypatch, tsdb=tsdb)
+def _same_either_way(block: bytes, *, tsdb: bool = False) -> dict[str, Any]:
+    fast = _read(block, fast=True, tsdb=tsdb)
+    assert fast == _read(block, fast=False, tsdb=tsdb)
     return fast
 
 
-def _tsdb_line(key: str, value: str, stamp: str) -> str:
+def tsdb_line(key: str, value: str, stamp: str) -> str:
     """``name{a="b"}`` as promtool tsdb dump writes it: ``{__name__="name", a="b"}``."""
     brace = key.find("{")
     name, labels = (key, "") if brace < 0 else (key[:brace], key[brace + 1 : -1])
@@ -75,19 +81,19 @@ def _real_sample_lines(shared_data: Path) -> list[str]:
 
 
 def test_real_node_exporter_lines_read_as_the_parser_reads_them(
-    shared_data: Path, monkeypatch: pytest.MonkeyPatch
+    shared_data: Path,
 ) -> None:
     """Every label shape of the real fixture (escapes, le="+Inf", empty values, NaN): the
     fast path takes the block and yields the parser's samples, value for value."""
     block = ("\n".join(_real_sample_lines(shared_data)) + "\n").encode()
     assert sample_fields(block) is not None
-    out = _same_either_way(block, monkeypatch)
+    out = _same_either_way(block)
     assert out["samples"] == len(_real_sample_lines(shared_data)) > 1000
     assert out["bad"] == 0
 
 
 def test_a_block_with_comments_or_a_bad_line_goes_to_the_parser(
-    shared_data: Path, monkeypatch: pytest.MonkeyPatch
+    shared_data: Path,
 ) -> None:
     """A TYPE line, an exemplar, CRLF, a blank line, a line without timestamp, a tsdb-style key,
     a bad value or a time past float range: the parser reads the block and names the line."""
@@ -107,7 +113,7 @@ def test_a_block_with_comments_or_a_bad_line_goes_to_the_parser(
     }
     for extra, bad in cases.items():
         block = (good + extra + good).encode()
-        out = _same_either_way(block, monkeypatch)
+        out = _same_either_way(block)
         assert out["bad"] == bad, extra
 
 
@@ -143,8 +149,7 @@ def test_generated_lines_read_the_same_with_and_without_the_fast_path(
 ) -> None:
     """Keys of every shape, numbers valid and not: the output and the report agree."""
     block = "".join(f"{key} {value} {stamp}\n" for key, value, stamp in lines).encode()
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        _same_either_way(block, monkeypatch)
+    _same_either_way(block)
 
 
 def test_the_fast_path_takes_plain_simulated_dump_blocks(tmp_path: Path) -> None:
@@ -163,9 +168,7 @@ def test_the_fast_path_takes_plain_simulated_dump_blocks(tmp_path: Path) -> None
     assert np.isnan(fields.values).sum() < len(fields.values)
 
 
-def test_every_number_form_is_read_as_the_parser_reads_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_every_number_form_is_read_as_the_parser_reads_it() -> None:
     """Values and timestamps in every form the grammar takes, the DCGM blank sentinel and
     millisecond timestamps included: the fast path takes the block, with the parser's result."""
     values = ["1.", ".5", "+3", "-0", "1e5", "1E-3", "NaN", "+Inf", "-Inf", "00012", "2.5e+2"]
@@ -175,7 +178,7 @@ def test_every_number_form_is_read_as_the_parser_reads_it(
     lines += ['DCGM_FI_DEV_GPU_TEMP{gpu="1"} 9223372036854775794 1700000000\n']
     block = "".join(lines).encode()
     assert sample_fields(block) is not None
-    out = _same_either_way(block, monkeypatch)
+    out = _same_either_way(block)
     assert (out["samples"], out["bad"]) == (len(lines), 0)
     read = np.frombuffer(out["values"])
     assert np.isnan(read[-1])  # the sentinel of a DCGM series: no data
@@ -195,23 +198,24 @@ def test_a_number_the_numba_pass_reads_is_valid_and_exactly_floats(text: str) ->
     """Whatever the numba pass reads itself is a number both grammars take, with float's
     value to the bit (the rest goes to the grammar and float)."""
     data = np.frombuffer(text.encode(), dtype=np.uint8)
-    plain, value = _decimal(data, 0, len(data))
+    plain, value, whole = _decimal(data, 0, len(data))
     if plain:
         assert NUMBER_PATTERN.fullmatch(text)
         assert SECONDS_PATTERN.fullmatch(text)
         assert np.float64(value).tobytes() == np.float64(float(text)).tobytes()
+    assert whole == (plain and text.lstrip("-").isdigit())
 
 
 def test_real_lines_as_promtool_tsdb_dump_writes_them_read_the_same_either_way(
-    shared_data: Path, monkeypatch: pytest.MonkeyPatch
+    shared_data: Path,
 ) -> None:
     """The real fixture's series as tsdb-dump lines (ms timestamps): the fast path takes the
     block, with the tsdb reader's samples; a non-integer or a '+' timestamp, a bad key or a
     bad value send the block back to it."""
     lines = [line.rsplit(" ", 2) for line in _real_sample_lines(shared_data)]
-    good = "".join(_tsdb_line(key, value, f"{stamp}000") for key, value, stamp in lines)
+    good = "".join(tsdb_line(key, value, f"{stamp}000") for key, value, stamp in lines)
     assert sample_fields(good.encode(), tsdb=True) is not None
-    out = _same_either_way(good.encode(), monkeypatch, tsdb=True)
+    out = _same_either_way(good.encode(), tsdb=True)
     assert (out["samples"], out["bad"]) == (len(lines), 0)
     for extra in (
         '{__name__="m"} 1 1700000000000.5\n',
@@ -223,7 +227,7 @@ def test_real_lines_as_promtool_tsdb_dump_writes_them_read_the_same_either_way(
     ):
         block = (good + extra + good).encode()
         assert sample_fields(block, tsdb=True) is None or extra.startswith('{__name__="m", a')
-        _same_either_way(block, monkeypatch, tsdb=True)
+        _same_either_way(block, tsdb=True)
 
 
 @settings(max_examples=200, deadline=None)
@@ -233,18 +237,17 @@ def test_generated_tsdb_lines_read_the_same_with_and_without_the_fast_path(
 ) -> None:
     """The generated lines as tsdb-dump lines, timestamps as generated (mostly not whole ms)
     and as whole ms: the output and the report agree."""
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        for ms in (False, True):
-            block = "".join(
-                _tsdb_line(key, value, str(T0 * 1000 + i) if ms else stamp)
-                for i, (key, value, stamp) in enumerate(lines)
-                if key[0].isalpha()
-            )
-            _same_either_way(block.encode(), monkeypatch, tsdb=True)
+    for ms in (False, True):
+        block = "".join(
+            tsdb_line(key, value, str(T0 * 1000 + i) if ms else stamp)
+            for i, (key, value, stamp) in enumerate(lines)
+            if key[0].isalpha()
+        )
+        _same_either_way(block.encode(), tsdb=True)
 
 
 def test_type_lines_and_bad_lines_amid_samples_keep_their_line_numbers(
-    shared_data: Path, monkeypatch: pytest.MonkeyPatch
+    shared_data: Path,
 ) -> None:
     """Runs of samples between a family's HELP/TYPE lines go the fast way, the comments and a
     run holding a bad line to the parser: the same samples, and each bad line named by its
@@ -261,7 +264,7 @@ def test_type_lines_and_bad_lines_amid_samples_keep_their_line_numbers(
         "# EOF",
         *good[:5],
     ]
-    out = _same_either_way(("\n".join(lines) + "\n").encode(), monkeypatch)
+    out = _same_either_way(("\n".join(lines) + "\n").encode())
     assert out["samples"] == 45
     assert out["bad"] == 2
     assert [e.split(":")[1] for e in out["errors"]] == ["23", "34"]

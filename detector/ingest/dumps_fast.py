@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..jit import COMPILED, jit
 from ..model import BoolArray, FloatArray, IntArray
-from ..scorers.jit import COMPILED, jit
 from .parse import NUMBER_PATTERN, SECONDS_PATTERN
 
 _NEWLINE, _SPACE = 10, 32
@@ -66,11 +66,12 @@ def sample_fields(block: bytes, *, tsdb: bool = False) -> SampleFields | None:
         return None  # a space too few in a line, a key or a value empty
     if not (ends > time_at + 1).all():
         return None  # a timestamp empty
-    values, times, plain_value, plain_time, new_run = _scan(data, starts, value_at, time_at, ends)
+    scanned = _scan(data, starts, value_at, time_at, ends)
+    values, times, plain_value, plain_time, whole_times, new_run = scanned
     if not _convert_rest(block, value_at + 1, time_at, plain_value, values, NUMBER_PATTERN):
         return None
-    if tsdb:  # whole milliseconds only: digits, all of them plain
-        if not (plain_time.all() and _all_digits(data, time_at + 1, ends)):
+    if tsdb:  # whole milliseconds only
+        if not whole_times:
             return None
     elif not _convert_rest(block, time_at + 1, ends, plain_time, times, SECONDS_PATTERN):
         return None
@@ -116,15 +117,17 @@ def _convert_rest(
 
 
 @jit
-def _decimal(data: np.ndarray, begin: int, end: int) -> tuple[bool, float]:
-    """(True, value) when ``data[begin:end]`` is a plain decimal: an optional sign, 1 to 15
-    digits with at most one '.' among them, an optional exponent (``e``, a sign, 1 to 3
+def _decimal(data: np.ndarray, begin: int, end: int) -> tuple[bool, float, bool]:
+    """(True, value, whole) when ``data[begin:end]`` is a plain decimal: an optional sign, 1
+    to 15 digits with at most one '.' among them, an optional exponent (``e``, a sign, 1 to 3
     digits), the power of ten it comes to within 1e-22 to 1e22 (every number grammar takes
-    such a field); else (False, 0). Exact as ``float``: the digits as an integer below 2**53
-    times or over a power of ten up to 1e22, both exact doubles, is one correctly rounded
-    operation (Clinger's fast path)."""
+    such a field); else (False, 0, False). ``whole``: digits alone, a leading '-' allowed
+    (tsdb's milliseconds). Exact as ``float``: the digits as an integer below 2**53 times or
+    over a power of ten up to 1e22, both exact doubles, is one correctly rounded operation
+    (Clinger's fast path)."""
     i, negative = begin, False
-    if data[i] == 45 or data[i] == 43:  # '-' or '+'
+    plus = data[i] == 43
+    if data[i] == 45 or plus:  # '-' or '+'
         negative = data[i] == 45
         i += 1
     mantissa, digits, fraction, dots = 0, 0, 0, 0
@@ -137,55 +140,49 @@ def _decimal(data: np.ndarray, begin: int, end: int) -> tuple[bool, float]:
         elif c == 46:
             dots += 1
         else:
-            return False, 0.0
+            return False, 0.0, False
         i += 1
     if digits == 0 or digits > 15 or dots > 1:
-        return False, 0.0
+        return False, 0.0, False
     power = -fraction
+    whole = dots == 0 and i == end and not plus
     if i < end:  # the exponent
         i += 1
         minus = i < end and data[i] == 45
         if i < end and (data[i] == 45 or data[i] == 43):
             i += 1
         if i == end or end - i > 3:
-            return False, 0.0
+            return False, 0.0, False
         exponent = 0
         while i < end:
             c = data[i]
             if not 48 <= c <= 57:
-                return False, 0.0
+                return False, 0.0, False
             exponent = exponent * 10 + (c - 48)
             i += 1
         power += -exponent if minus else exponent
     if power > 22 or power < -22:
-        return False, 0.0
+        return False, 0.0, False
     value = mantissa * _POW10[power] if power >= 0 else mantissa / _POW10[-power]
-    return True, (-value if negative else value)
-
-
-@jit
-def _all_digits(data: np.ndarray, begin: IntArray, end: IntArray) -> bool:
-    """Whether every field ``data[begin[i]:end[i]]`` is digits, a leading '-' allowed."""
-    for i in range(begin.shape[0]):
-        for k in range(begin[i] + (data[begin[i]] == 45), end[i]):
-            if not 48 <= data[k] <= 57:
-                return False
-    return True
+    return True, (-value if negative else value), whole
 
 
 @jit
 def _scan(
     data: np.ndarray, starts: IntArray, value_at: IntArray, time_at: IntArray, ends: IntArray
-) -> tuple[FloatArray, FloatArray, BoolArray, BoolArray, BoolArray]:
+) -> tuple[FloatArray, FloatArray, BoolArray, BoolArray, bool, BoolArray]:
     """Per line: its value and timestamp where plain decimals (``_decimal``), whether they
-    were, and whether its key differs from the previous line's (byte for byte)."""
+    were, whether every timestamp is whole (``_decimal``), and whether its key differs from
+    the previous line's (byte for byte)."""
     n = starts.shape[0]
     values, times = np.zeros(n), np.zeros(n)
     plain_value, plain_time = np.zeros(n, np.bool_), np.zeros(n, np.bool_)
+    all_whole = True
     new_run = np.ones(n, np.bool_)
     for i in range(n):
-        plain_value[i], values[i] = _decimal(data, value_at[i] + 1, time_at[i])
-        plain_time[i], times[i] = _decimal(data, time_at[i] + 1, ends[i])
+        plain_value[i], values[i], _ = _decimal(data, value_at[i] + 1, time_at[i])
+        plain_time[i], times[i], whole = _decimal(data, time_at[i] + 1, ends[i])
+        all_whole &= whole
         if i > 0:
             width = value_at[i] - starts[i]
             if width == value_at[i - 1] - starts[i - 1]:
@@ -195,4 +192,4 @@ def _scan(
                         same = False
                         break
                 new_run[i] = not same
-    return values, times, plain_value, plain_time, new_run
+    return values, times, plain_value, plain_time, all_whole, new_run

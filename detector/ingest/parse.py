@@ -147,11 +147,9 @@ _NAN = float("nan")
 Row = tuple[str, ...]
 _NAME_AT = re.compile(_NAME)
 _LABELS_AT = re.compile(_LABELS)
-_NUMBER_FULL = re.compile(_NUMBER)
+NUMBER_PATTERN = re.compile(_NUMBER)  # a sample value (fullmatch)
 _TS_MS_FULL = re.compile(_TS_MS)
-_TS_S_FULL = re.compile(_TS_S)
-NUMBER_PATTERN = _NUMBER_FULL  # a sample value, whole (dumps_fast)
-SECONDS_PATTERN = _TS_S_FULL  # an OpenMetrics timestamp, whole (dumps_fast)
+SECONDS_PATTERN = re.compile(_TS_S)  # an OpenMetrics timestamp (fullmatch)
 
 
 def _unescape(match: re.Match[str]) -> str:
@@ -415,10 +413,10 @@ def _diagnose(line: str, openmetrics: bool) -> str:
     parts = rest.split()
     if not parts:
         return "missing value"
-    if not _NUMBER_FULL.fullmatch(parts[0]):
+    if not NUMBER_PATTERN.fullmatch(parts[0]):
         return f"invalid value {parts[0]!r}"
     if len(parts) > 1 and parts[1] != "#":
-        ts_ok = (_TS_S_FULL if openmetrics else _TS_MS_FULL).fullmatch(parts[1])
+        ts_ok = (SECONDS_PATTERN if openmetrics else _TS_MS_FULL).fullmatch(parts[1])
         if ts_ok is None:
             unit = "seconds" if openmetrics else "integer milliseconds"
             return f"invalid timestamp {parts[1]!r}: expected {unit}"

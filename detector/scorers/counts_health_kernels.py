@@ -10,9 +10,9 @@ import math
 
 import numpy as np
 
+from ..jit import jit
 from ..model import FloatArray, IntArray
 from .base import SCORE_CAP
-from .jit import jit
 from .kernels import MAX_ABS_VALUE, decays, ew_step, gathered, scatter, scratch
 
 # TelemetryHealth's kinds (health.py re-exports them)

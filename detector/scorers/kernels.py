@@ -41,9 +41,9 @@ import math
 
 import numpy as np
 
+from ..jit import jit
 from ..model import BoolArray, FloatArray, IntArray
 from .base import SCORE_CAP
-from .jit import jit
 
 MAX_ABS_VALUE = 1e150  # squares stay finite in float64
 FORGOTTEN_WEIGHT = 1e-6  # history weight below this (~20 half-lives) means "never seen"

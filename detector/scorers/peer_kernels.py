@@ -23,9 +23,9 @@ import math
 
 import numpy as np
 
+from ..jit import jit
 from ..model import FloatArray, IntArray
 from .base import SCORE_CAP
-from .jit import jit
 from .kernels import (
     MAX_ABS_VALUE,
     decays,

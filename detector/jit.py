@@ -1,4 +1,5 @@
-"""The one numba decorator of the scorer kernels, and where compiled kernels are cached.
+"""The one numba decorator of the project's kernels (the scorers' in scorers/, the dump
+reader's in ingest/dumps_fast.py), and where compiled kernels are cached.
 
 Kernels are compiled on first call (a few seconds for all of them, printed by
 bench/scorer_bench.py) and cached on disk, so later processes load them in milliseconds. numba
