@@ -283,7 +283,7 @@ def run_replay(
         end=end,
         horizon_s=horizon_s,
         grace_s=grace_s,
-        is_failure=lambda ev: is_failure(ev, catalog),
+        is_failure=set(failures).__contains__,  # as evaluate_at_threshold
     )
     node_names = pipeline.signal_map.layout.node_names if ticks else ()
     result = ReplayResult(
