@@ -87,8 +87,9 @@ class EntityMap:
     def build(cls, layout: ColumnLayout, gpu_labels: tuple[str, ...] | None = None) -> EntityMap:
         n_nodes = len(layout.node_names)
         is_gpu = layout.gpu >= 0
-        # GPU ids reach ~1e9 (signals.gpu_number hashes non-numeric labels), so the (node, gpu)
-        # key needs a span above every id; a smaller one would decode some GPUs to wrong nodes.
+        # GPU ids reach ~1e9 (signal_columns.gpu_number hashes non-numeric labels), so the
+        # (node, gpu) key needs a span above every id; a smaller one would decode some GPUs to
+        # wrong nodes.
         keys = layout.node.astype(np.int64) * _GPU_SPAN + np.where(is_gpu, layout.gpu, 0)
         uniq, inverse = np.unique(keys[is_gpu], return_inverse=True)
         gpu_entity = np.full(len(layout), -1, dtype=np.int64)

@@ -47,7 +47,6 @@ transforms, presence, frozen targets) is signal_values.py's.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -58,6 +57,7 @@ from .node_cohorts import NodeCohorts
 from .repeats import RepeatedScrapes, target_key
 from .rules import SignalCatalog
 from .series import SeriesIndex, without, workload_of
+from .signal_columns import FROZEN, GPU_COUNT, LEVEL, MISSING, RATE, RATIO, TRANSFORM, SignalColumns
 from .signal_values import (
     frozen_values,
     known_per_gpu,
@@ -65,17 +65,6 @@ from .signal_values import (
     retire_replaced,
     transformed,
 )
-
-LEVEL, RATE, EDGE, MISSING, GPU_COUNT, RATIO, FROZEN = 0, 1, 2, 3, 4, 5, 6
-_TRANSFORM = {"level": LEVEL, "rate": RATE, "edge": EDGE, "ratio": RATIO}
-_DIRECTION = {"up": 1, "down": -1, "both": 0}
-
-
-def gpu_number(label: str) -> int:
-    """The layout's GPU int: the label itself when it is a number, else a stable hash."""
-    if label.isdigit():
-        return int(label)
-    return 1_000_000 + zlib.crc32(label.encode()) % 1_000_000_000
 
 
 class SignalMap:
@@ -98,30 +87,11 @@ class SignalMap:
         self._synced = 0
         self._presence = {rule.name: rule for rule in catalog.presence_rules()}
         # Per signal column (grown in sync, frozen to arrays lazily).
-        self._series: list[int] = []  # series column, -1 for computed columns
-        self._kind: list[int] = []
-        self._scale: list[float] = []
-        self._signal: list[int] = []
-        self._node: list[int] = []
-        self._node_columns: dict[int, list[int]] = {}  # node id -> its columns (_regroup)
-        self._gpu: list[int] = []
-        self._gpu_label: list[str | None] = []
-        self._cohort: list[int] = []
-        self._direction: list[int] = []
-        self._weight: list[float] = []
-        self._entity: list[int] = []  # gpu entity id (MISSING) or node id (GPU_COUNT), else -1
-        self._denom: list[int] = []  # RATIO: series column of the denominator, -1 unknown yet
-        self._resolution: list[float] = []  # rounding step of the column's values (0: none)
-        self._log_unit: list[float] = []  # log space: ln(1 + value / unit) (0: none)
+        self.columns = SignalColumns()
         self._unresolved: dict[int, tuple[str, tuple[tuple[str, str], ...]]] = {}
-        self.signal_names: list[str] = []
-        self._signal_ids: dict[str, int] = {}
-        self.node_names: list[str] = []
-        self._node_ids: dict[str, int] = {}
         self._gpu_entities: dict[tuple[str, str], int] = {}  # (node, gpu label) -> entity id
         self._gpu_entity_node: list[int] = []  # entity id -> node id
         # GPU workloads (series.workload): GPU peers are the GPUs of one node and one team
-        self._team: list[int] = []  # per signal column: its GPU's team id (0: node columns)
         self._team_ids: dict[str, int] = {"": 0}  # workload -> team id ("": none)
         self._gpu_team: dict[int, int] = {}  # entity id -> team id
         self._entity_columns: dict[int, list[int]] = {}  # entity id -> its signal columns
@@ -157,14 +127,15 @@ class SignalMap:
 
     # ------------------------------------------------------------------ building columns
     def __len__(self) -> int:
-        return len(self._series)
+        return len(self.columns)
 
-    def _id(self, table: dict[str, int], names: list[str], name: str) -> int:
-        found = table.get(name)
-        if found is None:
-            found = table[name] = len(names)
-            names.append(name)
-        return found
+    @property
+    def signal_names(self) -> list[str]:
+        return self.columns.signal_names
+
+    @property
+    def node_names(self) -> list[str]:
+        return self.columns.node_names
 
     def _regroup(self, nodes: set[str]) -> None:
         """Give every mapped column of ``nodes`` its node's cohort as it is now (work in
@@ -172,11 +143,15 @@ class SignalMap:
         if not nodes:
             return
         moved = False
-        for node in nodes & set(self._node_ids):
+        columns = self.columns
+        for node in nodes:
+            node_id = columns.known_node(node)
+            if node_id < 0:
+                continue
             cohort = self.cohorts.id_of(node)
-            for col in self._node_columns.get(self._node_ids[node], ()):
-                if self._cohort[col] != cohort:
-                    self._cohort[col] = cohort
+            for col in columns.node_columns.get(node_id, ()):
+                if columns.cohort[col] != cohort:
+                    columns.cohort[col] = cohort
                     moved = True
         if moved:
             self._layout = None
@@ -199,29 +174,14 @@ class SignalMap:
     def _append(
         self, info: SeriesInfo, series: int, kind: int, name: str, gpu: str | None, **rule: Any
     ) -> None:
-        self._series.append(series)
-        self._kind.append(kind)
-        self._scale.append(float(rule.get("scale", 1.0)))
-        self._resolution.append(float(rule.get("resolution", 0.0)))
-        self._log_unit.append(float(rule.get("log_unit", 0.0)))
-        self._signal.append(self._id(self._signal_ids, self.signal_names, name))
-        node_id = self._id(self._node_ids, self.node_names, info.node)
-        self._node_columns.setdefault(node_id, []).append(len(self._node))
-        self._node.append(node_id)
-        self._gpu.append(-1 if gpu is None else gpu_number(gpu))
-        self._gpu_label.append(gpu)
-        self._cohort.append(self.cohorts.id_of(info.node))
         entity = -1 if gpu is None else self._gpu_entities.get((info.node, gpu), -1)
-        self._team.append(self._gpu_team.get(entity, 0))
+        cohort, team = self.cohorts.id_of(info.node), self._gpu_team.get(entity, 0)
+        col = self.columns.append(series, kind, name, info.node, gpu, cohort, team, **rule)
         if entity >= 0:
-            self._entity_columns.setdefault(entity, []).append(len(self._team) - 1)
-        self._direction.append(_DIRECTION[rule["direction"]])
-        self._weight.append(float(rule["weight"]))
-        self._entity.append(int(rule.get("entity_id", -1)))
-        self._denom.append(-1)
+            self._entity_columns.setdefault(entity, []).append(col)
         if kind == RATIO:
-            self._unresolved[len(self._series) - 1] = (str(rule["denominator"]), info.labels)
-            self._denom_metric[len(self._series) - 1] = str(rule["denominator"])
+            self._unresolved[col] = (str(rule["denominator"]), info.labels)
+            self._denom_metric[col] = str(rule["denominator"])
 
     def _add_frozen(self, info: SeriesInfo) -> None:
         """The node's ``health_targets_frozen_fraction`` column, after its first scored
@@ -232,7 +192,7 @@ class SignalMap:
         if frozen is None or self.repeats is None or target_key(info) is None:
             return
         self._frozen_nodes.add(info.node)
-        node_id = self._node_ids[info.node]
+        node_id = self.columns.known_node(info.node)
         shape = {"direction": frozen.direction, "weight": frozen.weight}
         self._append(info, -1, FROZEN, frozen.name, None, entity_id=node_id, **shape)
 
@@ -264,7 +224,7 @@ class SignalMap:
             self._gpu_team[entity] = team
             nodes.add(self._gpu_entity_node[entity])
             for col in self._entity_columns.get(entity, ()):
-                self._team[col] = team
+                self.columns.team[col] = team
             self._layout = None
             moved = True
         for node_id in nodes:  # once all moved: a node's GPUs moving together are not split
@@ -300,7 +260,7 @@ class SignalMap:
         """Map series added to the index since the last sync, and with ``t`` (the tick's time)
         apply a dump's workload changes up to then (``_follow_contexts``); True when columns
         were added or moved to another cohort or team (the layout changed)."""
-        before = len(self._series)
+        before = len(self.columns.series)
         infos = self.index.infos
         moved, self._cohorts_moved = self._cohorts_moved, False
         if t is not None:
@@ -322,16 +282,16 @@ class SignalMap:
             self._seen = np.concatenate(
                 [self._seen, np.zeros(len(infos) - self._seen.shape[0], dtype=bool)]
             )
-        added = len(self._series) - before
+        added = len(self.columns.series) - before
         self._resolve_denominators()
         if added:
             fill = np.full(added, np.nan)
             self._prev_value = np.concatenate([self._prev_value, fill])
             self._prev_time = np.concatenate([self._prev_time, fill])
             self._prev_den = np.concatenate([self._prev_den, fill])
-            for col in range(before, len(self._series)):
-                restored = self._pending.pop(self._series[col], None)
-                if restored is not None and self._series[col] >= 0:
+            for col in range(before, len(self.columns.series)):
+                restored = self._pending.pop(self.columns.series[col], None)
+                if restored is not None and self.columns.series[col] >= 0:
                     self._prev_value[col], self._prev_time[col], self._prev_den[col] = restored
             self._arrays = None
             self._layout = None
@@ -350,7 +310,7 @@ class SignalMap:
         for col, (metric, labels) in list(self._unresolved.items()):
             found = self.index.column_of(metric, labels)
             if found is not None:
-                self._denom[col] = found
+                self.columns.denom[col] = found
                 del self._unresolved[col]
                 self._arrays = None
 
@@ -363,7 +323,7 @@ class SignalMap:
             entity = self._gpu_entities.get(key, -1)
             if entity < 0:
                 entity = self._gpu_entities[key] = len(self._gpu_entity_node)
-                node_id = self._id(self._node_ids, self.node_names, info.node)
+                node_id = self.columns.node_id(info.node)
                 self._gpu_entity_node.append(node_id)
                 self._gpu_team[entity] = self._team_of(info)
                 self._node_entities.setdefault(node_id, []).append(entity)
@@ -371,7 +331,7 @@ class SignalMap:
                 self._add_presence(info, entity, node_id)
                 first = self.cohorts.add_gpu_node(info.node)
                 if first is not None:  # a new GPU node; the first moves all others
-                    self._regroup(set(self._node_ids) if first else {info.node})
+                    self._regroup(set(self.node_names) if first else {info.node})
         # XID series come and go by design (a windowed count exists only while an XID is in
         # its window): they are ground truth, not telemetry a GPU loses, so presence skips them.
         truth = not isinstance(verdict, str) and verdict.truth is not None
@@ -417,7 +377,7 @@ class SignalMap:
             "log_unit": verdict.log_unit,
             "denominator": verdict.denominator,
         }
-        self._append(info, info.column, _TRANSFORM[verdict.transform], verdict.name, gpu, **fields)
+        self._append(info, info.column, TRANSFORM[verdict.transform], verdict.name, gpu, **fields)
         self._add_frozen(info)
 
     def _is_relabel(self, info: SeriesInfo) -> bool:
@@ -429,8 +389,8 @@ class SignalMap:
         if not self.cohorts.labels:
             return False
         key = (info.metric, without(info.labels, self.cohorts.labels))
-        col = self._relabel_keys.setdefault(key, len(self._series))
-        if col == len(self._series):
+        col = self._relabel_keys.setdefault(key, len(self.columns.series))
+        if col == len(self.columns.series):
             return False
         self._aliases.append((info.column, col))  # sync rebuilds the tick arrays
         return True
@@ -462,13 +422,13 @@ class SignalMap:
     def _switch(self, k: int) -> None:
         """Make alias ``k``'s series its column's source (the former source its alias)."""
         series, col = self._aliases[k]
-        if self._series[col] == series:
+        if self.columns.series[col] == series:
             return
-        self._aliases[k] = (self._series[col], col)
-        self._series[col] = series
+        self._aliases[k] = (self.columns.series[col], col)
+        self.columns.series[col] = series
         metric = self._denom_metric.get(col)
         if metric is not None:  # the denominator is the new series' sibling
-            self._denom[col] = -1
+            self.columns.denom[col] = -1
             self._unresolved[col] = (metric, self.index.infos[series].labels)
             self._resolve_denominators()
         self._arrays = None
@@ -489,35 +449,12 @@ class SignalMap:
         """Index arrays derived from the column lists, rebuilt only when columns are added
         (building them per tick cost more than the arithmetic)."""
         if self._arrays is None:
-            kind = np.asarray(self._kind, dtype=np.int64)
-            series = np.asarray(self._series, dtype=np.int64)
-            scale = np.asarray(self._scale, dtype=np.float64)
-            level = np.flatnonzero(kind == LEVEL)
-            rate = np.flatnonzero(kind == RATE)
             series_entity = np.asarray(self._series_gpu_entity, dtype=np.int64)
             gpu_series = np.flatnonzero(series_entity >= 0)
-            weight = np.asarray(self._weight, dtype=np.float64)
-            weight.setflags(write=False)  # handed out by ``weights`` every tick
             self._known = None
+            columns = self.columns
             self._arrays = {
-                "series": series,
-                "scale": scale,
-                "level": level,
-                "level_scale": scale[level],
-                "rate": rate,
-                "rate_scale": scale[rate],
-                "edge": np.flatnonzero(kind == EDGE),
-                "ratio": np.flatnonzero(kind == RATIO),
-                "rounded": np.flatnonzero(np.asarray(self._resolution) > 0),
-                "resolution": np.asarray(self._resolution, dtype=np.float64),
-                "logged": np.flatnonzero(np.asarray(self._log_unit) > 0),
-                "log_unit": np.asarray(self._log_unit, dtype=np.float64),
-                "denom": np.asarray(self._denom, dtype=np.int64),
-                "backed": np.flatnonzero(series >= 0),
-                "computed": np.flatnonzero(series < 0),
-                "missing": np.flatnonzero(kind == MISSING),
-                "count": np.flatnonzero(kind == GPU_COUNT),
-                "entity": np.asarray(self._entity, dtype=np.int64),
+                **columns.arrays(),
                 "series_entity": series_entity,
                 "gpu_series": gpu_series,
                 "gpu_series_entity": series_entity[gpu_series],
@@ -525,14 +462,10 @@ class SignalMap:
                 "entity_series": np.bincount(
                     series_entity[gpu_series], minlength=len(self._gpu_entity_node)
                 ),
-                "is_rate": kind == RATE,
                 "entity_node": np.asarray(self._gpu_entity_node, dtype=np.int64),
-                "frozen": np.flatnonzero(kind == FROZEN),
                 "target_node": np.asarray(
-                    [self._node_ids.get(node, -1) for node in self._target_nodes()],
-                    dtype=np.int64,
+                    [columns.known_node(node) for node in self._target_nodes()], dtype=np.int64
                 ),
-                "weight": weight,
                 "alias_pairs": np.asarray(self._aliases, dtype=np.int64).reshape(-1, 2),
             }
         return self._arrays
@@ -596,17 +529,7 @@ class SignalMap:
     def layout(self) -> ColumnLayout:
         """Per-column signal, node, gpu, cohort, direction and resolution (model.ColumnLayout)."""
         if self._layout is None:
-            self._layout = ColumnLayout(
-                signal=np.asarray(self._signal, dtype=np.int64),
-                node=np.asarray(self._node, dtype=np.int64),
-                gpu=np.asarray(self._gpu, dtype=np.int64),
-                cohort=np.asarray(self._cohort, dtype=np.int64),
-                direction=np.asarray(self._direction, dtype=np.int64),
-                signal_names=tuple(self.signal_names),
-                node_names=tuple(self.node_names),
-                resolution=np.asarray(self._resolution, dtype=np.float64),
-                team=np.asarray(self._team, dtype=np.int64),
-            )
+            self._layout = self.columns.layout()
         return self._layout
 
     @property
@@ -633,16 +556,11 @@ class SignalMap:
 
     def column_names(self, i: int) -> tuple[str, str, str | None, int]:
         """(signal name, node, gpu label or None, series column or -1 when computed)."""
-        return (
-            self.signal_names[self._signal[i]],
-            self.node_names[self._node[i]],
-            self._gpu_label[i],
-            self._series[i],
-        )
+        return self.columns.names(i)
 
     def series_columns(self) -> IntArray:
         """Per signal column, the series column it reads (-1 for computed columns)."""
-        return np.asarray(self._series, dtype=np.int64)
+        return np.asarray(self.columns.series, dtype=np.int64)
 
     # ------------------------------------------------------------------ persistence
     def state_dict(self) -> dict[str, np.ndarray]:
@@ -667,7 +585,7 @@ class SignalMap:
         for k, (series, _) in enumerate(self._aliases):
             if series in saved:  # the column read that relabelled series when saved
                 self._switch(k)
-        where = {int(s): i for i, s in enumerate(self._series) if s >= 0}
+        where = {int(s): i for i, s in enumerate(self.columns.series) if s >= 0}
         dens = state.get("prev_den", np.full(state["series"].shape[0], np.nan)).tolist()
         for s, v, t, d in zip(
             state["series"].tolist(),

@@ -420,7 +420,7 @@ async def test_a_node_that_file_sd_moves_to_another_job_keeps_its_signal_columns
     def node03_columns(daemon: Daemon) -> list[int]:
         signals = daemon.pipeline.signal_map
         node = signals.node_names.index("node-03")
-        return [i for i in range(len(signals)) if signals._node[i] == node]
+        return [i for i in range(len(signals)) if signals.columns.node[i] == node]
 
     def done(daemon: Daemon, tick: TickResult) -> bool:
         if daemon.stats.ticks == 4:
@@ -436,9 +436,10 @@ async def test_a_node_that_file_sd_moves_to_another_job_keeps_its_signal_columns
     read = [signals.column_names(i)[3] for i in columns]
     jobs = {dict(daemon.index.infos[s].labels).get("training_job") for s in read if s >= 0}
     assert {"b-2"} == jobs
-    assert {"b-2"} == {signals.cohort_names[signals._cohort[i]] for i in columns}
-    others = [i for i in range(len(signals)) if signals.node_names[signals._node[i]] != "node-03"]
-    assert {"a-1"} == {signals.cohort_names[signals._cohort[i]] for i in others}
+    assert {"b-2"} == {signals.cohort_names[signals.columns.cohort[i]] for i in columns}
+    node03 = signals.node_names.index("node-03")
+    others = [i for i in range(len(signals)) if signals.columns.node[i] != node03]
+    assert {"a-1"} == {signals.cohort_names[signals.columns.cohort[i]] for i in others}
 
 
 async def test_node_score_statistics_reach_metrics(

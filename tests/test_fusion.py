@@ -17,7 +17,7 @@ from detector.fusion import (
 )
 from detector.model import BoolArray, ColumnLayout, FloatArray
 from detector.scorers.registry import grid_layout
-from detector.signals import gpu_number
+from detector.signal_columns import gpu_number
 
 PARAMS = FusionParams(
     z0=3.0, scale=4.0, common_mode_fraction=0.5, common_mode_z=3.0, common_mode_min_nodes=4

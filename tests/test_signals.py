@@ -15,7 +15,8 @@ import pytest
 from detector.model import FloatArray, Labels
 from detector.rules import SignalCatalog, load_signal_rules
 from detector.series import LabelRules, SeriesIndex
-from detector.signals import SignalMap, gpu_number
+from detector.signal_columns import gpu_number
+from detector.signals import SignalMap
 
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -320,7 +321,7 @@ def test_layout_is_consistent() -> None:
 def test_hashed_gpu_numbers_are_the_same_in_every_process() -> None:
     """A non-numeric GPU label maps to the same int in a process with another str-hash seed
     (a stable hash, not Python's salted hash()), so a restarted daemon numbers GPUs alike."""
-    code = "from detector.signals import gpu_number; print(gpu_number('nvidia7'))"
+    code = "from detector.signal_columns import gpu_number; print(gpu_number('nvidia7'))"
     seed = "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1"  # not this process's seed
     env = {**os.environ, "PYTHONHASHSEED": seed}
     other = subprocess.run(
