@@ -156,11 +156,11 @@ class Daemon:
 
     def _advise_cohorts(self) -> None:
         """Once: a fleet whose GPUs run several jobs judges every node against all nodes
-        unless cohort labels are set (signals.SignalMap.cohort_advice). An agent sees one node,
+        unless cohort labels are set (gpu_teams.GpuTeams.cohort_advice). An agent sees one node,
         whose peers are its own GPUs: nothing to advise."""
         if self._cohorts_advised or self.config.mode == "agent":
             return
-        advice = self.pipeline.signal_map.cohort_advice()
+        advice = self.pipeline.signal_map.teams.cohort_advice()
         if advice:
             self._cohorts_advised = True
             _log.warning("nodes of different jobs share one cohort", advice=advice)

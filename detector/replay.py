@@ -304,8 +304,8 @@ def run_replay(
         signal_weights=dict(pipeline.params.signal_weights),
     )
     result.signals_found, result.signals_missing = signal_coverage(pipeline)
-    result.split_nodes = tuple(sorted(pipeline.signal_map.split_nodes))
-    result.cohort_advice = pipeline.signal_map.cohort_advice()
+    result.split_nodes = tuple(sorted(pipeline.signal_map.teams.split_nodes))
+    result.cohort_advice = pipeline.signal_map.teams.cohort_advice()
     if recorder is not None:
         result.times = np.asarray(recorder.times)
         result.node_scores, result.xid_held, result.lead_signal = recorder.matrix(len(node_names))

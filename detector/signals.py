@@ -52,11 +52,12 @@ from typing import Any
 
 import numpy as np
 
+from .gpu_teams import GpuTeams
 from .model import DCGM_BLANK_THRESHOLD, BoolArray, ColumnLayout, FloatArray, IntArray, SeriesInfo
 from .node_cohorts import NodeCohorts
 from .repeats import RepeatedScrapes, target_key
 from .rules import SignalCatalog
-from .series import SeriesIndex, without, workload_of
+from .series import SeriesIndex, without
 from .signal_columns import FROZEN, GPU_COUNT, LEVEL, MISSING, RATE, RATIO, TRANSFORM, SignalColumns
 from .signal_values import (
     frozen_values,
@@ -91,17 +92,8 @@ class SignalMap:
         self._unresolved: dict[int, tuple[str, tuple[tuple[str, str], ...]]] = {}
         self._gpu_entities: dict[tuple[str, str], int] = {}  # (node, gpu label) -> entity id
         self._gpu_entity_node: list[int] = []  # entity id -> node id
-        # GPU workloads (series.workload): GPU peers are the GPUs of one node and one team
-        self._team_ids: dict[str, int] = {"": 0}  # workload -> team id ("": none)
-        self._gpu_team: dict[int, int] = {}  # entity id -> team id
+        self.teams = GpuTeams(index.rules)  # GPU peers are the GPUs of one node and one team
         self._entity_columns: dict[int, list[int]] = {}  # entity id -> its signal columns
-        self._node_entities: dict[int, list[int]] = {}  # node id -> its GPU entity ids
-        self.split_nodes: set[str] = set()  # nodes seen with GPUs in two workloads at once
-        # the most workloads the cluster's GPUs ran at once, and the labels that named them
-        # (with no cohort labels, nodes of different jobs are judged against each other)
-        self.workloads_at_once = 0
-        self.workload_labels_seen: set[str] = set()
-        self._teams_changed = False
         self._series_gpu_entity: list[int] = []  # per index series: entity id or -1
         # per index series on a GPU: its (entity, metric) slot id, else -1 (_retire_replaced)
         self._series_slot: list[int] = []
@@ -175,7 +167,7 @@ class SignalMap:
         self, info: SeriesInfo, series: int, kind: int, name: str, gpu: str | None, **rule: Any
     ) -> None:
         entity = -1 if gpu is None else self._gpu_entities.get((info.node, gpu), -1)
-        cohort, team = self.cohorts.id_of(info.node), self._gpu_team.get(entity, 0)
+        cohort, team = self.cohorts.id_of(info.node), self.teams.of.get(entity, 0)
         col = self.columns.append(series, kind, name, info.node, gpu, cohort, team, **rule)
         if entity >= 0:
             self._entity_columns.setdefault(entity, []).append(col)
@@ -196,12 +188,6 @@ class SignalMap:
         shape = {"direction": frozen.direction, "weight": frozen.weight}
         self._append(info, -1, FROZEN, frozen.name, None, entity_id=node_id, **shape)
 
-    def _team_of(self, info: SeriesInfo) -> int:
-        label, name = workload_of(info, self.index.rules)
-        if label:
-            self.workload_labels_seen.add(label)
-        return self._team_ids.setdefault(name, len(self._team_ids))
-
     def _follow_contexts(self) -> bool:
         """Follow the series whose job or pod changed (``SeriesIndex.recontexted``): their
         GPU moves to that workload's team (a node shared by several jobs compares each GPU
@@ -218,43 +204,17 @@ class SignalMap:
             entity = self._gpu_entities.get((info.node, info.gpu), -1) if info.gpu else -1
             if entity < 0:
                 continue  # not mapped yet: mapped with its context as it is then
-            team = self._team_of(info)
-            if team == self._gpu_team[entity]:
+            team = self.teams.move(entity, info)
+            if team is None:
                 continue
-            self._gpu_team[entity] = team
             nodes.add(self._gpu_entity_node[entity])
             for col in self._entity_columns.get(entity, ()):
                 self.columns.team[col] = team
             self._layout = None
             moved = True
         for node_id in nodes:  # once all moved: a node's GPUs moving together are not split
-            self._note_split(node_id)
+            self.teams.note_split(node_id, self.node_names[node_id])
         return moved
-
-    def cohort_advice(self) -> str:
-        """What to configure when the GPUs ran several jobs at once and every node was still
-        judged against all nodes (no cohort labels); "" otherwise (replay and daemon say it)."""
-        rules = self.index.rules
-        jobs = self.workloads_at_once
-        if rules.cohort_labels or jobs < 2:  # the daemon asks every tick: cheap checks first
-            return ""
-        named = [n for n in rules.workload_labels if n in self.workload_labels_seen]
-        if not named:
-            return ""
-        return (
-            f"node cohorts: the GPUs ran up to {jobs} jobs at once ({', '.join(named)}), yet "
-            f"every node was judged against all nodes; labels.cohort_labels: [{named[0]}] "
-            "judges each node against its own job's nodes only (docs/deploy.md)"
-        )
-
-    def _note_split(self, node_id: int) -> None:
-        """Note the node in ``split_nodes`` when its GPUs now run more than one workload.
-        Called after every change of a GPU's team, so it also tells ``sync`` to recount
-        ``workloads_at_once``."""
-        self._teams_changed = True
-        entities = self._node_entities.get(node_id, ())
-        if len({self._gpu_team[e] for e in entities}) > 1:
-            self.split_nodes.add(self.node_names[node_id])
 
     def sync(self, t: float | None = None) -> bool:
         """Map series added to the index since the last sync, and with ``t`` (the tick's time)
@@ -272,10 +232,7 @@ class SignalMap:
         self._synced = len(infos)
         if self.index.recontexted:  # after mapping: a new GPU's team is its context's
             moved = self._follow_contexts() or moved
-        if self._teams_changed:
-            running = len(set(self._gpu_team.values()) - {0})
-            self.workloads_at_once = max(self.workloads_at_once, running)
-            self._teams_changed = False
+        self.teams.recount()
         if self.repeats is not None:
             self.repeats.sync(infos)
         if self._seen.shape[0] < len(infos):
@@ -325,9 +282,8 @@ class SignalMap:
                 entity = self._gpu_entities[key] = len(self._gpu_entity_node)
                 node_id = self.columns.node_id(info.node)
                 self._gpu_entity_node.append(node_id)
-                self._gpu_team[entity] = self._team_of(info)
-                self._node_entities.setdefault(node_id, []).append(entity)
-                self._note_split(node_id)
+                self.teams.add_gpu(entity, node_id, info)
+                self.teams.note_split(node_id, info.node)
                 self._add_presence(info, entity, node_id)
                 first = self.cohorts.add_gpu_node(info.node)
                 if first is not None:  # a new GPU node; the first moves all others

@@ -117,9 +117,9 @@ def test_workloads_at_once_counts_jobs_running_together_not_one_after_another() 
     for pods in (["llm"] * 8, ["eval"] * 8, ["eval"] * 6 + ["serve"] * 2, ["eval"] * 8):
         index.columns([_key(gpu, pod) for gpu, pod in enumerate(pods)], split_series, target)
         signals.sync(T0)
-        seen.append(signals.workloads_at_once)
+        seen.append(signals.teams.workloads_at_once)
     assert seen == [1, 1, 2, 2]
-    assert {"pod"} == signals.workload_labels_seen  # exported_pod, normalized to pod
+    assert {"pod"} == signals.teams.workload_labels_seen  # exported_pod, normalized to pod
 
 
 def _slurm_cohorts() -> tuple[SeriesIndex, SignalMap]:
