@@ -4,8 +4,31 @@
 arrays (``a``, its ``_tick_arrays``: which columns are levels, rates, edges, ratios, rounded,
 in log space, presence or frozen-target columns, and which series and entity each reads);
 these functions turn one tick's series values into the columns' values with whole-array
-numpy, no Python loop over columns or series. The transforms are described in signals.py's
-docstring; here they are computed.
+numpy, no Python loop over columns or series.
+
+Transforms, per column, with ``prev`` the last *observed* value of its series:
+- level: ``value * scale``.
+- rate: ``(value - prev) / dt * scale`` per second. NaN on the first observation, when
+  ``dt <= 0``, and on a counter reset (a decrease): the counter's value before the reset is
+  unknown, so ``value / dt`` would invent a spike at every driver reload; one lost tick is cheap.
+- edge: 1.0 when the value differs from ``prev``, else 0.0; NaN on the first observation.
+- every transformed value is rounded to its rule's ``resolution`` when one is set, or taken
+  to log space, ``ln(1 + max(value, 0) / log_unit)``, when its rule sets ``log_unit``
+  (rules.SignalRule: a latency, whose spread grows with its level).
+- ratio: increase of the counter per increase of its ``denominator`` counter (the series of that
+  metric with the same identity labels): NFS seconds of RTT per operation rather than per second,
+  which would only measure volume. NaN when either is unobserved, reset, or the denominator did
+  not increase; NaN until the denominator series has been seen (it may appear later).
+- presence (computed): ``health_series_missing_fraction`` per GPU = fraction of the GPU's
+  previously observed series missing this tick (XID series, which come and go by design, do
+  not count); ``health_gpu_count`` per node = GPUs of the node
+  with any series observed this tick. Both are NaN for a node with no GPU series at all this
+  tick: with exporters on different scrape intervals that tick simply had no DCGM scrape, and a
+  dead exporter is reported by ``health_up``. So presence measures a *partial* loss: a GPU that
+  vanished while its neighbours still report (fell off the bus).
+  ``health_targets_frozen_fraction`` per node = share of the node's targets (exporters) whose
+  page has repeated byte for byte for longer than ``repeat_hold_s`` (repeats.py): a hung
+  exporter, whose cached repeats are otherwise no observations at all.
 """
 
 from __future__ import annotations
