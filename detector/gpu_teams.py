@@ -39,9 +39,10 @@ class GpuTeams:
         return self._ids.setdefault(name, len(self._ids))
 
     def add_gpu(self, entity: int, node_id: int, info: SeriesInfo) -> None:
-        """A new GPU entity of node ``node_id``, first seen in ``info``."""
+        """A new GPU entity of node ``node_id`` (``info.node``), first seen in ``info``."""
         self.of[entity] = self.team_of(info)
         self._node_entities.setdefault(node_id, []).append(entity)
+        self.note_split(node_id, info.node)
 
     def move(self, entity: int, info: SeriesInfo) -> int | None:
         """The GPU's team as ``info`` (one of its series, relabelled) names it: its new team
@@ -54,8 +55,8 @@ class GpuTeams:
 
     def note_split(self, node_id: int, node: str) -> None:
         """Note ``node`` in ``split_nodes`` when its GPUs now run more than one workload.
-        Called after every change of a GPU's team (once a node's GPUs have all moved: GPUs
-        moving together are not split), so ``recount`` counts again."""
+        Called for every new GPU and after every change of a GPU's team (once a node's GPUs
+        have all moved: GPUs moving together are not split), so ``recount`` counts again."""
         self._changed = True
         entities = self._node_entities.get(node_id, ())
         if len({self.of[e] for e in entities}) > 1:

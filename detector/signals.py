@@ -199,7 +199,7 @@ class SignalMap:
         """Map series added to the index since the last sync, and with ``t`` (the tick's time)
         apply a dump's workload changes up to then (``_follow_contexts``); True when columns
         were added or moved to another cohort or team (the layout changed)."""
-        before = len(self.columns.series)
+        before = len(self.columns)
         infos = self.index.infos
         moved, self._cohorts_moved = self._cohorts_moved, False
         if t is not None:
@@ -218,14 +218,14 @@ class SignalMap:
             self._seen = np.concatenate(
                 [self._seen, np.zeros(len(infos) - self._seen.shape[0], dtype=bool)]
             )
-        added = len(self.columns.series) - before
+        added = len(self.columns) - before
         self._resolve_denominators()
         if added:
             fill = np.full(added, np.nan)
             self._prev_value = np.concatenate([self._prev_value, fill])
             self._prev_time = np.concatenate([self._prev_time, fill])
             self._prev_den = np.concatenate([self._prev_den, fill])
-            for col in range(before, len(self.columns.series)):
+            for col in range(before, len(self.columns)):
                 restored = self._pending.pop(self.columns.series[col], None)
                 if restored is not None and self.columns.series[col] >= 0:
                     self._prev_value[col], self._prev_time[col], self._prev_den[col] = restored
@@ -262,7 +262,6 @@ class SignalMap:
                 node_id = self.columns.node_id(info.node)
                 self._gpu_entity_node.append(node_id)
                 self.teams.add_gpu(entity, node_id, info)
-                self.teams.note_split(node_id, info.node)
                 self._add_presence(info, entity, node_id)
                 first = self.cohorts.add_gpu_node(info.node)
                 if first is not None:  # a new GPU node; the first moves all others
@@ -324,8 +323,8 @@ class SignalMap:
         if not self.cohorts.labels:
             return False
         key = (info.metric, without(info.labels, self.cohorts.labels))
-        col = self._relabel_keys.setdefault(key, len(self.columns.series))
-        if col == len(self.columns.series):
+        col = self._relabel_keys.setdefault(key, len(self.columns))
+        if col == len(self.columns):
             return False
         self._aliases.append((info.column, col))  # sync rebuilds the tick arrays
         return True
