@@ -191,6 +191,13 @@ class LabelsConfig(_Section):
     # pod per GPU (train-master-0, train-worker-0 ... -6: train) keeps its GPU peers. False:
     # every pod is a workload of its own (series.pod_owner, series.group_value).
     gpu_workload_pod_owner: bool = True
+    # Where no workload label names a GPU's job: the signal (a GPU signal of the rules) whose
+    # co-movement tells the jobs of a node's GPUs apart. dcgm-exporter samples a node's GPUs at
+    # once, so the GPUs of one synchronous job draw power up and down together; GPUs that
+    # keep doing so apart from the rest, in groups of two or more, become peers of each other
+    # only (detector/gpu_comovement.py). null (in the environment: empty): all unlabelled
+    # GPUs of a node are peers.
+    gpu_workload_comovement: str | None = "power_usage"
     # Series never indexed: label -> regular expression, a series dropped when that label's
     # value matches in full (``__name__``: the metric name, as in Prometheus relabelling).
     # The defaults are what containers bring and take away with them: their virtual network
@@ -201,6 +208,11 @@ class LabelsConfig(_Section):
     _names = field_validator("node_labels", "gpu_labels", "cohort_labels", "gpu_workload_labels")(
         _check_label_names
     )
+
+    @field_validator("gpu_workload_comovement")
+    @classmethod
+    def _comovement_off_when_empty(cls, name: str | None) -> str | None:
+        return name or None  # an environment variable cannot say null
 
     @field_validator("drop")
     @classmethod

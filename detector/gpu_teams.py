@@ -2,17 +2,22 @@
 
 A GPU's team is its workload, the first of ``labels.gpu_workload_labels`` its series carry
 (``series.workload_of``: dcgm-exporter's Slurm job or Kubernetes pod mapping); GPUs with none
-are one team, 0. So a node shared by several jobs compares each GPU only with the GPUs of its
-own job. ``SignalMap`` (signals.py) asks here for a GPU's team when it maps the GPU and when
-the index reports a new workload on one of its series, and moves the GPU's columns.
+are one team, 0, unless their power tells their jobs apart (gpu_comovement.py: ``infer``). So
+a node shared by several jobs compares each GPU only with the GPUs of its own job. A label
+always wins over what co-movement infers. ``SignalMap`` (signals.py) asks here for a GPU's
+team when it maps the GPU, when the index reports a new workload on one of its series and when
+co-movement moves it, and moves the GPU's columns.
 
 Also kept here, for what replay and the daemon tell the user: the nodes whose GPUs ran more
-than one workload at once (``split_nodes``), the most workloads the cluster's GPUs ran at once
+than one workload at once (``split_nodes``; ``inferred_split_nodes`` where co-movement, not a
+label, told them apart), the most workloads the cluster's GPUs ran at once
 and the labels that named them (``cohort_advice``: with no cohort labels, nodes of different
 jobs are judged against each other).
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from .model import SeriesInfo
 from .series import LabelRules, workload_of
@@ -25,8 +30,12 @@ class GpuTeams:
         self.rules = rules
         self._ids: dict[str, int] = {"": 0}  # workload -> team id ("": none)
         self.of: dict[int, int] = {}  # entity id -> team id
+        self.labelled: dict[int, int] = {}  # entity id -> its workload label's team id (0: none)
+        self._inferred: dict[int, int] = {}  # entity id -> team inferred from co-movement
+        self._labelled_mask: np.ndarray | None = None  # cache of ``labelled_mask``
         self._node_entities: dict[int, list[int]] = {}  # node id -> its GPU entity ids
         self.split_nodes: set[str] = set()  # nodes seen with GPUs in two workloads at once
+        self.inferred_split_nodes: set[str] = set()  # the same, told apart by co-movement
         self.workloads_at_once = 0
         self.workload_labels_seen: set[str] = set()
         self._changed = False  # since the last ``recount``
@@ -40,18 +49,47 @@ class GpuTeams:
 
     def add_gpu(self, entity: int, node_id: int, info: SeriesInfo) -> None:
         """A new GPU entity of node ``node_id`` (``info.node``), first seen in ``info``."""
-        self.of[entity] = self.team_of(info)
+        self.of[entity] = self.labelled[entity] = self.team_of(info)
+        self._labelled_mask = None
         self._node_entities.setdefault(node_id, []).append(entity)
         self.note_split(node_id, info.node)
 
     def move(self, entity: int, info: SeriesInfo) -> int | None:
         """The GPU's team as ``info`` (one of its series, relabelled) names it: its new team
-        id, or None when that is its team already."""
-        team = self.team_of(info)
+        id, or None when that is its team already. With no workload label, the GPU's team is
+        the one co-movement inferred for it, if any."""
+        label = self.labelled[entity] = self.team_of(info)
+        self._labelled_mask = None
+        return self._set(entity, label or self._inferred.get(entity, 0))
+
+    def infer(self, entity: int, key: int) -> int | None:
+        """The GPU's group as co-movement found it (gpu_comovement.py: -1 its node's own
+        team, else the group's key): its new team id, or None when its team stays (a GPU
+        with a workload label keeps the label's)."""
+        if key < 0:
+            self._inferred.pop(entity, None)
+        else:
+            self._inferred[entity] = self._ids.setdefault(f"\0co-moving GPUs {key}", len(self._ids))
+        if self.labelled[entity]:
+            return None
+        return self._set(entity, self._inferred.get(entity, 0))
+
+    def _set(self, entity: int, team: int) -> int | None:
         if team == self.of[entity]:
             return None
         self.of[entity] = team
         return team
+
+    def labelled_mask(self, n: int) -> np.ndarray:
+        """Per GPU entity ``0..n-1``: whether a workload label names its team."""
+        mask = self._labelled_mask
+        if mask is None or mask.shape[0] != n:
+            mask = np.zeros(n, dtype=bool)
+            for entity, team in self.labelled.items():
+                if entity < n:
+                    mask[entity] = team != 0
+            self._labelled_mask = mask
+        return mask
 
     def note_split(self, node_id: int, node: str) -> None:
         """Note ``node`` in ``split_nodes`` when its GPUs now run more than one workload.
@@ -59,13 +97,15 @@ class GpuTeams:
         have all moved: GPUs moving together are not split), so ``recount`` counts again."""
         self._changed = True
         entities = self._node_entities.get(node_id, ())
-        if len({self.of[e] for e in entities}) > 1:
+        if len({self.labelled[e] for e in entities}) > 1:
             self.split_nodes.add(node)
+        elif len({self.of[e] for e in entities}) > 1:
+            self.inferred_split_nodes.add(node)
 
     def recount(self) -> None:
         """Update ``workloads_at_once`` after teams changed."""
         if self._changed:
-            running = len(set(self.of.values()) - {0})
+            running = len(set(self.labelled.values()) - {0})
             self.workloads_at_once = max(self.workloads_at_once, running)
             self._changed = False
 

@@ -65,6 +65,8 @@ class ReplayResult:
     signals_missing: tuple[str, ...] = ()
     # nodes whose GPUs ran more than one workload at once (GPU peers by workload)
     split_nodes: tuple[str, ...] = ()
+    # nodes whose unlabelled GPUs co-movement told apart (labels.gpu_workload_comovement)
+    inferred_split_nodes: tuple[str, ...] = ()
     # set when nodes running different jobs were judged against each other (no cohort labels)
     cohort_advice: str = ""
 
@@ -305,6 +307,7 @@ def run_replay(
     )
     result.signals_found, result.signals_missing = signal_coverage(pipeline)
     result.split_nodes = tuple(sorted(pipeline.signal_map.teams.split_nodes))
+    result.inferred_split_nodes = tuple(sorted(pipeline.signal_map.teams.inferred_split_nodes))
     result.cohort_advice = pipeline.signal_map.teams.cohort_advice()
     if recorder is not None:
         result.times = np.asarray(recorder.times)
@@ -451,6 +454,14 @@ def summary_lines(result: ReplayResult) -> list[str]:
             f"GPU workloads: {split} node{'s' if split > 1 else ''} ran GPUs in different jobs "
             f"at once, each GPU judged against its own job's (labels.gpu_workload_labels): "
             f"{shown}"
+        )
+    if result.inferred_split_nodes:
+        split = len(result.inferred_split_nodes)
+        shown = ", ".join(result.inferred_split_nodes[:6]) + (", ..." if split > 6 else "")
+        lines.append(
+            f"GPU workloads inferred: on {split} node{'s' if split > 1 else ''} GPUs that no "
+            f"workload label names moved as separate jobs, each group judged against its own "
+            f"(labels.gpu_workload_comovement): {shown}"
         )
     if result.cohort_advice:
         lines.append(result.cohort_advice)

@@ -73,6 +73,8 @@ class ReplayData(Protocol):
     @property
     def split_nodes(self) -> Sequence[str]: ...
     @property
+    def inferred_split_nodes(self) -> Sequence[str]: ...
+    @property
     def cohort_advice(self) -> str: ...
 
 
@@ -173,6 +175,13 @@ def _inputs(result: ReplayData) -> str:
         parts.append(
             f"GPUs in different jobs at once on {len(result.split_nodes)} node(s), each GPU "
             f"judged against its own job's (<code>labels.gpu_workload_labels</code>): {nodes}."
+        )
+    if result.inferred_split_nodes:
+        nodes = ", ".join(_node_link(n) for n in result.inferred_split_nodes)
+        parts.append(
+            f"GPUs that no workload label names moved as separate jobs on "
+            f"{len(result.inferred_split_nodes)} node(s), each group judged against its own "
+            f"(<code>labels.gpu_workload_comovement</code>): {nodes}."
         )
     if result.cohort_advice:
         parts.append(f"{escape(result.cohort_advice[0].upper() + result.cohort_advice[1:])}.")

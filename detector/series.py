@@ -94,6 +94,10 @@ class LabelRules:
     # A ``pod`` label names its owner's workload (``pod_owner``): the per-GPU pods of one job
     # are one workload (config ``labels.gpu_workload_pod_owner``); False: each pod its own.
     pod_owner: bool = True
+    # The signal (rules/signals.yaml) whose co-movement tells apart the jobs of a node's GPUs
+    # that no workload label names (gpu_comovement.py; config
+    # ``labels.gpu_workload_comovement``); None: all such GPUs of a node are one team.
+    workload_comovement: str | None = "power_usage"
 
     @property
     def relabel(self) -> frozenset[str]:
@@ -112,6 +116,7 @@ class LabelRules:
             cohort_labels=tuple(labels.cohort_labels),
             workload_labels=tuple(labels.gpu_workload_labels),
             pod_owner=labels.gpu_workload_pod_owner,
+            workload_comovement=labels.gpu_workload_comovement,
         )
 
     def dropped(self, name: str, labels: Labels) -> bool:

@@ -13,6 +13,8 @@ Each GPU column carries its GPU's team (``ColumnLayout.team``): the GPU's worklo
 pod (``series.workload``), so that GPU peers are the GPUs of one node running one job. A GPU
 moves when the index reports a new workload on one of its series (``recontexted``), in the
 ``sync`` of that tick; so does its node when the change is in a cohort label (``hpc_job``).
+Where no label names a GPU's workload, its power's co-movement with the node's other GPUs
+may (gpu_comovement.py, fed each tick by ``compute``; its moves are applied at the next sync).
 
 DCGM's blank sentinel (values near 2**63) reads as not observed. NaN means not observed. So
 does a target's scrape that repeats its previous one byte for byte (dcgm-exporter serving its
@@ -31,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from .errors import ConfigError
+from .gpu_comovement import CoMovingGpus
 from .gpu_teams import GpuTeams
 from .model import DCGM_BLANK_THRESHOLD, BoolArray, ColumnLayout, FloatArray, IntArray, SeriesInfo
 from .node_cohorts import NodeCohorts
@@ -72,6 +76,16 @@ class SignalMap:
         self._gpu_entities: dict[tuple[str, str], int] = {}  # (node, gpu label) -> entity id
         self._gpu_entity_node: list[int] = []  # entity id -> node id
         self.teams = GpuTeams(index.rules)  # GPU peers are the GPUs of one node and one team
+        self.comovement_signal = index.rules.workload_comovement
+        self.comoving = None if self.comovement_signal is None else CoMovingGpus()
+        if self.comovement_signal is not None:
+            gpu_signals = sorted(r.name for r in catalog.signals if r.entity == "gpu")
+            if self.comovement_signal not in gpu_signals:
+                raise ConfigError(
+                    f"labels.gpu_workload_comovement: {self.comovement_signal!r} is no GPU "
+                    f"signal of the rules (they have: {', '.join(gpu_signals) or 'none'}); "
+                    "name one, or null to turn it off"
+                )
         self._entity_columns: dict[int, list[int]] = {}  # entity id -> its signal columns
         self._series_gpu_entity: list[int] = []  # per index series: entity id or -1
         # per index series on a GPU: its (entity, metric) slot id, else -1 (_retire_replaced)
@@ -183,17 +197,33 @@ class SignalMap:
             entity = self._gpu_entities.get((info.node, info.gpu), -1) if info.gpu else -1
             if entity < 0:
                 continue  # not mapped yet: mapped with its context as it is then
-            team = self.teams.move(entity, info)
-            if team is None:
-                continue
-            nodes.add(self._gpu_entity_node[entity])
-            for col in self._entity_columns.get(entity, ()):
-                self.columns.team[col] = team
-            self._layout = None
-            moved = True
-        for node_id in nodes:  # once all moved: a node's GPUs moving together are not split
+            self._set_team(entity, self.teams.move(entity, info), nodes)
+        return self._note_splits(nodes) or moved
+
+    def _follow_comovement(self) -> bool:
+        """Move the GPUs whose group of co-moving GPUs changed (gpu_comovement.py) to its
+        team; True when one moved."""
+        nodes: set[int] = set()
+        if self.comoving is not None:
+            for entity, key in self.comoving.take_changes():
+                self._set_team(entity, self.teams.infer(entity, key), nodes)
+        return self._note_splits(nodes)
+
+    def _set_team(self, entity: int, team: int | None, nodes: set[int]) -> None:
+        """Give the GPU's columns its new ``team`` (None: it stays), noting its node."""
+        if team is None:
+            return
+        nodes.add(self._gpu_entity_node[entity])
+        for col in self._entity_columns.get(entity, ()):
+            self.columns.team[col] = team
+        self._layout = None
+
+    def _note_splits(self, nodes: set[int]) -> bool:
+        """After the GPUs of ``nodes`` moved (all of them: a node's GPUs moving together are
+        not split): note the split ones; True when there were any."""
+        for node_id in nodes:
             self.teams.note_split(node_id, self.node_names[node_id])
-        return moved
+        return bool(nodes)
 
     def sync(self, t: float | None = None) -> bool:
         """Map series added to the index since the last sync, and with ``t`` (the tick's time)
@@ -211,6 +241,8 @@ class SignalMap:
         self._synced = len(infos)
         if self.index.recontexted:  # after mapping: a new GPU's team is its context's
             moved = self._follow_contexts() or moved
+        if t is not None:
+            moved = self._follow_comovement() or moved
         self.teams.recount()
         if self.repeats is not None:
             self.repeats.sync(infos)
@@ -262,6 +294,8 @@ class SignalMap:
                 node_id = self.columns.node_id(info.node)
                 self._gpu_entity_node.append(node_id)
                 self.teams.add_gpu(entity, node_id, info)
+                if self.comoving is not None:
+                    self.comoving.add_gpu(entity, node_id)
                 self._add_presence(info, entity, node_id)
                 first = self.cohorts.add_gpu_node(info.node)
                 if first is not None:  # a new GPU node; the first moves all others
@@ -401,8 +435,20 @@ class SignalMap:
                     [columns.known_node(node) for node in self._target_nodes()], dtype=np.int64
                 ),
                 "alias_pairs": np.asarray(self._aliases, dtype=np.int64).reshape(-1, 2),
+                "comovement_column": self._comovement_columns(),
             }
         return self._arrays
+
+    def _comovement_columns(self) -> IntArray:
+        """Per GPU entity the first column of the co-movement signal (-1: none)."""
+        found = np.full(len(self._gpu_entity_node), -1, dtype=np.int64)
+        names, signal = self.columns.signal_names, self.columns.signal
+        for entity, cols in self._entity_columns.items():
+            for col in cols:
+                if names[signal[col]] == self.comovement_signal:
+                    found[entity] = col
+                    break
+        return found
 
     def compute(self, t: float, frame_values: FloatArray) -> FloatArray:
         """Signal values for the tick at ``t`` (syncs first if the index grew)."""
@@ -448,6 +494,12 @@ class SignalMap:
             repeats = self.repeats
             scraped, frozen = (None, None) if repeats is None else (repeats.scraped, repeats.frozen)
             frozen_values(a, scraped, frozen, len(self.node_names), out)
+
+        if self.comoving is not None:  # GPUs a workload label names are left out
+            col = a["comovement_column"]
+            power = np.where(col >= 0, out[np.maximum(col, 0)] if out.size else np.nan, np.nan)
+            power[self.teams.labelled_mask(col.shape[0])] = np.nan
+            self.comoving.observe(t, power)
 
         np.copyto(prev, cur, where=observed)
         np.copyto(prev_t, t, where=observed)
@@ -510,6 +562,11 @@ class SignalMap:
                 if self.repeats is None
                 else {f"repeats_{k}": v for k, v in self.repeats.state_dict().items()}
             ),
+            **(
+                {}
+                if self.comoving is None
+                else {f"comoving_{k}": v for k, v in self.comoving.state_dict().items()}
+            ),
         }
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
@@ -546,3 +603,6 @@ class SignalMap:
         repeats = {k[len("repeats_") :]: v for k, v in state.items() if k.startswith("repeats_")}
         if self.repeats is not None and repeats:  # states saved before repeats.py have none
             self.repeats.load_state_dict(repeats)
+        comoving = {k[len("comoving_") :]: v for k, v in state.items() if k.startswith("comoving_")}
+        if self.comoving is not None and comoving:  # the groups apply at the next sync
+            self.comoving.load_state_dict(comoving)

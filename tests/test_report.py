@@ -134,6 +134,7 @@ class FakeReplay:
     signals_found: tuple[str, ...] = ()
     signals_missing: tuple[str, ...] = ()
     split_nodes: tuple[str, ...] = ()
+    inferred_split_nodes: tuple[str, ...] = ()
     cohort_advice: str = ""
     times: FloatArray = field(init=False)
     end: float = field(init=False)
@@ -232,8 +233,13 @@ def test_inputs_name_the_nodes_whose_gpus_ran_different_jobs() -> None:
     text = render_html(split, threshold=0.6, label="x")
     assert len([a for _, a, _ in Page(text).tags if a.get("id") == "inputs"]) == 1
     assert re.search(r"different jobs at once on 1 node\(s\).*href='#node-n1'", text)
+    inferred = FakeReplay([], [], scores, ("n0", "n1"), inferred_split_nodes=("n0",))
+    text = render_html(inferred, threshold=0.6, label="x")
+    assert re.search(r"moved as separate jobs on 1 node\(s\).*href='#node-n0'", text)
+    assert "different jobs" not in text
     plain = render_html(FakeReplay([], [], scores, ("n0", "n1")), threshold=0.6, label="x")
     assert "different jobs" not in plain
+    assert "separate jobs" not in plain
     assert "cohort" not in plain
     advice = "node cohorts: the GPUs ran up to 3 jobs at once (pod), yet <all> nodes"
     advised = FakeReplay([], [], scores, ("n0", "n1"), cohort_advice=advice)

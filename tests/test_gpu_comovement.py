@@ -1,0 +1,241 @@
+"""Which GPUs of a node run one job, told from how their power moves where no workload label
+names it (detector/gpu_comovement.py), on its own and through the pipeline."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from detector.config import load_config
+from detector.errors import ConfigError
+from detector.gpu_comovement import CONFIRM, EVERY_S, MIN_EVIDENCE_S, CoMovingGpus
+from detector.gpu_teams import GpuTeams
+from detector.model import SeriesInfo
+from detector.pipeline import build_pipeline
+from detector.replay import run_replay, simulated_frames
+from detector.series import LabelRules, SeriesIndex, normalize
+from detector.simulate import Scenario, SimulatedCluster
+
+STEP = 30.0
+IDLE, BUSY = 90.0, 650.0
+
+
+def _wobble(rng: np.random.Generator, ticks: int, job: int = 0) -> np.ndarray:
+    """A job's step-time wobble: noise smoothed over ~5 ticks, so its GPUs' power moves
+    together from tick to tick (20 W), with a dip every 30 minutes (a checkpoint; each job's
+    10 minutes after the previous job's: two jobs that checkpoint at once move together)."""
+    kernel = np.hanning(7)
+    wobble = np.convolve(rng.standard_normal(ticks + 6), kernel / kernel.sum(), "valid")[:ticks]
+    dip = (np.arange(ticks) * STEP + 600 * job) % 1800 < 120
+    return 20.0 * wobble / wobble.std() - 250.0 * dip
+
+
+def _power(
+    jobs: list[int | None], hours: float, seed: int = 1, noise: float | list[float] = 6.0
+) -> np.ndarray:
+    """(ticks, GPUs) power of one node: GPU i runs job ``jobs[i]`` (None: idle), each job on
+    a wobble of its own, every GPU with its own sensor noise (W; one figure or one a GPU)."""
+    rng = np.random.default_rng(seed)
+    ticks = int(hours * 3600 / STEP)
+    wobbles = {job: _wobble(rng, ticks, job) for job in sorted({j for j in jobs if j is not None})}
+    columns = [np.full(ticks, IDLE) if job is None else BUSY + wobbles[job] for job in jobs]
+    sizes = np.broadcast_to(np.asarray(noise, dtype=float), (len(jobs),))
+    return np.stack(columns, axis=1) + rng.normal(0.0, 1.0, (ticks, len(jobs))) * sizes
+
+
+def _run(power: np.ndarray, nodes: int = 1, t0: float = 0.0) -> tuple[CoMovingGpus, list]:
+    """Feed ``power`` (ticks, GPUs; ``nodes`` nodes of equal size, in order) tick by tick;
+    the moves reported, as (hours, GPU, key)."""
+    comoving = CoMovingGpus()
+    per_node = power.shape[1] // nodes
+    for entity in range(power.shape[1]):
+        comoving.add_gpu(entity, entity // per_node)
+    return comoving, _feed(comoving, power, t0)
+
+
+def _feed(comoving: CoMovingGpus, power: np.ndarray, t0: float) -> list:
+    moves = []
+    for k, row in enumerate(power):
+        t = t0 + k * STEP
+        comoving.observe(t, row)
+        moves += [(t / 3600, e, key) for e, key in comoving.take_changes()]
+    return moves
+
+
+def test_two_jobs_on_a_node_become_two_teams() -> None:
+    """Six GPUs train one job, two another: the two leave the node's team together, named by
+    their lowest GPU; the six stay."""
+    comoving, moves = _run(_power([0] * 6 + [1] * 2, hours=4))
+    assert [-1] * 6 + [6, 6] == comoving.key.tolist()
+    assert [(6, 6), (7, 6)] == [(e, key) for _, e, key in moves]
+    first = min(h for h, _, _ in moves)
+    assert first * 3600 >= MIN_EVIDENCE_S + (CONFIRM - 1) * EVERY_S  # evidence, confirmed
+
+
+def test_a_job_on_two_gpus_of_an_idle_node_leaves_the_idle_ones() -> None:
+    """Six GPUs idle (no common driver: loners) while two train: the loners outnumber the
+    job, so the job leaves and the idle GPUs are the node's team."""
+    comoving, _ = _run(_power([None] * 6 + [0, 0], hours=4))
+    assert [-1] * 6 + [6, 6] == comoving.key.tolist()
+
+
+def test_one_job_on_every_gpu_is_never_split() -> None:
+    """All eight GPUs in one job, with sensor noise as large as the job's wobble: no move in
+    12 hours. Nor with every GPU idle."""
+    assert [] == _run(_power([0] * 8, hours=12, noise=20.0))[1]
+    assert [] == _run(_power([None] * 8, hours=12))[1]
+
+
+def test_a_gpu_that_leaves_its_job_is_never_split_off() -> None:
+    """GPU 3 of an eight-GPU job stops following it after 2 hours, moving on its own (a
+    failing GPU's erratic power) or reading flat: it stays with its node's peers, which is
+    what lets them catch it."""
+    for erratic in (True, False):
+        power = _power([0] * 8, hours=8)
+        rng = np.random.default_rng(7)
+        late = slice(int(2 * 3600 / STEP), None)
+        ticks = power[late].shape[0]
+        power[late, 3] = BUSY + (_wobble(rng, ticks) if erratic else rng.normal(0, 1.0, ticks))
+        assert [] == _run(power)[1], f"erratic={erratic}"
+
+
+def test_a_node_gone_idle_after_its_job_is_not_split() -> None:
+    """A node's job ends and its GPUs idle for a day: the fading common past leaves every pair
+    near the link threshold. The three quietest GPUs stay linked longest (some 16 hours on), a
+    chance group beside five loners, but it is not split off: it still moves a little with
+    the others (without that check it would be)."""
+    noise = [3.0] * 3 + [8.0] * 5
+    busy, idle = _power([0] * 8, hours=3, noise=noise), _power([None] * 8, hours=24, noise=noise)
+    assert [] == _run(np.concatenate([busy, idle]))[1]
+
+
+def test_nodes_are_grouped_apart_and_all_at_once() -> None:
+    """Three nodes in one pass: a shared node, a node of one job, a node whose GPUs run two
+    4-GPU jobs; each node's GPUs are grouped only with its own."""
+    power = np.concatenate(
+        [
+            _power([0] * 6 + [1] * 2, hours=4, seed=1),
+            _power([0] * 8, hours=4, seed=2),
+            _power([0] * 4 + [1] * 4, hours=4, seed=3),
+        ],
+        axis=1,
+    )
+    comoving, _ = _run(power, nodes=3)
+    expected = [-1] * 6 + [6, 6] + [-1] * 8 + [-1] * 4 + [20] * 4
+    assert expected == comoving.key.tolist()
+
+
+def test_a_gpu_not_observed_takes_no_part() -> None:
+    """NaN readings (a GPU a workload label names, or one not scraped) are not observed: such
+    a GPU never moves and adds no evidence."""
+    power = _power([0] * 6 + [1] * 2, hours=4)
+    power[:, 7] = np.nan
+    comoving, moves = _run(power)
+    assert [] == moves  # GPU 6 alone in its job: a loner, so it stays
+    assert 0.0 == comoving.observed_s[7]
+
+
+def test_the_grouping_survives_a_restart() -> None:
+    """State saved mid-run and restored into a new instance goes on exactly as the original,
+    and the next ``take_changes`` reports every GPU's restored group."""
+    power = _power([0] * 6 + [1] * 2, hours=5)
+    half = power.shape[0] // 2
+    original, _ = _run(power)
+    first, _ = _run(power[:half])
+    restored = CoMovingGpus()
+    for entity in range(8):
+        restored.add_gpu(entity, 0)
+    restored.load_state_dict(first.state_dict())
+    assert [(6, 6), (7, 6)] == restored.take_changes()
+    _feed(restored, power[half:], half * STEP)
+    for name, value in original.state_dict().items():
+        np.testing.assert_allclose(value, restored.state_dict()[name], err_msg=name)
+    other = CoMovingGpus()
+    for entity in range(8):
+        other.add_gpu(entity, entity // 4)
+    with pytest.raises(ValueError, match="not the index's"):
+        other.load_state_dict(first.state_dict())
+
+
+def test_gpus_are_added_in_entity_order() -> None:
+    comoving = CoMovingGpus()
+    comoving.add_gpu(0, 0)
+    with pytest.raises(ValueError, match="out of order"):
+        comoving.add_gpu(2, 0)
+
+
+def _gpu_info(gpu: str, pod: str | None = None) -> SeriesInfo:
+    labels = [("gpu", gpu), ("Hostname", "n1")] + ([("exported_pod", pod)] if pod else [])
+    return SeriesInfo(0, *normalize("DCGM_FI_DEV_POWER_USAGE", tuple(labels), LabelRules()))
+
+
+def test_a_workload_label_wins_over_co_movement() -> None:
+    """A GPU whose series name its pod keeps the pod's team whatever its power says; once the
+    label is gone, the team co-movement found for it applies."""
+    teams = GpuTeams(LabelRules())
+    teams.add_gpu(0, 0, _gpu_info("0", "train-a"))
+    teams.add_gpu(1, 0, _gpu_info("1"))
+    labelled = teams.of[0]
+    assert labelled != 0
+    assert teams.infer(0, 5) is None  # the label wins
+    assert labelled == teams.of[0]
+    inferred = teams.infer(1, 5)
+    assert inferred is not None
+    assert inferred not in (0, labelled)
+    assert [True, False] == teams.labelled_mask(2).tolist()
+    assert inferred == teams.move(0, _gpu_info("0"))  # label gone: its inferred team
+    assert [False, False] == teams.labelled_mask(2).tolist()
+    assert 0 == teams.infer(1, -1)  # back to the node's own team
+
+
+def test_a_node_split_by_co_movement_is_told_from_one_split_by_labels() -> None:
+    teams = GpuTeams(LabelRules())
+    for gpu in range(3):
+        teams.add_gpu(gpu, 0, _gpu_info(str(gpu)))
+    teams.infer(2, 2)
+    teams.note_split(0, "n1")
+    assert set() == teams.split_nodes
+    assert {"n1"} == teams.inferred_split_nodes
+    teams.recount()
+    assert 0 == teams.workloads_at_once  # inferred groups are no named workloads
+
+
+def test_the_comovement_signal_must_be_a_gpu_signal() -> None:
+    """Naming a node signal (or a typo) is refused when the pipeline is built, naming the
+    setting; an empty value turns co-movement off."""
+    config = load_config(None, env={"DETECTOR_LABELS__GPU_WORKLOAD_COMOVEMENT": "node_load"})
+    with pytest.raises(ConfigError, match=r"gpu_workload_comovement: 'node_load' is no GPU"):
+        build_pipeline(config, SeriesIndex(LabelRules.from_config(config.labels)))
+    off = load_config(None, env={"DETECTOR_LABELS__GPU_WORKLOAD_COMOVEMENT": ""})
+    assert off.labels.gpu_workload_comovement is None
+    index = SeriesIndex(LabelRules.from_config(off.labels))
+    assert build_pipeline(off, index).signal_map.comoving is None
+
+
+def _replay(scenario: Scenario, comovement: str) -> tuple[tuple[str, ...], int]:
+    """(nodes co-movement split, alerts raised) of an unlabelled replay of ``scenario``."""
+    env = {
+        "DETECTOR_LABELS__GPU_WORKLOAD_LABELS": "[]",
+        "DETECTOR_LABELS__GPU_WORKLOAD_COMOVEMENT": comovement,
+    }
+    config = load_config(None, env=env)
+    index = SeriesIndex(LabelRules.from_config(config.labels))
+    cluster = SimulatedCluster(scenario)
+    result = run_replay(build_pipeline(config, index), simulated_frames(cluster, index))
+    return result.inferred_split_nodes, len(result.alerts)
+
+
+def test_a_replay_tells_apart_the_jobs_of_shared_nodes_without_labels() -> None:
+    """The simulator's shared nodes (two GPUs each in side jobs of their own), with no
+    workload label: co-movement splits exactly those nodes, and fewer alerts fire than with
+    all GPUs of a node as peers."""
+    scenario = dataclasses.replace(
+        Scenario.demo(), nodes=8, days=0.5, seed=41, shared_nodes=3, failure_count=0
+    )
+    split, alerts = _replay(scenario, "power_usage")
+    assert ("node-01", "node-05", "node-08") == split
+    unsplit, before = _replay(scenario, "")  # off
+    assert () == unsplit
+    assert alerts < before
