@@ -145,6 +145,7 @@ class Daemon:
         self._last_time = float("-inf")
         self._last_save = float("-inf")
         self._cohorts_advised = False  # the cohort advice is logged once a process
+        self._splits_told: set[str] = set()  # nodes logged as split by co-movement
 
     def _fresh_pipeline(self) -> None:
         self.index = SeriesIndex(
@@ -164,6 +165,18 @@ class Daemon:
         if advice:
             self._cohorts_advised = True
             _log.warning("nodes of different jobs share one cohort", advice=advice)
+
+    def _tell_inferred_splits(self) -> None:
+        """Once a process per node: its unlabelled GPUs were told apart into jobs by how their
+        power moves (gpu_comovement.py), so the operator sees why its GPU peers changed."""
+        new = self.pipeline.signal_map.teams.inferred_split_nodes - self._splits_told
+        if new:
+            self._splits_told |= new
+            _log.info(
+                "GPUs of different jobs told apart by their power's co-movement",
+                nodes=sorted(new),
+                setting="labels.gpu_workload_comovement",
+            )
 
     # -- state ------------------------------------------------------------------------------
     def restore(self) -> bool:
@@ -294,6 +307,7 @@ class Daemon:
         for alert in tick.ended:
             _log.info("alert resolved", node=alert.node, gpu=alert.gpu)
         self._advise_cohorts()
+        self._tell_inferred_splits()
         for node in self.node_stats.update(tick.node_names, tick.node_score):
             _log.info("node score level rose", node=node)
         self._export(tick, round_, now, time.perf_counter() - work_began)

@@ -104,11 +104,13 @@ class CoMovingGpus:
         n = len(self)
         if not n or t <= self._t:
             return
-        dt = 0.0 if self._t == -math.inf else t - self._t
-        self._t = t
         x = power[:n]
         with np.errstate(invalid="ignore"):
             observed = np.isfinite(x)
+        if not observed.any():  # no reading (labelled GPUs, a tick without a DCGM scrape):
+            return  # the next tick's decays span this one too, exactly as if it were not
+        dt = 0.0 if self._t == -math.inf else t - self._t
+        self._t = t
         going = observed & self.started
         departure = np.where(going, x - self.mean, 0.0)
         level_step = -math.expm1(-math.log(2.0) * dt / LEVEL_HALF_LIFE_S)

@@ -530,3 +530,18 @@ def test_live_accounting_keeps_the_span_of_an_xid_seen_after_a_gap(tmp_path: Pat
     daemon.accounting.update(T_GAP + 1200.0, started=[raised])
     [found] = daemon.accounting.update(T_GAP + 1800.0, failures=[failure])
     assert found.lead_time_s == -1200.0  # matched, not before the XID
+
+
+def test_nodes_split_by_co_movement_are_logged_once_each(tmp_path: Path) -> None:
+    """A node whose unlabelled GPUs co-movement tells apart is logged when it is first split,
+    naming the setting; a node already told is not told again."""
+    daemon = Daemon(daemon_config(tmp_path, {}, "http://127.0.0.1:9"))
+    teams = daemon.pipeline.signal_map.teams
+    told = []
+    for split in ({"node-02"}, {"node-02"}, {"node-02", "node-05"}):
+        teams.inferred_split_nodes |= split
+        with capture_logs() as logs:
+            daemon._tell_inferred_splits()
+        told += [e for e in logs if "co-movement" in str(e["event"])]
+    assert [["node-02"], ["node-05"]] == [e["nodes"] for e in told]
+    assert {"labels.gpu_workload_comovement"} == {e["setting"] for e in told}

@@ -239,3 +239,19 @@ def test_a_replay_tells_apart_the_jobs_of_shared_nodes_without_labels() -> None:
     unsplit, before = _replay(scenario, "")  # off
     assert () == unsplit
     assert alerts < before
+
+
+def test_a_tick_without_any_reading_is_as_if_it_were_not() -> None:
+    """Every GPU labelled, or a pipeline tick between two DCGM scrapes: a tick with no power
+    reading leaves the state exactly as skipping it would (the next tick's decays span it)."""
+    power = _power([0] * 6 + [1] * 2, hours=3)
+    plain, _ = _run(power)
+    gappy = CoMovingGpus()
+    for entity in range(8):
+        gappy.add_gpu(entity, 0)
+    blank = np.full(8, np.nan)
+    for k, row in enumerate(power):
+        gappy.observe(k * STEP - STEP / 2, blank)  # a tick between two scrapes
+        gappy.observe(k * STEP, row)
+    for name, value in plain.state_dict().items():
+        np.testing.assert_allclose(value, gappy.state_dict()[name], err_msg=name)
