@@ -14,9 +14,12 @@ mean, ``LEVEL_HALF_LIFE_S``), clipped at ``CLIP`` times its usual size (``SCALE_
 so that no single event, a checkpoint or a failure, decides on its own; and per pair of GPUs
 of a node, EW sums of the products of their departures (``HALF_LIFE_S``): their correlation.
 GPUs correlated at or above ``LINK`` are linked, and a connected group of at least two is a
-job. A group is *separate* when it hardly moves with the other observed GPUs of its node (their mean
-correlation with its members below ``SEPARATE``): a node gone idle after a job, whose fading
-common past leaves every pair near ``LINK``, breaks into chance groups that are not separate.
+job. A group is *separate* when it hardly moves with the other observed GPUs of its node (their
+mean correlation with its members below ``SEPARATE``): a node gone idle after a job, whose
+fading common past leaves every pair near ``LINK``, breaks into chance groups that are not
+separate. A group that has left stays separate until that mean reaches ``LINK``, as a job's
+own GPUs are linked: one event that moves both jobs at once (a node-wide power or clock event,
+two phase changes that coincide) lifts it to 0.3-0.4 for an hour, and must not merge them.
 
 Only separate groups leave the node's own team (key -1, ``GpuTeams`` team 0): every one but
 the node's largest, and that one too when it does not outnumber the rest of the node's team
@@ -48,6 +51,7 @@ CLIP = 3.0  # a departure counts at most this many times its usual size
 HALF_LIFE_S = 7200.0  # memory of the co-movement sums
 LINK = 0.5  # correlation at or above which two GPUs run one job
 SEPARATE = 0.25  # mean correlation with its node's others below which a group is apart
+# (a group that has left stays apart below LINK)
 MIN_EVIDENCE_S = 3600.0  # observed time before a GPU takes part in a grouping
 EVERY_S = 300.0  # how often the grouping is evaluated
 CONFIRM = 3  # evaluations in a row that must find a GPU's new group before it moves
@@ -160,14 +164,16 @@ class CoMovingGpus:
             root = nxt
         size = np.bincount(root, minlength=n)
         grouped = size[root] >= 2
-        # a group is separate when it hardly moves with the node's other observed GPUs: a
-        # fading common past (a node gone idle) leaves every pair near LINK
+        # a group is separate when it hardly moves with the node's other observed GPUs (a
+        # fading common past, a node gone idle, leaves every pair near LINK); one that has
+        # left stays so until it moves with them as a job's GPUs do (hysteresis)
         cross = ready[pi] & ready[pj] & (root[pi] != root[pj]) & np.isfinite(r)
         ends = np.concatenate((root[pi][cross], root[pj][cross]))
         total = np.bincount(ends, weights=np.tile(r[cross], 2), minlength=n)
         count = np.bincount(ends, minlength=n)
         with np.errstate(invalid="ignore", divide="ignore"):
-            apart = ~(total / count >= SEPARATE)  # no other observed GPU: apart
+            bar = np.where(self.key[root] >= 0, LINK, SEPARATE)  # has it left (its root)?
+            apart = ~(total / count >= bar)  # no other observed GPU: apart
         separate = grouped & apart[root]
         nodes = int(self.node.max()) + 1
         rest = np.bincount(self.node[ready & ~separate], minlength=nodes)  # the node's team

@@ -74,6 +74,18 @@ def test_two_jobs_on_a_node_become_two_teams() -> None:
     assert first * 3600 >= MIN_EVIDENCE_S + (CONFIRM - 1) * EVERY_S  # evidence, confirmed
 
 
+def test_one_event_that_moves_both_jobs_does_not_merge_them() -> None:
+    """Once apart, the side job stays apart through a node-wide event that moves every GPU
+    at once (a power-capping episode: 15 minutes at -200 W each, hour 4). It would merge back
+    if it had to stay below the bar it left by (the check that this test can fail)."""
+    power = _power([0] * 6 + [1] * 2, hours=7)
+    capped = slice(int(4 * 3600 / STEP), int(4.25 * 3600 / STEP))
+    power[capped] -= 200.0
+    comoving, moves = _run(power)
+    assert [(6, 6), (7, 6)] == [(e, key) for _, e, key in moves]
+    assert [-1] * 6 + [6, 6] == comoving.key.tolist()
+
+
 def test_a_job_on_two_gpus_of_an_idle_node_leaves_the_idle_ones() -> None:
     """Six GPUs idle (no common driver: loners) while two train: the loners outnumber the
     job, so the job leaves and the idle GPUs are the node's team."""
