@@ -33,7 +33,6 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError
 from .gpu_comovement import CoMovingGpus
 from .gpu_teams import GpuTeams
 from .model import DCGM_BLANK_THRESHOLD, BoolArray, ColumnLayout, FloatArray, IntArray, SeriesInfo
@@ -77,15 +76,8 @@ class SignalMap:
         self._gpu_entity_node: list[int] = []  # entity id -> node id
         self.teams = GpuTeams(index.rules)  # GPU peers are the GPUs of one node and one team
         self.comovement_signal = index.rules.workload_comovement
-        self.comoving = None if self.comovement_signal is None else CoMovingGpus()
-        if self.comovement_signal is not None:
-            gpu_signals = sorted(r.name for r in catalog.signals if r.entity == "gpu")
-            if self.comovement_signal not in gpu_signals:
-                raise ConfigError(
-                    f"labels.gpu_workload_comovement: {self.comovement_signal!r} is no GPU "
-                    f"signal of the rules (they have: {', '.join(gpu_signals) or 'none'}); "
-                    "name one, or null to turn it off"
-                )
+        gpu_signals = (r.name for r in catalog.signals if r.entity == "gpu")
+        self.comoving = CoMovingGpus.following(self.comovement_signal, gpu_signals)
         self._entity_columns: dict[int, list[int]] = {}  # entity id -> its signal columns
         self._series_gpu_entity: list[int] = []  # per index series: entity id or -1
         # per index series on a GPU: its (entity, metric) slot id, else -1 (_retire_replaced)

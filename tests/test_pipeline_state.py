@@ -12,14 +12,13 @@ from detector.config import load_config
 from detector.model import Frame
 from detector.pipeline import build_pipeline, pipeline_state, restore_pipeline
 from detector.replay import simulated_frames
-from detector.series import SeriesIndex
+from detector.series import LabelRules, SeriesIndex
 from detector.simulate import Scenario, SimulatedCluster
 
 
 def small_cluster(**changes: float) -> SimulatedCluster:
-    scenario = dataclasses.replace(
-        Scenario.demo(), nodes=6, days=0.15, failure_count=2, seed=3, **changes
-    )
+    fields = {"nodes": 6, "days": 0.15, "failure_count": 2, "seed": 3, **changes}
+    scenario = dataclasses.replace(Scenario.demo(), **fields)
     return SimulatedCluster(scenario)
 
 
@@ -65,3 +64,30 @@ def test_restore_refuses_another_version() -> None:
     meta["version"] = 99
     with pytest.raises(ValueError, match="version"):
         restore_pipeline(build_pipeline(config, SeriesIndex()), arrays, meta)
+
+
+def test_a_restart_keeps_the_gpu_jobs_co_movement_told_apart() -> None:
+    """Unlabelled shared nodes (two GPUs each in side jobs): the groups co-movement found
+    before the save are the restored pipeline's from its first tick, and scores continue
+    identically."""
+    env = {"DETECTOR_LABELS__GPU_WORKLOAD_LABELS": "[]"}
+    config = load_config(None, env=env)
+    rules = LabelRules.from_config(config.labels)
+    index = SeriesIndex(rules)
+    cluster = small_cluster(days=0.3, shared_nodes=2)
+    frames = list(simulated_frames(cluster, index))
+    original = build_pipeline(config, index)
+    half = len(frames) // 2
+    for frame in frames[:half]:
+        original.step(frame)
+    assert original.signal_map.teams.inferred_split_nodes  # groups to carry over
+    arrays, meta = pipeline_state(original)
+    restored = build_pipeline(config, SeriesIndex(rules))
+    restore_pipeline(
+        restored, {k: v.copy() for k, v in arrays.items()}, json.loads(json.dumps(meta))
+    )
+    for frame in frames[half:]:
+        a = original.step(Frame(frame.time, frame.values.copy()))
+        b = restored.step(Frame(frame.time, frame.values.copy()))
+        assert np.array_equal(a.gpu_score, b.gpu_score, equal_nan=True)
+        assert original.signal_map.teams.of == restored.signal_map.teams.of
