@@ -442,26 +442,23 @@ def summary_lines(result: ReplayResult) -> list[str]:
         lines.append(f"failures by source (first report of each episode): {counted}")
     if result.signals_found or result.signals_missing:
         fed, unfed = len(result.signals_found), len(result.signals_missing)
-        shown = ", ".join(result.signals_missing[:6]) + (", ..." if unfed > 6 else "")
         lines.append(
             f"signals: {fed} of {fed + unfed} named in rules/signals.yaml found in the data"
-            + (f"; not found: {shown}" if unfed else "")
+            + (f"; not found: {_first_few(result.signals_missing)}" if unfed else "")
         )
     if result.split_nodes:
         split = len(result.split_nodes)
-        shown = ", ".join(result.split_nodes[:6]) + (", ..." if split > 6 else "")
         lines.append(
             f"GPU workloads: {split} node{'s' if split > 1 else ''} ran GPUs in different jobs "
             f"at once, each GPU judged against its own job's (labels.gpu_workload_labels): "
-            f"{shown}"
+            f"{_first_few(result.split_nodes)}"
         )
     if result.inferred_split_nodes:
         split = len(result.inferred_split_nodes)
-        shown = ", ".join(result.inferred_split_nodes[:6]) + (", ..." if split > 6 else "")
         lines.append(
             f"GPU workloads inferred: on {split} node{'s' if split > 1 else ''} GPUs that no "
             f"workload label names moved as separate jobs, each group judged against its own "
-            f"(labels.gpu_workload_comovement): {shown}"
+            f"(labels.gpu_workload_comovement): {_first_few(result.inferred_split_nodes)}"
         )
     if result.cohort_advice:
         lines.append(result.cohort_advice)
@@ -483,6 +480,11 @@ def summary_lines(result: ReplayResult) -> list[str]:
                 f"{when:<20} {row['node']:<12} {gpu:>3} {row['xid']:>4}  {found:<8} {lead}"
             )
     return lines
+
+
+def _first_few(names: Sequence[str], most: int = 6) -> str:
+    """The first ``most`` names, comma-separated, with ", ..." where there are more."""
+    return ", ".join(names[:most]) + (", ..." if len(names) > most else "")
 
 
 def _pct(v: float | None) -> str:

@@ -14,7 +14,7 @@ from detector.gpu_comovement import CONFIRM, EVERY_S, MIN_EVIDENCE_S, CoMovingGp
 from detector.gpu_teams import GpuTeams
 from detector.model import SeriesInfo
 from detector.pipeline import build_pipeline
-from detector.replay import run_replay, simulated_frames
+from detector.replay import ReplayResult, run_replay, simulated_frames, summary_lines
 from detector.series import LabelRules, SeriesIndex, normalize
 from detector.simulate import Scenario, SimulatedCluster
 
@@ -226,8 +226,8 @@ def test_the_comovement_signal_must_be_a_gpu_signal() -> None:
     assert build_pipeline(off, index).signal_map.comoving is None
 
 
-def _replay(scenario: Scenario, comovement: str) -> tuple[tuple[str, ...], int]:
-    """(nodes co-movement split, alerts raised) of an unlabelled replay of ``scenario``."""
+def _replay(scenario: Scenario, comovement: str) -> ReplayResult:
+    """An unlabelled replay of ``scenario``, co-movement following ``comovement``."""
     env = {
         "DETECTOR_LABELS__GPU_WORKLOAD_LABELS": "[]",
         "DETECTOR_LABELS__GPU_WORKLOAD_COMOVEMENT": comovement,
@@ -235,22 +235,27 @@ def _replay(scenario: Scenario, comovement: str) -> tuple[tuple[str, ...], int]:
     config = load_config(None, env=env)
     index = SeriesIndex(LabelRules.from_config(config.labels))
     cluster = SimulatedCluster(scenario)
-    result = run_replay(build_pipeline(config, index), simulated_frames(cluster, index))
-    return result.inferred_split_nodes, len(result.alerts)
+    return run_replay(build_pipeline(config, index), simulated_frames(cluster, index))
 
 
 def test_a_replay_tells_apart_the_jobs_of_shared_nodes_without_labels() -> None:
     """The simulator's shared nodes (two GPUs each in side jobs of their own), with no
-    workload label: co-movement splits exactly those nodes, and fewer alerts fire than with
-    all GPUs of a node as peers."""
+    workload label: co-movement splits exactly those nodes, the summary names them, and
+    fewer alerts fire than with all GPUs of a node as peers."""
     scenario = dataclasses.replace(
         Scenario.demo(), nodes=8, days=0.5, seed=41, shared_nodes=3, failure_count=0
     )
-    split, alerts = _replay(scenario, "power_usage")
-    assert ("node-01", "node-05", "node-08") == split
-    unsplit, before = _replay(scenario, "")  # off
-    assert () == unsplit
-    assert alerts < before
+    result = _replay(scenario, "power_usage")
+    assert ("node-01", "node-05", "node-08") == result.inferred_split_nodes
+    assert (
+        "GPU workloads inferred: on 3 nodes GPUs that no workload label names moved as "
+        "separate jobs, each group judged against its own (labels.gpu_workload_comovement): "
+        "node-01, node-05, node-08"
+    ) in summary_lines(result)
+    off = _replay(scenario, "")  # off
+    assert () == off.inferred_split_nodes
+    assert not any("inferred" in line for line in summary_lines(off))
+    assert len(result.alerts) < len(off.alerts)
 
 
 def test_a_tick_without_any_reading_is_as_if_it_were_not() -> None:
