@@ -29,7 +29,7 @@ targets), is signal_values.py's.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -432,10 +432,12 @@ class SignalMap:
         return self._arrays
 
     def _comovement_columns(self) -> IntArray:
-        """Per GPU entity the first column of the co-movement signal (-1: none)."""
-        found = np.full(len(self._gpu_entity_node), -1, dtype=np.int64)
+        """Per GPU entity the first column of the co-movement signal (-1: none; no entities
+        when co-movement is off)."""
+        following = self.comoving is not None
+        found = np.full(len(self._gpu_entity_node) if following else 0, -1, dtype=np.int64)
         names, signal = self.columns.signal_names, self.columns.signal
-        for entity, cols in self._entity_columns.items():
+        for entity, cols in self._entity_columns.items() if following else ():
             for col in cols:
                 if names[signal[col]] == self.comovement_signal:
                     found[entity] = col
@@ -549,16 +551,8 @@ class SignalMap:
             "prev_time": self._prev_time.copy(),
             "prev_den": self._prev_den.copy(),
             "seen": self._seen.copy(),
-            **(
-                {}
-                if self.repeats is None
-                else {f"repeats_{k}": v for k, v in self.repeats.state_dict().items()}
-            ),
-            **(
-                {}
-                if self.comoving is None
-                else {f"comoving_{k}": v for k, v in self.comoving.state_dict().items()}
-            ),
+            **_prefixed("repeats_", self.repeats),
+            **_prefixed("comoving_", self.comoving),
         }
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
@@ -592,9 +586,23 @@ class SignalMap:
         self._seen[: seen.shape[0]] |= seen
         self._known = None
         self._learn_cohorts(np.flatnonzero(self._seen[: len(self.index)]))
-        repeats = {k[len("repeats_") :]: v for k, v in state.items() if k.startswith("repeats_")}
+        repeats = _unprefixed("repeats_", state)
         if self.repeats is not None and repeats:  # states saved before repeats.py have none
             self.repeats.load_state_dict(repeats)
-        comoving = {k[len("comoving_") :]: v for k, v in state.items() if k.startswith("comoving_")}
+        comoving = _unprefixed("comoving_", state)
         if self.comoving is not None and comoving:  # the groups apply at the next sync
             self.comoving.load_state_dict(comoving)
+
+
+class _Stateful(Protocol):
+    def state_dict(self) -> dict[str, np.ndarray]: ...
+
+
+def _prefixed(prefix: str, part: _Stateful | None) -> dict[str, np.ndarray]:
+    """A helper's state under ``prefix`` (nothing when it is off)."""
+    return {} if part is None else {prefix + k: v for k, v in part.state_dict().items()}
+
+
+def _unprefixed(prefix: str, state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The entries of ``state`` under ``prefix``, without it."""
+    return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
