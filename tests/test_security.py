@@ -63,7 +63,9 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     scenario = quiet_scenario(
         nodes=3,
         gpus=2,
-        failures=(FailureSpec("gsp", node=1, gpu=0, at_s=400.0, lead_s=0.0, xid=119),),
+        # at 15 s of wall time: a daemon on a slow machine served /readyz only after 3-4.3 s
+        # (300-430 simulated s), and one that first scrapes after the XID never alerts on it
+        failures=(FailureSpec("gsp", node=1, gpu=0, at_s=1500.0, lead_s=0.0, xid=119),),
     )
     exporters = serve(scenario, port=0, speed=SPEED, clock=time.monotonic)
     origin = time.time()

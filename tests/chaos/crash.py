@@ -33,15 +33,25 @@ FAILURES = [
 ]
 
 
+# Every wait is a guard against a hang, not a timing assertion: it returns as soon as its
+# condition holds. The daemon runs in a subprocess in real time, and on a slow 2-core machine
+# with a second job running its starts and ticks ran several times slower than on a quiet
+# one (waits of 40 s and 20 s ran out in a full test run there, and passed alone); so each
+# guard is GUARD_FACTOR times the time it names.
+GUARD_FACTOR = 3.0
+
+
 def wait_for(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    """Poll ``condition`` until it is truthy; fail naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
+    """Poll ``condition`` until it is truthy; fail naming ``what`` after ``GUARD_FACTOR`` x
+    ``timeout_s``."""
+    waited = GUARD_FACTOR * timeout_s
+    deadline = time.monotonic() + waited
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
         time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+    raise AssertionError(f"timed out after {waited:g}s waiting for {what}")
 
 
 def ready(proc: DaemonProcess) -> bool:
@@ -65,8 +75,10 @@ def zscore_observations(state: Path) -> float:
 @contextmanager
 def crash_cluster() -> Iterator[ClusterProcess]:
     failures = [
-        {"kind": "gsp", "node": 1, "gpu": 0, "at_s": 600.0, "lead_s": 0.0, "xid": 119},
-        {"kind": "gsp", "node": 2, "gpu": 1, "at_s": 1500.0, "lead_s": 0.0, "xid": 119},
+        # the first well after the first run is up: a daemon on a slow machine started in
+        # 3-4.3 s (300-430 simulated s), and one whose first scrape follows the XID misses it
+        {"kind": "gsp", "node": 1, "gpu": 0, "at_s": 1500.0, "lead_s": 0.0, "xid": 119},
+        {"kind": "gsp", "node": 2, "gpu": 1, "at_s": 2400.0, "lead_s": 0.0, "xid": 119},
     ]
     with ClusterProcess.start(
         speed=SPEED, nodes=4, gpus=2, fraction=0, failures=failures, repair_cap_s=1200.0
