@@ -146,6 +146,7 @@ class Daemon:
         self._last_save = float("-inf")
         self._cohorts_advised = False  # the cohort advice is logged once a process
         self._splits_told: set[str] = set()  # nodes logged as split by co-movement
+        self._alone_told: set[str] = set()  # nodes logged with a GPU co-movement judged alone
 
     def _fresh_pipeline(self) -> None:
         self.index = SeriesIndex(
@@ -168,15 +169,21 @@ class Daemon:
 
     def _tell_inferred_splits(self) -> None:
         """Once a process per node: its unlabelled GPUs were told apart into jobs by how their
-        power moves (gpu_comovement.py), so the operator sees why its GPU peers changed."""
-        new = self.pipeline.signal_map.teams.inferred_split_nodes - self._splits_told
-        if new:
-            self._splits_told |= new
-            _log.info(
-                "GPUs of different jobs told apart by their power's co-movement",
-                nodes=sorted(new),
-                setting="labels.gpu_workload_comovement",
-            )
+        power moves (gpu_comovement.py), or one was judged alone, so the operator sees why
+        its GPU peers changed."""
+        teams = self.pipeline.signal_map.teams
+        for nodes, told, what in (
+            (teams.inferred_split_nodes, self._splits_told, "GPUs of different jobs told apart"),
+            (teams.alone_nodes, self._alone_told, "GPUs moving with no job judged alone"),
+        ):
+            new = nodes - told
+            if new:
+                told |= new
+                _log.info(
+                    f"{what} by their power's co-movement",
+                    nodes=sorted(new),
+                    setting="labels.gpu_workload_comovement",
+                )
 
     # -- state ------------------------------------------------------------------------------
     def restore(self) -> bool:

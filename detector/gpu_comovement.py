@@ -17,17 +17,29 @@ GPUs correlated at or above ``LINK`` are linked, and a connected group of at lea
 job. A group is *separate* when it hardly moves with the other observed GPUs of its node (their
 mean correlation with its members below ``SEPARATE``): a node gone idle after a job, whose
 fading common past leaves every pair near ``LINK``, breaks into chance groups that are not
-separate. A group that has left stays separate until that mean reaches ``LINK``, as a job's
-own GPUs are linked: one event that moves both jobs at once (a node-wide power or clock event,
-two phase changes that coincide) lifts it to 0.3-0.4 for an hour, and must not merge them.
+separate. A group that has left, or formed of GPUs that were alone (below), stays separate
+until that mean reaches ``LINK``, as a job's own GPUs are linked: one event that moves both
+jobs at once (a node-wide power or clock event, two phase changes that coincide) lifts it to
+0.3-0.4 for an hour, and must not merge them; nor must a side job's start, which moves with
+the main job at first.
 
 Only separate groups leave the node's own team (key -1, ``GpuTeams`` team 0): every one but
 the node's largest, and that one too when it does not outnumber the rest of the node's team
 (a job on two GPUs of a node whose six others idle: the six stay, the two leave). A GPU linked
-to no other (an idle GPU, a one-GPU job, a failing GPU that stopped moving with its job) never
-leaves: a lone GPU is never split off from the peers that would catch it. A GPU that goes flat
-keeps its links, too: its departures all but stop, so its sums of products and of squares
-decay alike and its correlations stay near what they were. A group that leaves is named by its
+to no other (an idle GPU, a one-GPU job, a failing GPU that stopped moving with its job) does
+not leave with a group. Once it has moved with its node's team (*proven*: linked into a group
+of the team in ``CONFIRM`` evaluations in a row) it stays in the team for good: a lone GPU is
+never split off from the peers that would catch it. A GPU that goes flat keeps its links,
+too: its departures all but stop, so its sums of products and of squares decay alike and its
+correlations stay near what they were. But a loner never proven, on a node whose team holds a
+job that moves together, is *alone* (key ``ALONE``: no GPU peers): an idle GPU, or a side
+job's GPU not yet moving with its partner, beside the main job would otherwise read as a
+deviant at each of the job's phase changes. A node whose GPUs all idle stays one team.
+
+A GPU outside the team (alone, or in a group that left) joins a group of the team only when
+its mean correlation with the team's GPUs reaches ``LINK``: one pair above it (a side job's
+checkpoint that coincides with the main job's, whose recovery moves both for twenty ticks)
+would otherwise chain the whole side job into the team. A group that leaves is named by its
 lowest GPU entity id (its key). A GPU takes part only once observed for ``MIN_EVIDENCE_S``,
 and moves only once ``CONFIRM`` evaluations in a row (every ``EVERY_S``) found its new group;
 the same holds for moving back.
@@ -45,7 +57,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from .errors import ConfigError
-from .model import BoolArray, FloatArray, IntArray
+from .model import GPU_ALONE, BoolArray, FloatArray, IntArray
 
 LEVEL_HALF_LIFE_S = 300.0  # a GPU's own recent level, which its departures are taken from
 SCALE_HALF_LIFE_S = 1800.0  # the usual size of its departures (the clipping's unit)
@@ -57,10 +69,13 @@ SEPARATE = 0.25  # mean correlation with its node's others below which a group i
 MIN_EVIDENCE_S = 3600.0  # observed time before a GPU takes part in a grouping
 EVERY_S = 300.0  # how often the grouping is evaluated
 CONFIRM = 3  # evaluations in a row that must find a GPU's new group before it moves
+ALONE = GPU_ALONE  # the key of a GPU judged without GPU peers (module docstring)
 
-_PER_GPU = ("node", "mean", "scale", "var", "observed_s", "started", "key", "proposed", "streak")
+_PER_GPU = (
+    "node", "mean", "scale", "var", "observed_s", "started", "key", "proposed", "streak", "joined"
+)  # fmt: skip
 _DTYPES = {"node": np.int64, "started": np.bool_, "key": np.int64, "proposed": np.int64}
-_DTYPES["streak"] = np.int64
+_DTYPES |= {"streak": np.int64, "joined": np.int64}
 
 
 class CoMovingGpus:
@@ -79,6 +94,8 @@ class CoMovingGpus:
         self.key: IntArray = np.zeros(0, np.int64)  # applied group: -1 the node's own team
         self.proposed: IntArray = np.zeros(0, np.int64)  # the last evaluations' group
         self.streak: IntArray = np.zeros(0, np.int64)  # evaluations in a row that found it
+        # evaluations in a row linked into a group of its team; CONFIRM or more: proven, kept
+        self.joined: IntArray = np.zeros(0, np.int64)
         self.pair_i: IntArray = np.zeros(0, np.int64)  # pairs of GPUs of one node, i < j
         self.pair_j: IntArray = np.zeros(0, np.int64)
         self.cov: FloatArray = np.zeros(0)  # per pair: EW sum of products
@@ -159,15 +176,25 @@ class CoMovingGpus:
             self._next_eval = t + EVERY_S
             self._evaluate()
 
-    def groups(self) -> IntArray:
-        """Per GPU the group this tick's sums find: -1 for the node's own team, else the
-        lowest GPU id of its separate group that leaves the team (module docstring)."""
+    def groups(self) -> tuple[IntArray, BoolArray]:
+        """Per GPU the group this tick's sums find: -1 for the node's own team, ``ALONE``,
+        else the lowest GPU id of its separate group that leaves the team; and per GPU
+        whether it is linked into a group of its team (module docstring)."""
         n = len(self)
         pi, pj = self.pair_i, self.pair_j
         with np.errstate(invalid="ignore", divide="ignore"):
             r = self.cov / np.sqrt(self.var[pi] * self.var[pj])
         ready = self.observed_s >= MIN_EVIDENCE_S
         linked = (r >= LINK) & ready[pi] & ready[pj]
+        # a GPU outside the team is linked to the team's GPUs only through its mean with them
+        outside = self.key != -1
+        crossing = linked & (outside[pi] != outside[pj])
+        outer = np.where(outside[pi], pi, pj)  # a crossing pair's GPU outside the team
+        to_team = ready[pi] & ready[pj] & np.isfinite(r) & (outside[pi] != outside[pj])
+        total = np.bincount(outer[to_team], weights=r[to_team], minlength=n)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            with_team = total / np.bincount(outer[to_team], minlength=n)
+        linked &= ~crossing | (with_team[outer] >= LINK)
         li, lj = pi[linked], pj[linked]
         root = np.arange(n)
         while True:  # connected components: each GPU takes the lowest id it is linked to
@@ -181,14 +208,15 @@ class CoMovingGpus:
         size = np.bincount(root, minlength=n)
         grouped = size[root] >= 2
         # a group is separate when it hardly moves with the node's other observed GPUs (a
-        # fading common past, a node gone idle, leaves every pair near LINK); one that has
-        # left stays so until it moves with them as a job's GPUs do (hysteresis)
+        # fading common past, a node gone idle, leaves every pair near LINK); one that is
+        # apart (has left, or formed of GPUs alone) stays so until it moves with them as a
+        # job's GPUs do (hysteresis)
         cross = ready[pi] & ready[pj] & (root[pi] != root[pj]) & np.isfinite(r)
         ends = np.concatenate((root[pi][cross], root[pj][cross]))
         total = np.bincount(ends, weights=np.tile(r[cross], 2), minlength=n)
         count = np.bincount(ends, minlength=n)
         with np.errstate(invalid="ignore", divide="ignore"):
-            bar = np.where(self.key[root] >= 0, LINK, SEPARATE)  # has it left (its root)?
+            bar = np.where(outside[root], LINK, SEPARATE)  # is it apart (its root)?
             apart = ~(total / count >= bar)  # no other observed GPU: apart
         separate = grouped & apart[root]
         nodes = int(self.node.max()) + 1
@@ -201,10 +229,18 @@ class CoMovingGpus:
         first[1:] = self.node[roots[order]][1:] != self.node[roots[order]][:-1]
         largest = roots[order][first]
         kept = largest[size[largest] > rest[self.node[largest]]]
-        return np.where(separate & ~np.isin(root, kept), root, -1)
+        found = np.where(separate & ~np.isin(root, kept), root, -1)
+        # loners never proven beside a team that holds a moving job: alone
+        joined = ready & grouped & (found == -1)
+        moving = np.bincount(self.node[joined], minlength=nodes) > 0
+        proven = self.joined >= CONFIRM
+        alone = ready & ~grouped & ~proven & moving[self.node]
+        return np.where(alone, ALONE, found), joined
 
     def _evaluate(self) -> None:
-        found = self.groups()
+        found, joined = self.groups()
+        kept = joined | (self.joined >= CONFIRM)  # once proven, for good
+        self.joined = np.where(kept, np.minimum(self.joined + 1, CONFIRM), 0)
         same = found == self.proposed
         self.streak = np.where(same, self.streak + 1, 1)
         self.proposed = found
@@ -215,7 +251,8 @@ class CoMovingGpus:
 
     def take_changes(self) -> list[tuple[int, int]]:
         """(GPU entity, group key) of every GPU whose group changed since the last call, in
-        the order they changed (key -1: back to its node's own team)."""
+        the order they changed (key -1: back to its node's own team; ``ALONE``: no GPU
+        peers)."""
         changes, self._changes = self._changes, []
         return changes
 
@@ -239,7 +276,8 @@ class CoMovingGpus:
         if not same_nodes:
             raise ValueError("co-moving GPUs: the saved GPUs are not the index's")
         for name in _PER_GPU[1:]:
-            getattr(self, name)[:n] = state[name][:n]
+            if name in state:  # a state saved before a field was added keeps its default
+                getattr(self, name)[:n] = state[name][:n]
         where = {
             (int(i), int(j)): k
             for k, (i, j) in enumerate(zip(self.pair_i, self.pair_j, strict=True))
@@ -251,4 +289,4 @@ class CoMovingGpus:
             if k is not None:
                 self.cov[k] = c
         self._t, self._next_eval = (float(v) for v in state["clock"][:2])
-        self._changes = [(e, int(self.key[e])) for e in range(n) if self.key[e] >= 0]
+        self._changes = [(e, int(self.key[e])) for e in range(n) if self.key[e] != -1]

@@ -2,7 +2,8 @@
 
 A GPU's team is its workload, the first of ``labels.gpu_workload_labels`` its series carry
 (``series.workload_of``: dcgm-exporter's Slurm job or Kubernetes pod mapping); GPUs with none
-are one team, 0, unless their power tells their jobs apart (gpu_comovement.py: ``infer``). So
+are one team, 0, unless their power tells their jobs apart (gpu_comovement.py: ``infer``), or
+shows a GPU moving with none of its node's job (alone: a team of its own, so no GPU peers). So
 a node shared by several jobs compares each GPU only with the GPUs of its own job. A label
 always wins over what co-movement infers. ``SignalMap`` (signals.py) asks here for a GPU's
 team when it maps the GPU, when the index reports a new workload on one of its series and when
@@ -10,7 +11,8 @@ co-movement moves it, and moves the GPU's columns.
 
 Also kept here, for what replay and the daemon tell the user: the nodes whose GPUs ran more
 than one workload at once (``split_nodes``; ``inferred_split_nodes`` where co-movement, not a
-label, told them apart), the most workloads the cluster's GPUs ran at once
+label, told them apart; ``alone_nodes`` where it judged a GPU alone), the most workloads the
+cluster's GPUs ran at once
 and the labels that named them (``cohort_advice``: with no cohort labels, nodes of different
 jobs are judged against each other).
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .model import SeriesInfo
+from .model import GPU_ALONE, SeriesInfo
 from .series import LabelRules, workload_of
 
 
@@ -32,10 +34,12 @@ class GpuTeams:
         self.of: dict[int, int] = {}  # entity id -> team id
         self.labelled: dict[int, int] = {}  # entity id -> its workload label's team id (0: none)
         self._inferred: dict[int, int] = {}  # entity id -> team inferred from co-movement
+        self._alone: set[int] = set()  # entity ids co-movement judged alone (label or not)
         self._labelled_mask: np.ndarray | None = None  # cache of ``labelled_mask``
         self._node_entities: dict[int, list[int]] = {}  # node id -> its GPU entity ids
         self.split_nodes: set[str] = set()  # nodes seen with GPUs in two workloads at once
         self.inferred_split_nodes: set[str] = set()  # the same, told apart by co-movement
+        self.alone_nodes: set[str] = set()  # nodes with a GPU co-movement judged alone
         self.workloads_at_once = 0
         self.workload_labels_seen: set[str] = set()
         self._changed = False  # since the last ``recount``
@@ -64,12 +68,17 @@ class GpuTeams:
 
     def infer(self, entity: int, key: int) -> int | None:
         """The GPU's group as co-movement found it (gpu_comovement.py: -1 its node's own
-        team, else the group's key): its new team id, or None when its team stays (a GPU
-        with a workload label keeps the label's)."""
-        if key < 0:
+        team, ``GPU_ALONE`` a team of its own, else the group's key): its new team id, or None
+        when its team stays (a GPU with a workload label keeps the label's)."""
+        if key == GPU_ALONE:
+            self._alone.add(entity)
+        else:
+            self._alone.discard(entity)
+        if key == -1:
             self._inferred.pop(entity, None)
         else:
-            self._inferred[entity] = self._ids.setdefault(f"\0co-moving GPUs {key}", len(self._ids))
+            name = f"\0alone GPU {entity}" if key == GPU_ALONE else f"\0co-moving GPUs {key}"
+            self._inferred[entity] = self._ids.setdefault(name, len(self._ids))
         if self.labelled[entity]:
             return None
         return self._set(entity, self._inferred.get(entity, 0))
@@ -97,9 +106,12 @@ class GpuTeams:
         have all moved: GPUs moving together are not split), so ``recount`` counts again."""
         self._changed = True
         entities = self._node_entities.get(node_id, ())
+        alone = {e for e in entities if e in self._alone and not self.labelled[e]}
+        if alone:
+            self.alone_nodes.add(node)
         if len({self.labelled[e] for e in entities}) > 1:
             self.split_nodes.add(node)
-        elif len({self.of[e] for e in entities}) > 1:
+        elif len({self.of[e] for e in entities if e not in alone}) > 1:
             self.inferred_split_nodes.add(node)
 
     def recount(self) -> None:

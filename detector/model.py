@@ -19,6 +19,10 @@ BoolArray = NDArray[np.bool_]
 # dcgm-exporter writes values near 2**63 (e.g. 9223372036854775794) for "blank / not supported".
 DCGM_BLANK_THRESHOLD = 9.2e18
 
+# The group key co-movement gives a GPU it judges alone, without GPU peers (gpu_comovement.py;
+# gpu_teams.py gives such a GPU a team of its own).
+GPU_ALONE = -2
+
 
 @dataclass(frozen=True, slots=True)
 class Sample:

@@ -67,6 +67,8 @@ class ReplayResult:
     split_nodes: tuple[str, ...] = ()
     # nodes whose unlabelled GPUs co-movement told apart (labels.gpu_workload_comovement)
     inferred_split_nodes: tuple[str, ...] = ()
+    # nodes with an unlabelled GPU co-movement judged alone (no GPU peers)
+    alone_nodes: tuple[str, ...] = ()
     # set when nodes running different jobs were judged against each other (no cohort labels)
     cohort_advice: str = ""
 
@@ -308,6 +310,7 @@ def run_replay(
     result.signals_found, result.signals_missing = signal_coverage(pipeline)
     result.split_nodes = tuple(sorted(pipeline.signal_map.teams.split_nodes))
     result.inferred_split_nodes = tuple(sorted(pipeline.signal_map.teams.inferred_split_nodes))
+    result.alone_nodes = tuple(sorted(pipeline.signal_map.teams.alone_nodes))
     result.cohort_advice = pipeline.signal_map.teams.cohort_advice()
     if recorder is not None:
         result.times = np.asarray(recorder.times)
@@ -459,6 +462,14 @@ def summary_lines(result: ReplayResult) -> list[str]:
             f"GPU workloads inferred: on {split} node{'s' if split > 1 else ''} GPUs that no "
             f"workload label names moved as separate jobs, each group judged against its own "
             f"(labels.gpu_workload_comovement): {_first_few(result.inferred_split_nodes)}"
+        )
+    if result.alone_nodes:
+        alone = len(result.alone_nodes)
+        lines.append(
+            f"GPUs judged alone: on {alone} node{'s' if alone > 1 else ''} GPUs that no "
+            f"workload label names moved with none of their node's GPUs beside a job that "
+            f"did, each judged without GPU peers (labels.gpu_workload_comovement): "
+            f"{_first_few(result.alone_nodes)}"
         )
     if result.cohort_advice:
         lines.append(result.cohort_advice)

@@ -75,6 +75,8 @@ class ReplayData(Protocol):
     @property
     def inferred_split_nodes(self) -> Sequence[str]: ...
     @property
+    def alone_nodes(self) -> Sequence[str]: ...
+    @property
     def cohort_advice(self) -> str: ...
 
 
@@ -181,6 +183,13 @@ def _inputs(result: ReplayData) -> str:
         parts.append(
             f"GPUs that no workload label names moved as separate jobs on "
             f"{len(result.inferred_split_nodes)} node(s), each group judged against its own "
+            f"(<code>labels.gpu_workload_comovement</code>): {nodes}."
+        )
+    if result.alone_nodes:
+        nodes = ", ".join(_node_link(n) for n in result.alone_nodes)
+        parts.append(
+            f"GPUs that no workload label names moved with none of their node's GPUs beside a "
+            f"job that did on {len(result.alone_nodes)} node(s), each judged without GPU peers "
             f"(<code>labels.gpu_workload_comovement</code>): {nodes}."
         )
     if result.cohort_advice:

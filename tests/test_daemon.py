@@ -534,7 +534,8 @@ def test_live_accounting_keeps_the_span_of_an_xid_seen_after_a_gap(tmp_path: Pat
 
 def test_nodes_split_by_co_movement_are_logged_once_each(tmp_path: Path) -> None:
     """A node whose unlabelled GPUs co-movement tells apart is logged when it is first split,
-    naming the setting; a node already told is not told again."""
+    naming the setting, and so is a node with a GPU judged alone; a node already told is not
+    told again."""
     daemon = Daemon(daemon_config(tmp_path, {}, "http://127.0.0.1:9"))
     teams = daemon.pipeline.signal_map.teams
     told = []
@@ -544,4 +545,12 @@ def test_nodes_split_by_co_movement_are_logged_once_each(tmp_path: Path) -> None
             daemon._tell_inferred_splits()
         told += [e for e in logs if "co-movement" in str(e["event"])]
     assert [["node-02"], ["node-05"]] == [e["nodes"] for e in told]
+    assert all("told apart" in e["event"] for e in told)
+    teams.alone_nodes |= {"node-02"}  # a node with a GPU judged alone is told once, too
+    for _ in range(2):
+        with capture_logs() as logs:
+            daemon._tell_inferred_splits()
+        told += [e for e in logs if "co-movement" in str(e["event"])]
+    assert [["node-02"], ["node-05"], ["node-02"]] == [e["nodes"] for e in told]
+    assert "judged alone" in told[-1]["event"]
     assert {"labels.gpu_workload_comovement"} == {e["setting"] for e in told}

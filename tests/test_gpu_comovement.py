@@ -10,7 +10,7 @@ import pytest
 
 from detector.config import load_config
 from detector.errors import ConfigError
-from detector.gpu_comovement import CONFIRM, EVERY_S, MIN_EVIDENCE_S, CoMovingGpus
+from detector.gpu_comovement import ALONE, CONFIRM, EVERY_S, MIN_EVIDENCE_S, CoMovingGpus
 from detector.gpu_teams import GpuTeams
 from detector.model import SeriesInfo
 from detector.pipeline import build_pipeline
@@ -93,6 +93,46 @@ def test_a_job_on_two_gpus_of_an_idle_node_leaves_the_idle_ones() -> None:
     assert [-1] * 6 + [6, 6] == comoving.key.tolist()
 
 
+def test_idle_gpus_beside_a_job_are_alone() -> None:
+    """Six GPUs train, two idle from the start: the idle ones move with nothing, so beside a
+    job that moves together they are judged alone (no GPU peers) rather than as its deviants
+    at each of its phase changes. The job stays the node's team."""
+    comoving, moves = _run(_power([0] * 6 + [None] * 2, hours=3))
+    assert [-1] * 6 + [ALONE] * 2 == comoving.key.tolist()
+    assert [(6, ALONE), (7, ALONE)] == [(e, key) for _, e, key in moves]
+
+
+def test_a_side_job_that_starts_late_leaves_as_a_group() -> None:
+    """GPUs 6 and 7 idle for two hours beside the main job (alone), then run a job of their
+    own: once they move together they leave as one group."""
+    power = np.concatenate(
+        [_power([0] * 6 + [None] * 2, hours=2, seed=1), _power([0] * 6 + [1] * 2, hours=5, seed=2)]
+    )
+    comoving, moves = _run(power)
+    assert [-1] * 6 + [6, 6] == comoving.key.tolist()
+    assert [(6, ALONE), (7, ALONE), (6, 6), (7, 6)] == [(e, key) for _, e, key in moves]
+
+
+def test_one_pair_does_not_chain_a_side_job_into_the_team() -> None:
+    """After the side job (GPUs 6, 7) has left, GPU 6 and main-job GPU 0 share a move of
+    their own for three hours (an event on the two alone): that pair correlates above the
+    link, GPU 6's mean with the team's GPUs does not, so the side job stays apart (through
+    the one pair it would merge into the team: the check that this test can fail)."""
+    power = _power([0] * 6 + [1] * 2, hours=6)
+    rng = np.random.default_rng(11)
+    shared = slice(int(3 * 3600 / STEP), None)
+    ticks = power[shared].shape[0]
+    common = np.convolve(rng.standard_normal(ticks + 6), np.hanning(7), "valid")[:ticks]
+    power[shared, 0] += 60.0 * common / common.std()  # W, three times the jobs' wobble
+    power[shared, 6] += 60.0 * common / common.std()
+    comoving, moves = _run(power)
+    assert [(6, 6), (7, 6)] == [(e, key) for _, e, key in moves]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = comoving.cov / np.sqrt(comoving.var[comoving.pair_i] * comoving.var[comoving.pair_j])
+    pair = np.flatnonzero((comoving.pair_i == 0) & (comoving.pair_j == 6))
+    assert r[pair][0] >= 0.5  # at the end the pair is linked; the chain is cut
+
+
 def test_one_job_on_every_gpu_is_never_split() -> None:
     """All eight GPUs in one job, with sensor noise as large as the job's wobble: no move in
     12 hours. Nor with every GPU idle."""
@@ -145,7 +185,10 @@ def test_a_gpu_not_observed_takes_no_part() -> None:
     power = _power([0] * 6 + [1] * 2, hours=4)
     power[:, 7] = np.nan
     comoving, moves = _run(power)
-    assert [] == moves  # GPU 6 alone in its job: a loner, so it stays
+    # GPU 6, alone in its job, moves with no other GPU beside a job that moves together:
+    # judged alone; GPU 7 never moves
+    assert [6] == [e for _, e, _ in moves]
+    assert [-1] * 6 + [ALONE, -1] == comoving.key.tolist()
     assert 0.0 == comoving.observed_s[7]
 
 
@@ -169,6 +212,13 @@ def test_the_grouping_survives_a_restart() -> None:
         other.add_gpu(entity, entity // 4)
     with pytest.raises(ValueError, match="not the index's"):
         other.load_state_dict(first.state_dict())
+    older = {k: v for k, v in first.state_dict().items() if k != "joined"}  # saved before it
+    earlier = CoMovingGpus()
+    for entity in range(8):
+        earlier.add_gpu(entity, 0)
+    earlier.load_state_dict(older)
+    assert [(6, 6), (7, 6)] == earlier.take_changes()
+    assert [0] * 8 == earlier.joined.tolist()  # proven anew
 
 
 def test_gpus_are_added_in_entity_order() -> None:
@@ -240,8 +290,8 @@ def _replay(scenario: Scenario, comovement: str) -> ReplayResult:
 
 def test_a_replay_tells_apart_the_jobs_of_shared_nodes_without_labels() -> None:
     """The simulator's shared nodes (two GPUs each in side jobs of their own), with no
-    workload label: co-movement splits exactly those nodes, the summary names them, and
-    fewer alerts fire than with all GPUs of a node as peers."""
+    workload label: co-movement splits exactly those nodes, judges GPUs alone on no other,
+    the summary names them, and fewer alerts fire than with all GPUs of a node as peers."""
     scenario = dataclasses.replace(
         Scenario.demo(), nodes=8, days=0.5, seed=41, shared_nodes=3, failure_count=0
     )
@@ -252,9 +302,13 @@ def test_a_replay_tells_apart_the_jobs_of_shared_nodes_without_labels() -> None:
         "separate jobs, each group judged against its own (labels.gpu_workload_comovement): "
         "node-01, node-05, node-08"
     ) in summary_lines(result)
+    # between side jobs, the side GPUs idle beside their node's job: judged alone
+    assert result.alone_nodes
+    assert set(result.alone_nodes) <= set(result.inferred_split_nodes)
+    assert any(line.startswith("GPUs judged alone: ") for line in summary_lines(result))
     off = _replay(scenario, "")  # off
-    assert () == off.inferred_split_nodes
-    assert not any("inferred" in line for line in summary_lines(off))
+    assert () == off.inferred_split_nodes == off.alone_nodes
+    assert not any("inferred" in line or "alone" in line for line in summary_lines(off))
     assert len(result.alerts) < len(off.alerts)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from detector.config import load_config
 from detector.model import Frame
-from detector.pipeline import build_pipeline, pipeline_state, restore_pipeline
+from detector.pipeline import Pipeline, build_pipeline, pipeline_state, restore_pipeline
 from detector.replay import simulated_frames
 from detector.series import LabelRules, SeriesIndex
 from detector.simulate import Scenario, SimulatedCluster
@@ -90,4 +90,13 @@ def test_a_restart_keeps_the_gpu_jobs_co_movement_told_apart() -> None:
         a = original.step(Frame(frame.time, frame.values.copy()))
         b = restored.step(Frame(frame.time, frame.values.copy()))
         assert np.array_equal(a.gpu_score, b.gpu_score, equal_nan=True)
-        assert original.signal_map.teams.of == restored.signal_map.teams.of
+        assert _teams(original) == _teams(restored)
+
+
+def _teams(pipeline: Pipeline) -> set[frozenset[int]]:
+    """The pipeline's GPU teams as sets of GPU entities (a team's id is only a name, given
+    in the order teams were found, which a restore need not repeat)."""
+    members: dict[int, set[int]] = {}
+    for entity, team in pipeline.signal_map.teams.of.items():
+        members.setdefault(team, set()).add(entity)
+    return {frozenset(m) for m in members.values()}

@@ -135,6 +135,7 @@ class FakeReplay:
     signals_missing: tuple[str, ...] = ()
     split_nodes: tuple[str, ...] = ()
     inferred_split_nodes: tuple[str, ...] = ()
+    alone_nodes: tuple[str, ...] = ()
     cohort_advice: str = ""
     times: FloatArray = field(init=False)
     end: float = field(init=False)
@@ -237,9 +238,14 @@ def test_inputs_name_the_nodes_whose_gpus_ran_different_jobs() -> None:
     text = render_html(inferred, threshold=0.6, label="x")
     assert re.search(r"moved as separate jobs on 1 node\(s\).*href='#node-n0'", text)
     assert "different jobs" not in text
+    alone = FakeReplay([], [], scores, ("n0", "n1"), alone_nodes=("n1",))
+    text = render_html(alone, threshold=0.6, label="x")
+    assert re.search(r"without GPU peers.*href='#node-n1'", text)
+    assert "separate jobs" not in text
     plain = render_html(FakeReplay([], [], scores, ("n0", "n1")), threshold=0.6, label="x")
     assert "different jobs" not in plain
     assert "separate jobs" not in plain
+    assert "without GPU peers" not in plain
     assert "cohort" not in plain
     advice = "node cohorts: the GPUs ran up to 3 jobs at once (pod), yet <all> nodes"
     advised = FakeReplay([], [], scores, ("n0", "n1"), cohort_advice=advice)
