@@ -102,6 +102,18 @@ def test_idle_gpus_beside_a_job_are_alone() -> None:
     assert [(6, ALONE), (7, ALONE)] == [(e, key) for _, e, key in moves]
 
 
+def test_a_gpu_flat_at_its_power_cap_still_moves_with_its_job() -> None:
+    """GPU 3 reads flat at its power cap, 30 W below its job's level, from the first reading
+    (a daemon started mid-job): it still drops with the job at each checkpoint, so it is
+    linked to the job and stays its peer, not alone."""
+    power = _power([0] * 8, hours=4)
+    rng = np.random.default_rng(3)
+    power[:, 3] = np.minimum(power[:, 3], BUSY - 30.0) + rng.normal(0.0, 2.0, power.shape[0])
+    comoving, moves = _run(power)
+    assert [] == moves
+    assert comoving.joined[3] >= CONFIRM  # proven
+
+
 def test_a_side_job_that_starts_late_leaves_as_a_group() -> None:
     """GPUs 6 and 7 idle for two hours beside the main job (alone), then run a job of their
     own: once they move together they leave as one group."""
