@@ -32,7 +32,7 @@ of the team in ``CONFIRM`` evaluations in a row) it stays in the team for good: 
 never split off from the peers that would catch it. A GPU that goes flat keeps its links,
 too: its departures all but stop, so its sums of products and of squares decay alike and its
 correlations stay near what they were. But a loner never proven, on a node whose team holds a
-job that moves together, is *alone* (key ``ALONE``: no GPU peers): an idle GPU, or a side
+job that moves together, is *alone* (key ``GPU_ALONE``: no GPU peers): an idle GPU, or a side
 job's GPU not yet moving with its partner, beside the main job would otherwise read as a
 deviant at each of the job's phase changes. A node whose GPUs all idle stays one team.
 
@@ -69,7 +69,6 @@ SEPARATE = 0.25  # mean correlation with its node's others below which a group i
 MIN_EVIDENCE_S = 3600.0  # observed time before a GPU takes part in a grouping
 EVERY_S = 300.0  # how often the grouping is evaluated
 CONFIRM = 3  # evaluations in a row that must find a GPU's new group before it moves
-ALONE = GPU_ALONE  # the key of a GPU judged without GPU peers (module docstring)
 
 _PER_GPU = (
     "node", "mean", "scale", "var", "observed_s", "started", "key", "proposed", "streak", "joined"
@@ -177,7 +176,7 @@ class CoMovingGpus:
             self._evaluate()
 
     def groups(self) -> tuple[IntArray, BoolArray]:
-        """Per GPU the group this tick's sums find: -1 for the node's own team, ``ALONE``,
+        """Per GPU the group this tick's sums find: -1 for the node's own team, ``GPU_ALONE``,
         else the lowest GPU id of its separate group that leaves the team; and per GPU
         whether it is linked into a group of its team (module docstring)."""
         n = len(self)
@@ -188,13 +187,13 @@ class CoMovingGpus:
         linked = (r >= LINK) & ready[pi] & ready[pj]
         # a GPU outside the team is linked to the team's GPUs only through its mean with them
         outside = self.key != -1
-        crossing = linked & (outside[pi] != outside[pj])
+        crosses = outside[pi] != outside[pj]  # one GPU of the pair in the team, one outside
         outer = np.where(outside[pi], pi, pj)  # a crossing pair's GPU outside the team
-        to_team = ready[pi] & ready[pj] & np.isfinite(r) & (outside[pi] != outside[pj])
+        to_team = ready[pi] & ready[pj] & np.isfinite(r) & crosses
         total = np.bincount(outer[to_team], weights=r[to_team], minlength=n)
         with np.errstate(invalid="ignore", divide="ignore"):
             with_team = total / np.bincount(outer[to_team], minlength=n)
-        linked &= ~crossing | (with_team[outer] >= LINK)
+        linked &= ~crosses | (with_team[outer] >= LINK)
         li, lj = pi[linked], pj[linked]
         root = np.arange(n)
         while True:  # connected components: each GPU takes the lowest id it is linked to
@@ -235,7 +234,7 @@ class CoMovingGpus:
         moving = np.bincount(self.node[joined], minlength=nodes) > 0
         proven = self.joined >= CONFIRM
         alone = ready & ~grouped & ~proven & moving[self.node]
-        return np.where(alone, ALONE, found), joined
+        return np.where(alone, GPU_ALONE, found), joined
 
     def _evaluate(self) -> None:
         found, joined = self.groups()
@@ -251,7 +250,7 @@ class CoMovingGpus:
 
     def take_changes(self) -> list[tuple[int, int]]:
         """(GPU entity, group key) of every GPU whose group changed since the last call, in
-        the order they changed (key -1: back to its node's own team; ``ALONE``: no GPU
+        the order they changed (key -1: back to its node's own team; ``GPU_ALONE``: no GPU
         peers)."""
         changes, self._changes = self._changes, []
         return changes

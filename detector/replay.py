@@ -449,28 +449,30 @@ def summary_lines(result: ReplayResult) -> list[str]:
             f"signals: {fed} of {fed + unfed} named in rules/signals.yaml found in the data"
             + (f"; not found: {_first_few(result.signals_missing)}" if unfed else "")
         )
-    if result.split_nodes:
-        split = len(result.split_nodes)
-        lines.append(
-            f"GPU workloads: {split} node{'s' if split > 1 else ''} ran GPUs in different jobs "
-            f"at once, each GPU judged against its own job's (labels.gpu_workload_labels): "
-            f"{_first_few(result.split_nodes)}"
-        )
-    if result.inferred_split_nodes:
-        split = len(result.inferred_split_nodes)
-        lines.append(
-            f"GPU workloads inferred: on {split} node{'s' if split > 1 else ''} GPUs that no "
-            f"workload label names moved as separate jobs, each group judged against its own "
-            f"(labels.gpu_workload_comovement): {_first_few(result.inferred_split_nodes)}"
-        )
-    if result.alone_nodes:
-        alone = len(result.alone_nodes)
-        lines.append(
-            f"GPUs judged alone: on {alone} node{'s' if alone > 1 else ''} GPUs that no "
-            f"workload label names moved with none of their node's GPUs beside a job that "
-            f"did, each judged without GPU peers (labels.gpu_workload_comovement): "
-            f"{_first_few(result.alone_nodes)}"
-        )
+    unlabelled = "GPUs that no workload label names moved"
+    for nodes, what, setting in (
+        (
+            result.split_nodes,
+            "GPU workloads: {n} node{s} ran GPUs in different jobs at once, each GPU judged "
+            "against its own job's",
+            "labels.gpu_workload_labels",
+        ),
+        (
+            result.inferred_split_nodes,
+            f"GPU workloads inferred: on {{n}} node{{s}} {unlabelled} as separate jobs, each "
+            "group judged against its own",
+            "labels.gpu_workload_comovement",
+        ),
+        (
+            result.alone_nodes,
+            f"GPUs judged alone: on {{n}} node{{s}} {unlabelled} with none of their node's GPUs "
+            "beside a job that did, each judged without GPU peers",
+            "labels.gpu_workload_comovement",
+        ),
+    ):
+        if nodes:
+            named = what.format(n=len(nodes), s="s" if len(nodes) > 1 else "")
+            lines.append(f"{named} ({setting}): {_first_few(nodes)}")
     if result.cohort_advice:
         lines.append(result.cohort_advice)
     if result.signal_weights:

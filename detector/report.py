@@ -172,26 +172,28 @@ def _inputs(result: ReplayData) -> str:
             f"Signals named in rules/signals.yaml that the data fed: {len(fed)} of "
             f"{len(fed) + len(unfed)}; not fed: {missing}."
         )
-    if result.split_nodes:
-        nodes = ", ".join(_node_link(n) for n in result.split_nodes)
-        parts.append(
-            f"GPUs in different jobs at once on {len(result.split_nodes)} node(s), each GPU "
-            f"judged against its own job's (<code>labels.gpu_workload_labels</code>): {nodes}."
-        )
-    if result.inferred_split_nodes:
-        nodes = ", ".join(_node_link(n) for n in result.inferred_split_nodes)
-        parts.append(
-            f"GPUs that no workload label names moved as separate jobs on "
-            f"{len(result.inferred_split_nodes)} node(s), each group judged against its own "
-            f"(<code>labels.gpu_workload_comovement</code>): {nodes}."
-        )
-    if result.alone_nodes:
-        nodes = ", ".join(_node_link(n) for n in result.alone_nodes)
-        parts.append(
-            f"GPUs that no workload label names moved with none of their node's GPUs beside a "
-            f"job that did on {len(result.alone_nodes)} node(s), each judged without GPU peers "
-            f"(<code>labels.gpu_workload_comovement</code>): {nodes}."
-        )
+    unlabelled = "GPUs that no workload label names moved"
+    for nodes, what, setting in (
+        (
+            result.split_nodes,
+            "GPUs in different jobs at once on {n} node(s), each GPU judged against its own job's",
+            "labels.gpu_workload_labels",
+        ),
+        (
+            result.inferred_split_nodes,
+            f"{unlabelled} as separate jobs on {{n}} node(s), each group judged against its own",
+            "labels.gpu_workload_comovement",
+        ),
+        (
+            result.alone_nodes,
+            f"{unlabelled} with none of their node's GPUs beside a job that did on {{n}} "
+            "node(s), each judged without GPU peers",
+            "labels.gpu_workload_comovement",
+        ),
+    ):
+        if nodes:
+            links = ", ".join(_node_link(n) for n in nodes)
+            parts.append(f"{what.format(n=len(nodes))} (<code>{setting}</code>): {links}.")
     if result.cohort_advice:
         parts.append(f"{escape(result.cohort_advice[0].upper() + result.cohort_advice[1:])}.")
     return f"<p class=note id=inputs>{' '.join(parts)}</p>" if parts else ""

@@ -10,9 +10,9 @@ import pytest
 
 from detector.config import load_config
 from detector.errors import ConfigError
-from detector.gpu_comovement import ALONE, CONFIRM, EVERY_S, MIN_EVIDENCE_S, CoMovingGpus
+from detector.gpu_comovement import CONFIRM, EVERY_S, MIN_EVIDENCE_S, CoMovingGpus
 from detector.gpu_teams import GpuTeams
-from detector.model import SeriesInfo
+from detector.model import GPU_ALONE, SeriesInfo
 from detector.pipeline import build_pipeline
 from detector.replay import ReplayResult, run_replay, simulated_frames, summary_lines
 from detector.series import LabelRules, SeriesIndex, normalize
@@ -98,8 +98,8 @@ def test_idle_gpus_beside_a_job_are_alone() -> None:
     job that moves together they are judged alone (no GPU peers) rather than as its deviants
     at each of its phase changes. The job stays the node's team."""
     comoving, moves = _run(_power([0] * 6 + [None] * 2, hours=3))
-    assert [-1] * 6 + [ALONE] * 2 == comoving.key.tolist()
-    assert [(6, ALONE), (7, ALONE)] == [(e, key) for _, e, key in moves]
+    assert [-1] * 6 + [GPU_ALONE] * 2 == comoving.key.tolist()
+    assert [(6, GPU_ALONE), (7, GPU_ALONE)] == [(e, key) for _, e, key in moves]
 
 
 def test_a_gpu_flat_at_its_power_cap_still_moves_with_its_job() -> None:
@@ -122,7 +122,7 @@ def test_a_side_job_that_starts_late_leaves_as_a_group() -> None:
     )
     comoving, moves = _run(power)
     assert [-1] * 6 + [6, 6] == comoving.key.tolist()
-    assert [(6, ALONE), (7, ALONE), (6, 6), (7, 6)] == [(e, key) for _, e, key in moves]
+    assert [(6, GPU_ALONE), (7, GPU_ALONE), (6, 6), (7, 6)] == [(e, key) for _, e, key in moves]
 
 
 def test_one_pair_does_not_chain_a_side_job_into_the_team() -> None:
@@ -200,7 +200,7 @@ def test_a_gpu_not_observed_takes_no_part() -> None:
     # GPU 6, alone in its job, moves with no other GPU beside a job that moves together:
     # judged alone; GPU 7 never moves
     assert [6] == [e for _, e, _ in moves]
-    assert [-1] * 6 + [ALONE, -1] == comoving.key.tolist()
+    assert [-1] * 6 + [GPU_ALONE, -1] == comoving.key.tolist()
     assert 0.0 == comoving.observed_s[7]
 
 
