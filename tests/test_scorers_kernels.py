@@ -9,7 +9,9 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
+from detector import jit
 from detector.scorers.kernels import decays, decays2
 from detector.scorers.peer_kernels import _sorted8
 
@@ -97,3 +99,30 @@ def test_interpreted_kernels_give_the_compiled_scores() -> None:
     assert compiled.shape == interpreted.shape
     assert compiled.max() > 3.0  # the planted shift scores: the comparison is not all zeros
     np.testing.assert_allclose(interpreted, compiled, rtol=1e-9, atol=1e-9)
+
+
+def test_wide_vectors_leave_an_operator_choice_alone() -> None:
+    """An operator's NUMBA_CPU_FEATURES or NUMBA_CPU_NAME is kept as it is."""
+    for key in ("NUMBA_CPU_FEATURES", "NUMBA_CPU_NAME"):
+        assert jit.wide_vector_features({key: "chosen"}) is None
+
+
+def test_wide_vectors_give_the_256_bit_scores_bit_for_bit() -> None:
+    """On an AVX-512 CPU the kernels compile with 512-bit vectors (this process) and score
+    exactly as with LLVM's 256-bit preference (a child given the host's own features)."""
+    from numba.core.registry import cpu_target
+
+    host = jit.numba.core.codegen.get_host_cpu_features() if jit.COMPILED else ""
+    if "+avx512f" not in host.split(","):
+        pytest.skip("no AVX-512 here: the kernels have one vector width")
+    assert cpu_target.target_context.codegen()._tm_features == f"{host},{jit.WIDE_VECTORS}"
+    namespace: dict[str, object] = {"__name__": "kernels_run"}
+    exec(compile(_RUN, "kernels_run", "exec"), namespace)
+    wide = np.array(namespace["scores"]())  # type: ignore[operator]
+    env = {**os.environ, "NUMBA_CPU_FEATURES": host}
+    proc = subprocess.run(
+        [sys.executable, "-c", _RUN], env=env, capture_output=True, text=True, check=True
+    )
+    narrow = np.array(json.loads(proc.stdout))
+    assert wide.max() > 3.0  # the planted shift scores: the comparison is not all zeros
+    assert np.array_equal(wide, narrow, equal_nan=True)
