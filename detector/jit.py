@@ -20,11 +20,11 @@ same code, same results, ~1,400x slower, which one node's agent (3,000 series: ~
 Vector width: on a CPU with AVX-512, LLVM's tuning for most Intel models (``prefer-256-bit``)
 keeps the vectorized loops at 256 bits, a guard against the clock drop that 512-bit code
 caused on Skylake-SP under sustained load. The scorers' kernels are short bursts every tick
-(well under a millisecond), so ``wide_vector_features`` lifts that preference and they use the full
-512-bit registers: measured 10-16% more updates/s on the realistic path (bench/RESULTS.md) and
-bit-identical results, since vectorizing without ``fastmath`` never reorders a float
-operation. An operator who sets numba's own ``NUMBA_CPU_FEATURES`` or ``NUMBA_CPU_NAME``
-keeps that choice instead.
+(well under a millisecond), so ``wide_vector_features`` lifts that preference and they use
+the full 512-bit registers: measured 10-16% more updates/s on the realistic path
+(bench/RESULTS.md) and bit-identical results, since vectorizing without ``fastmath`` never
+reorders a float operation. An operator who sets numba's own ``NUMBA_CPU_FEATURES`` or
+``NUMBA_CPU_NAME`` keeps that choice instead.
 
 ``error_model="numpy"``: a float division by zero gives inf/NaN as in numpy instead of raising
 (and costs no check per division). No ``fastmath``: it would reorder arithmetic and drop the

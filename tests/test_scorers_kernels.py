@@ -86,16 +86,20 @@ def test_sorting_network_sorts_every_order_with_ties_and_padding() -> None:
         assert sorted(values) == list(_sorted8(perm))
 
 
-def test_interpreted_kernels_give_the_compiled_scores() -> None:
-    """Where numba cannot JIT, the same kernels run as Python: same scores (to exp2's ulp)."""
+def _scores_here_and_in_child(env: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
+    """``_RUN``'s scores computed in this process and in a child run with ``env``."""
     namespace: dict[str, object] = {"__name__": "kernels_run"}
     exec(compile(_RUN, "kernels_run", "exec"), namespace)
-    compiled = np.array(namespace["scores"]())  # type: ignore[operator]
-    env = {**os.environ, "NUMBA_DISABLE_JIT": "1"}
+    here = np.array(namespace["scores"]())  # type: ignore[operator]
     proc = subprocess.run(
         [sys.executable, "-c", _RUN], env=env, capture_output=True, text=True, check=True
     )
-    interpreted = np.array(json.loads(proc.stdout))
+    return here, np.array(json.loads(proc.stdout))
+
+
+def test_interpreted_kernels_give_the_compiled_scores() -> None:
+    """Where numba cannot JIT, the same kernels run as Python: same scores (to exp2's ulp)."""
+    compiled, interpreted = _scores_here_and_in_child({**os.environ, "NUMBA_DISABLE_JIT": "1"})
     assert compiled.shape == interpreted.shape
     assert compiled.max() > 3.0  # the planted shift scores: the comparison is not all zeros
     np.testing.assert_allclose(interpreted, compiled, rtol=1e-9, atol=1e-9)
@@ -112,17 +116,12 @@ def test_wide_vectors_give_the_256_bit_scores_bit_for_bit() -> None:
     exactly as with LLVM's 256-bit preference (a child given the host's own features)."""
     from numba.core.registry import cpu_target
 
-    host = jit.numba.core.codegen.get_host_cpu_features() if jit.COMPILED else ""
-    if "+avx512f" not in host.split(","):
-        pytest.skip("no AVX-512 here: the kernels have one vector width")
-    assert cpu_target.target_context.codegen()._tm_features == f"{host},{jit.WIDE_VECTORS}"
-    namespace: dict[str, object] = {"__name__": "kernels_run"}
-    exec(compile(_RUN, "kernels_run", "exec"), namespace)
-    wide = np.array(namespace["scores"]())  # type: ignore[operator]
-    env = {**os.environ, "NUMBA_CPU_FEATURES": host}
-    proc = subprocess.run(
-        [sys.executable, "-c", _RUN], env=env, capture_output=True, text=True, check=True
-    )
-    narrow = np.array(json.loads(proc.stdout))
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CPU_FEATURES"}
+    wide_features = jit.wide_vector_features(env)
+    if wide_features is None:
+        pytest.skip("no AVX-512 JIT here: the kernels have one vector width")
+    assert cpu_target.target_context.codegen()._tm_features == wide_features
+    host = wide_features.removesuffix(f",{jit.WIDE_VECTORS}")
+    wide, narrow = _scores_here_and_in_child({**env, "NUMBA_CPU_FEATURES": host})
     assert wide.max() > 3.0  # the planted shift scores: the comparison is not all zeros
     assert np.array_equal(wide, narrow, equal_nan=True)
