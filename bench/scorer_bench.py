@@ -57,8 +57,10 @@ are printed: the ratios against the simplified one are the figures earlier sessi
 
 Rates exclude a warm-up call (numba compiles the kernels on first use); the compile time is
 measured separately in a fresh process with an empty numba cache, and the load time from a
-filled cache. Figures are medians over ``--repeats`` runs of CPU time (``time.process_time``)
-of this single-threaded process.
+filled cache. Figures come from ``--repeats`` interleaved repeats, each running every river
+loop and then every project row, of CPU time (``time.process_time``) of this single-threaded
+process: a rate is the median over repeats, a ratio the median of each repeat's own ratio
+(runs seconds apart, so the machine's drift over minutes cancels out of it).
 """
 
 from __future__ import annotations
@@ -449,6 +451,16 @@ def state_bytes(scorers: list[Scorer]) -> int:
     return sum(a.nbytes for s in scorers for a in s.state_dict().values())
 
 
+def river_rates(args: argparse.Namespace) -> dict[str, float]:
+    """One run of every river baseline: series-updates per CPU second, by key."""
+    loops = river_loops(args.river_series, args.river_ticks)
+    rates = {k: args.river_series * args.river_ticks / sec for k, sec in loops.items()}
+    for key, run in (("full", river_same_work), ("complete", river_complete_work)):
+        columns, seconds = run(args.river_nodes, args.river_ticks)
+        rates[key] = columns * args.river_ticks / seconds
+    return rates
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--columns", type=int, default=30_000)
@@ -462,25 +474,9 @@ def main() -> None:
     cold, warm = compile_seconds()
     print(f"kernels: first use compiles in {cold:.2f} s (empty cache), {warm:.2f} s from cache")
 
-    runs = [river_loops(args.river_series, args.river_ticks) for _ in range(args.repeats)]
-    river = {
-        k: args.river_series * args.river_ticks / statistics.median(r[k] for r in runs)
-        for k in runs[0]
-    }
-    same = [river_same_work(args.river_nodes, args.river_ticks) for _ in range(args.repeats)]
-    river_columns = same[0][0]
-    river["full"] = river_columns * args.river_ticks / statistics.median(s for _, s in same)
-    complete = [
-        river_complete_work(args.river_nodes, args.river_ticks) for _ in range(args.repeats)
-    ]
-    river["complete"] = (
-        complete[0][0] * args.river_ticks / statistics.median(s for _, s in complete)
-    )
-
     layout = cluster_layout(args.columns)
     n = len(layout)
     x = stream(n, args.ticks)
-    rows: list[tuple[str, float, float]] = []
     paths: dict[str, Callable[[], list[Scorer]]] = {
         "zscore": lambda: [RobustZScore()],
         "changepoint": lambda: [ChangePoint()],
@@ -493,13 +489,6 @@ def main() -> None:
             TelemetryHealth(),
         ],
     }
-    for name, make in paths.items():
-        run_all(make(), layout, x[:2])  # warm-up: compile or load the kernels
-        seconds = statistics.median(run_all(make(), layout, x) for _ in range(args.repeats))
-        scorers = make()
-        run_all(scorers, layout, x[:2])
-        rows.append((name, n * args.ticks / seconds, state_bytes(scorers) / n))
-
     real, subsets = rules_layout(args.columns)
     m = len(real)
     counters = subsets.get("counts", np.zeros(0, dtype=np.int64))
@@ -509,29 +498,53 @@ def main() -> None:
     def make_routed() -> dict[str, Scorer]:
         return {s: SCORERS[s]() for s in subsets}
 
-    for mode in ("alone", "stage", "written"):
+    modes = {
+        "realistic: scorers alone": "alone",
+        "realistic: pipeline ScorerStage": "stage",
+        "realistic: ScorerStage, row just written": "written",
+    }
+    per_series: dict[str, float] = {}
+    for name, make in paths.items():  # warm-up: compile or load the kernels
+        scorers = make()
+        run_all(scorers, layout, x[:2])
+        per_series[name] = state_bytes(scorers) / n
+    for mode in modes.values():
         run_routed(make_routed(), routed, real, xr[:2], mode)
     routed_scorers = make_routed()
     run_routed(routed_scorers, routed, real, xr[:2])
-    per_series = state_bytes(list(routed_scorers.values())) / m
-    mix = ", ".join(f"{s} {idx.size / m:.0%}" for s, idx in subsets.items())
-    for label, mode in (
-        ("realistic: scorers alone", "alone"),
-        ("realistic: pipeline ScorerStage", "stage"),
-        ("realistic: ScorerStage, row just written", "written"),
-    ):
-        seconds = statistics.median(
-            run_routed(make_routed(), routed, real, xr, mode) for _ in range(args.repeats)
-        )
-        rows.append((label, m * args.ticks / seconds, per_series))
+    for label in modes:
+        per_series[label] = state_bytes(list(routed_scorers.values())) / m
 
+    # Interleaved: each repeat runs river's loops and then every project row, so a ratio
+    # compares runs seconds apart; this machine's speed drifts up to 2x over minutes, which
+    # moved ratios of river measured first and the project after by as much.
+    river_runs: list[dict[str, float]] = []
+    project_runs: list[dict[str, float]] = []
+    for _ in range(args.repeats):
+        river_runs.append(river_rates(args))
+        rates = {name: n * args.ticks / run_all(make(), layout, x) for name, make in paths.items()}
+        for label, mode in modes.items():
+            rates[label] = m * args.ticks / run_routed(make_routed(), routed, real, xr, mode)
+        project_runs.append(rates)
+
+    def rate(runs: list[dict[str, float]], key: str) -> float:
+        return statistics.median(r[key] for r in runs)
+
+    def ratio(runs: list[dict[str, float]], key: str, base: str) -> float:
+        """The median over repeats of the repeat's own ratio to river's ``base`` loop."""
+        return statistics.median(r[key] / b[base] for r, b in zip(runs, river_runs, strict=True))
+
+    mix = ", ".join(f"{s} {idx.size / m:.0%}" for s, idx in subsets.items())
+    river_columns = _RiverCase(args.river_nodes, 1).n
     print(
         f"layout: {n} columns ({n // (8 * len(GPU_SIGNALS) + len(NODE_SIGNALS))} nodes x 8 "
         f"GPUs), {args.ticks} ticks, 5% missing; realistic: {m} columns ({mix}); "
         f"river on {args.river_series} series x {args.river_ticks} ticks, same-work loop on "
         f"{river_columns} columns ({args.river_nodes} nodes) x {args.river_ticks} ticks; "
-        f"medians of {args.repeats} runs"
+        f"medians of {args.repeats} interleaved repeats (rates: median rate; ratios: median "
+        f"of each repeat's ratio)"
     )
+    widths = {"ew": 12, "z": 11, "full": 13, "complete": 12}  # ratio columns: river's loops
     head = (
         f"{'path':<42}{'updates/s':>14}{'x river EW':>12}{'x river z':>11}"
         f"{'x same work':>13}{'x complete':>12}{'B/series':>10}"
@@ -545,17 +558,12 @@ def main() -> None:
         "complete": "river, complete same-work loop",
     }
     for key, label in labels.items():
-        rate = river[key]
-        print(
-            f"{label:<42}{rate:>14,.0f}{rate / river['ew']:>12.2f}{rate / river['z']:>11.2f}"
-            f"{rate / river['full']:>13.2f}{rate / river['complete']:>12.2f}{'-':>10}"
-        )
-    for name, rate, per_series in rows:
-        print(
-            f"{name:<42}{rate:>14,.0f}{rate / river['ew']:>12.1f}{rate / river['z']:>11.1f}"
-            f"{rate / river['full']:>13.1f}{rate / river['complete']:>12.1f}{per_series:>10.1f}"
-        )
-    print(f"changepoint vs river PageHinkley: {rows[1][1] / river['ph']:.1f}x")
+        cells = "".join(f"{ratio(river_runs, key, b):>{w}.2f}" for b, w in widths.items())
+        print(f"{label:<42}{rate(river_runs, key):>14,.0f}{cells}{'-':>10}")
+    for name in project_runs[0]:
+        cells = "".join(f"{ratio(project_runs, name, b):>{w}.1f}" for b, w in widths.items())
+        print(f"{name:<42}{rate(project_runs, name):>14,.0f}{cells}{per_series[name]:>10.1f}")
+    print(f"changepoint vs river PageHinkley: {ratio(project_runs, 'changepoint', 'ph'):.1f}x")
     breakdowns = [per_scorer_us(make_routed(), routed, xr) for _ in range(args.repeats)]
     us = {name: statistics.median(b[name] for b in breakdowns) for name in subsets}
     cells = ", ".join(
