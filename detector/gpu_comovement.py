@@ -103,6 +103,12 @@ class CoMovingGpus:
         self._next_eval = -math.inf
         self._changes: list[tuple[int, int]] = []
 
+    @property
+    def proven(self) -> BoolArray:
+        """Per GPU: linked into a group of its node's team ``CONFIRM`` evaluations in a row
+        at some time, so kept in the team for good."""
+        return self.joined >= CONFIRM
+
     @classmethod
     def following(cls, signal: str | None, gpu_signals: Iterable[str]) -> CoMovingGpus | None:
         """One following ``signal`` (``labels.gpu_workload_comovement``; None: off, so none),
@@ -232,13 +238,12 @@ class CoMovingGpus:
         # loners never proven beside a team that holds a moving job: alone
         joined = ready & grouped & (found == -1)
         moving = np.bincount(self.node[joined], minlength=nodes) > 0
-        proven = self.joined >= CONFIRM
-        alone = ready & ~grouped & ~proven & moving[self.node]
+        alone = ready & ~grouped & ~self.proven & moving[self.node]
         return np.where(alone, GPU_ALONE, found), joined
 
     def _evaluate(self) -> None:
         found, joined = self.groups()
-        kept = joined | (self.joined >= CONFIRM)  # once proven, for good
+        kept = joined | self.proven  # once proven, for good
         self.joined = np.where(kept, np.minimum(self.joined + 1, CONFIRM), 0)
         same = found == self.proposed
         self.streak = np.where(same, self.streak + 1, 1)
