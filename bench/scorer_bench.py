@@ -451,14 +451,16 @@ def state_bytes(scorers: list[Scorer]) -> int:
     return sum(a.nbytes for s in scorers for a in s.state_dict().values())
 
 
-def river_rates(args: argparse.Namespace) -> dict[str, float]:
-    """One run of every river baseline: series-updates per CPU second, by key."""
+def river_rates(args: argparse.Namespace) -> tuple[int, dict[str, float]]:
+    """One run of every river baseline: the same-work loops' columns, and series-updates per
+    CPU second by key."""
     loops = river_loops(args.river_series, args.river_ticks)
     rates = {k: args.river_series * args.river_ticks / sec for k, sec in loops.items()}
+    columns = 0
     for key, run in (("full", river_same_work), ("complete", river_complete_work)):
         columns, seconds = run(args.river_nodes, args.river_ticks)
         rates[key] = columns * args.river_ticks / seconds
-    return rates
+    return columns, rates
 
 
 def main() -> None:
@@ -512,16 +514,18 @@ def main() -> None:
         run_routed(make_routed(), routed, real, xr[:2], mode)
     routed_scorers = make_routed()
     run_routed(routed_scorers, routed, real, xr[:2])
-    for label in modes:
-        per_series[label] = state_bytes(list(routed_scorers.values())) / m
+    routed_bytes = state_bytes(list(routed_scorers.values())) / m
+    per_series.update(dict.fromkeys(modes, routed_bytes))
 
     # Interleaved: each repeat runs river's loops and then every project row, so a ratio
     # compares runs seconds apart; this machine's speed drifts up to 2x over minutes, which
     # moved ratios of river measured first and the project after by as much.
     river_runs: list[dict[str, float]] = []
     project_runs: list[dict[str, float]] = []
+    river_columns = 0
     for _ in range(args.repeats):
-        river_runs.append(river_rates(args))
+        river_columns, river = river_rates(args)
+        river_runs.append(river)
         rates = {name: n * args.ticks / run_all(make(), layout, x) for name, make in paths.items()}
         for label, mode in modes.items():
             rates[label] = m * args.ticks / run_routed(make_routed(), routed, real, xr, mode)
@@ -535,7 +539,6 @@ def main() -> None:
         return statistics.median(r[key] / b[base] for r, b in zip(runs, river_runs, strict=True))
 
     mix = ", ".join(f"{s} {idx.size / m:.0%}" for s, idx in subsets.items())
-    river_columns = _RiverCase(args.river_nodes, 1).n
     print(
         f"layout: {n} columns ({n // (8 * len(GPU_SIGNALS) + len(NODE_SIGNALS))} nodes x 8 "
         f"GPUs), {args.ticks} ticks, 5% missing; realistic: {m} columns ({mix}); "
