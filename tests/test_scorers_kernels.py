@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -125,3 +126,58 @@ def test_wide_vectors_give_the_256_bit_scores_bit_for_bit() -> None:
     wide, narrow = _scores_here_and_in_child({**env, "NUMBA_CPU_FEATURES": host})
     assert wide.max() > 3.0  # the planted shift scores: the comparison is not all zeros
     assert np.array_equal(wide, narrow, equal_nan=True)
+
+
+_SPECIAL = np.array([-0.0, 0.0, np.nan, -np.nan, np.inf, -np.inf, 5e-324, -1.5e308, 3.0])
+
+
+def _keep_or_set(values: np.ndarray, set_mask: np.ndarray, keep_fn: object) -> np.ndarray:
+    """``values[j] = 1.0 if set_mask[j] else keep_fn(values[j])`` compiled, on a copy."""
+    from numba import njit
+
+    @njit(error_model="numpy")  # type: ignore[misc]
+    def update(a: np.ndarray, c: np.ndarray) -> None:
+        for j in range(a.shape[0]):
+            old = a[j]
+            a[j] = 1.0 if c[j] else keep_fn(old)  # type: ignore[operator]
+
+    out = values.copy()
+    update(out, set_mask)
+    return out
+
+
+def test_keep_returns_every_float_bit_for_bit_compiled_and_interpreted() -> None:
+    """keep (LLVM's canonicalize when compiled) changes no bit of -0.0, NaN, inf or a
+    subnormal, and the stores it stands in keep the old values exactly."""
+    assert all(np.float64(jit.keep(v)).view(np.int64) == v.view(np.int64) for v in _SPECIAL)
+    rng = np.random.default_rng(3)
+    values = np.tile(_SPECIAL, 300)
+    set_mask = rng.random(values.size) < 0.5
+    out = _keep_or_set(values, set_mask, jit.keep)
+    assert np.array_equal(out[~set_mask].view(np.int64), values[~set_mask].view(np.int64))
+    assert (out[set_mask] == 1.0).all()
+
+
+def test_keep_keeps_a_vectorized_update_free_of_masked_stores() -> None:
+    """Where LLVM compiles ``a[j] = new if c else a[j]`` to a masked store (x86 with AVX),
+    the same loop with keep stores plainly (jit.keep's docstring: masked stores run as
+    microcode on AMD's Zen)."""
+    from numba import njit
+
+    def stores(keep_fn: object) -> int:
+        from numba import njit as _njit
+
+        @_njit(error_model="numpy")  # type: ignore[misc]
+        def update(a: np.ndarray, c: np.ndarray) -> None:
+            for j in range(a.shape[0]):
+                old = a[j]
+                a[j] = 1.0 if c[j] else keep_fn(old)  # type: ignore[operator]
+
+        update(np.zeros(64), np.zeros(64, dtype=np.bool_))
+        asm = update.inspect_asm(update.signatures[0])
+        return len(re.findall(r"maskmov\w*\s+%\w+,\s*%\w+,\s*[^,\s]*\(", asm))  # to memory
+
+    plain = stores(njit(lambda value: value))
+    if plain == 0:
+        pytest.skip("this CPU's code has no masked store for the plain loop either")
+    assert stores(jit.keep) == 0

@@ -41,7 +41,7 @@ import math
 
 import numpy as np
 
-from ..jit import jit
+from ..jit import jit, keep
 from ..model import BoolArray, FloatArray, IntArray
 from .base import SCORE_CAP
 
@@ -167,11 +167,11 @@ def _decays_rest(
         # since the earlier passes took other elapsed times
         for j in range(n):
             e = max(t - last_t[j], 0.0)
-            o = out_a[j]
+            o = keep(out_a[j])
             h1, h2, h3 = e == e1, e == e2, e == e3
             out_a[j] = a1 if h1 else a2 if h2 else a3 if h3 else o
             if both:
-                ob = out_b[j]
+                ob = keep(out_b[j])
                 out_b[j] = b1 if h1 else b2 if h2 else b3 if h3 else ob
             odd += (o != o) & ~(h1 | h2 | h3)
         if odd == 0:
@@ -370,11 +370,11 @@ def cusum_step(
         nn = (nn0 * fd + 1.0) * (sn > 0.0)
         dj = direction[j]
         score = min(max(sp * (dj >= 0), sn * (dj <= 0)) * scale, SCORE_CAP)
-        s_pos[j] = sp if scored else sp0
-        s_neg[j] = sn if scored else sn0
-        n_pos[j] = np_ if scored else np0
-        n_neg[j] = nn if scored else nn0
-        last_t[j] = t if scored else lt
+        s_pos[j] = sp if scored else keep(sp0)
+        s_neg[j] = sn if scored else keep(sn0)
+        n_pos[j] = np_ if scored else keep(np0)
+        n_neg[j] = nn if scored else keep(nn0)
+        last_t[j] = t if scored else keep(lt)
         scores[j] = score if scored else 0.0
         changes += scored & ((sp >= h) | (sn >= h))
     mean, w_mean = base[0], base[2]

@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from ..jit import jit
+from ..jit import jit, keep
 from ..model import FloatArray, IntArray
 from .base import SCORE_CAP
 from .kernels import (
@@ -269,16 +269,16 @@ def _peer_column(
     z = (xj - m) / max(sg, math.sqrt(sv))
     z = min(max(z, -SCORE_CAP), SCORE_CAP)
     z = md * sm0 + (1.0 - md) * z
-    smoothed[j] = z if scored else sm0
-    scale_var[j] = sv if scored else sv0
-    scale_w[j] = w if scored else sw0
+    smoothed[j] = z if scored else keep(sm0)
+    scale_var[j] = sv if scored else keep(sv0)
+    scale_w[j] = w if scored else keep(sw0)
     # Back from a gap it scores 0: it was not judged. It carries no deviation of its own
     # either: an unjudged tick is the pipeline's to bridge (PipelineParams.bridge_missed_tick),
     # and a carried score counted as a new one (a one-tick spike, a lost scrape, the carry)
     # passed an alert's minimum duration on evidence from a single tick.
     judged = scored & (c >= warmup)
     count[j] = c + scored
-    last_t[j] = t if scored | late else lt
+    last_t[j] = t if scored | late else keep(lt)
     # The usual interval: the shortest recent one, allowed to grow 10% a judged tick (jitter,
     # a slightly slower scrape). A late tick teaches nothing until LATE_TICKS_TO_LEARN of
     # them come in a row (a new scrape interval: then it is the usual one): growing on each
@@ -287,8 +287,8 @@ def _peer_column(
     run = (late_run[j] + 1.0) * late
     learnt = run >= LATE_TICKS_TO_LEARN
     grown = dt if (iv == 0.0) | learnt else min(dt, INTERVAL_GROWTH * iv)
-    interval[j] = grown if (scored | learnt) & (dt < np.inf) else iv
-    late_run[j] = 0.0 if learnt else (run if observed else late_run[j])
+    interval[j] = grown if (scored | learnt) & (dt < np.inf) else keep(iv)
+    late_run[j] = 0.0 if learnt else (run if observed else keep(late_run[j]))
     return (z if judged else np.nan), judged  # NaN: nothing for the habit baseline
 
 
@@ -379,7 +379,7 @@ def peer_step(
     has_base = base[0].shape[0] > 0
     for r in range(floor.shape[0]):  # NaN (too few peers) stays NaN: the comparison is False
         fl = floor[r]
-        sigma_g[r] = fl if fl > sigma_g[r] else sigma_g[r]
+        sigma_g[r] = fl if fl > sigma_g[r] else keep(sigma_g[r])
     # The per-column passes run block by block, their temporaries reused: the state (11
     # arrays) streams through once while the temporaries (~10 arrays) stay in L1/L2 instead
     # of making their own round trips to L3 for every column (15k columns: ~6% of peers).
@@ -421,7 +421,7 @@ def peer_step(
                 out[j] = fold(z_all[j], direction[b0 + j])
         high = 0  # an integer count vectorizes; a running max is a serial chain (~15 us)
         for j in range(m):
-            out[j] = out[j] if judged_all[j] else 0.0
+            out[j] = keep(out[j]) if judged_all[j] else 0.0
             high += out[j] >= h[0]
         block = b0 // BLOCK
         if habit[0].shape[0] > 0 and (high > 0 or t - habit_last[block] <= h[1]):
