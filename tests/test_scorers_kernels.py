@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
@@ -131,8 +132,8 @@ def test_wide_vectors_give_the_256_bit_scores_bit_for_bit() -> None:
 _SPECIAL = np.array([-0.0, 0.0, np.nan, -np.nan, np.inf, -np.inf, 5e-324, -1.5e308, 3.0])
 
 
-def _keep_or_set(values: np.ndarray, set_mask: np.ndarray, keep_fn: object) -> np.ndarray:
-    """``values[j] = 1.0 if set_mask[j] else keep_fn(values[j])`` compiled, on a copy."""
+def _kept_store_loop(keep_fn: object) -> Any:
+    """``a[j] = 1.0 if c[j] else keep_fn(a[j])`` over arrays ``a`` and ``c``, compiled."""
     from numba import njit
 
     @njit(error_model="numpy")  # type: ignore[misc]
@@ -141,9 +142,7 @@ def _keep_or_set(values: np.ndarray, set_mask: np.ndarray, keep_fn: object) -> n
             old = a[j]
             a[j] = 1.0 if c[j] else keep_fn(old)  # type: ignore[operator]
 
-    out = values.copy()
-    update(out, set_mask)
-    return out
+    return update
 
 
 def test_keep_returns_every_float_bit_for_bit_compiled_and_interpreted() -> None:
@@ -153,7 +152,8 @@ def test_keep_returns_every_float_bit_for_bit_compiled_and_interpreted() -> None
     rng = np.random.default_rng(3)
     values = np.tile(_SPECIAL, 300)
     set_mask = rng.random(values.size) < 0.5
-    out = _keep_or_set(values, set_mask, jit.keep)
+    out = values.copy()
+    _kept_store_loop(jit.keep)(out, set_mask)
     assert np.array_equal(out[~set_mask].view(np.int64), values[~set_mask].view(np.int64))
     assert (out[set_mask] == 1.0).all()
 
@@ -165,14 +165,7 @@ def test_keep_keeps_a_vectorized_update_free_of_masked_stores() -> None:
     from numba import njit
 
     def stores(keep_fn: object) -> int:
-        from numba import njit as _njit
-
-        @_njit(error_model="numpy")  # type: ignore[misc]
-        def update(a: np.ndarray, c: np.ndarray) -> None:
-            for j in range(a.shape[0]):
-                old = a[j]
-                a[j] = 1.0 if c[j] else keep_fn(old)  # type: ignore[operator]
-
+        update = _kept_store_loop(keep_fn)
         update(np.zeros(64), np.zeros(64, dtype=np.bool_))
         asm = update.inspect_asm(update.signatures[0])
         return len(re.findall(r"maskmov\w*\s+%\w+,\s*%\w+,\s*[^,\s]*\(", asm))  # to memory
