@@ -81,7 +81,9 @@ def keep(value: float) -> float:
     ``keep`` is LLVM's ``canonicalize``, which returns every non-signalling float bit for bit
     (-0.0 and quiet NaN included; numpy makes no signalling NaN) but is not provably the loaded
     value, so the store stays unconditional and vectorizes as a blend and a plain store.
-    Interpreted (numba absent) it is the identity."""
+    Interpreted (numba absent) it is the identity. Use it only where the machine code shows
+    a masked store (bench/masked_stores.py counts them): in ``count_step``, whose kept stores
+    compiled plainly without it, LLVM split each into two masked stores with it."""
     return value
 
 
