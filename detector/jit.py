@@ -89,8 +89,9 @@ def keep(value: float) -> float:
 
 if numba is not None:
     from llvmlite import ir as _ir  # type: ignore[import-untyped]
+    from numba.extending import intrinsic, overload
 
-    @numba.extending.intrinsic  # type: ignore[untyped-decorator]
+    @intrinsic
     def _canonicalize(typingctx: Any, value: Any) -> Any:
         if not isinstance(value, numba.types.Float):
             return None
@@ -102,10 +103,10 @@ if numba is not None:
 
         return value(value), codegen
 
-    @numba.extending.overload(keep)
+    @overload(keep)
     def _keep_compiled(value):  # type: ignore[no-untyped-def]  # numba matches names, not hints
         if isinstance(value, numba.types.Float):
-            return lambda value: _canonicalize(value)
+            return lambda value: _canonicalize(value)  # type: ignore[call-arg]  # typingctx: numba
         return lambda value: value  # integers and booleans: no masked store seen for them
 
 
