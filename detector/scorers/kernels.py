@@ -10,10 +10,12 @@ files and ``state_dict`` are the same as before.
 
 The main loops are written to be vectorized by LLVM (AVX-512/AVX2 on x86): no branch in the
 loop body, every column loaded, computed and stored, unobserved columns keeping their old
-values by selection. Data-dependent branches (a column's sign, a rare changepoint) cost more
-than the arithmetic when mispredicted, and a loop with them runs one column at a time. What
-does not vectorize (``exp2``, a detected change, a held alarm) runs in short scalar loops over
-the few columns that need it.
+values by selection (``new if ok else keep(old)``: without ``jit.keep`` LLVM may turn such a
+store into a masked store, microcode on AMD's Zen; see its docstring). Data-dependent
+branches (a column's sign, a rare changepoint) cost more than the arithmetic when
+mispredicted, and a loop with them runs one column at a time. What does not vectorize
+(``exp2``, a detected change, a held alarm) runs in short scalar loops over the few columns
+that need it.
 
 The arithmetic is the one documented in zscore.py and changepoint.py, in the same order of
 operations, so results agree with the former numpy code to the last bit except where ``exp2``
