@@ -1,4 +1,4 @@
-"""What ``detector.jit.keep`` buys: the kernels that use it, compiled with it and without it.
+"""What ``detector.jit.keep`` buys: the scorers' kernels compiled with it and without it.
 
     python bench/masked_stores.py [--columns 30000] [--ticks 200]
 
@@ -7,14 +7,15 @@ LLVM does not turn them into masked stores (``vmaskmovpd``; jit.py says why). He
 kernel that calls it, and every kernel that calls one of those, is compiled twice from its own
 source: once with ``keep`` and once with a plain identity in its place (what the code was
 before). Both variants are compiled the same way here (no disk cache), so only ``keep``
-differs. Printed:
+differs. Each scorer of the realistic path (bench/scorer_bench.py's ``rules_layout``) runs
+twice, one instance per variant, its own ``update`` on its own columns, the kernel names its
+module calls bound to that variant's kernels for the call; the two run interleaved tick by
+tick so the machine's drift is shared. Printed:
 - per kernel, the masked stores in each variant's machine code (AVX2's ``vmaskmov*`` to
   memory, AVX-512's stores under a ``{%k}`` mask);
-- the median CPU time a tick of PeerDeviation's and ChangePoint's kernels on the realistic
-  layout's peer and changepoint columns (bench/scorer_bench.py's ``rules_layout``), each
-  variant with its own scorer state, interleaved tick by tick so the machine's drift is
-  shared, and a decay pass (``decays2``) over the peer columns' times;
-- whether the two variants' scores agree bit for bit on every tick (the script stops if not).
+- per scorer and for the whole path, the median CPU time a tick of each variant, and a decay
+  pass (``decays2``) over the times the peer columns' state reached;
+- that the two variants' scores agree bit for bit on every tick (the script stops if not).
 """
 
 from __future__ import annotations
@@ -26,16 +27,24 @@ import statistics
 import textwrap
 import time
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 from numba import njit
-from scorer_bench import TICK_S, rules_layout, stream
+from scorer_bench import SCORERS, TICK_S, rules_layout, stream
 
 from detector.jit import keep
-from detector.scorers import kernels, peer_kernels
-from detector.scorers.changepoint import ChangePoint
-from detector.scorers.peers import PeerDeviation
+from detector.scorers import (
+    changepoint,
+    counts,
+    counts_health_kernels,
+    health,
+    kernels,
+    peer_kernels,
+    peers,
+    zscore,
+)
 
 # callees first: each is looked up by name in the namespace its callers are compiled in
 KERNELS = (
@@ -46,7 +55,17 @@ KERNELS = (
     (kernels, "cusum_step"),
     (peer_kernels, "_peer_column"),
     (peer_kernels, "peer_step"),
+    (counts_health_kernels, "count_step"),
+    (counts_health_kernels, "health_step"),
 )
+# per scorer, the module whose global names its update calls, and those names
+CALLS: dict[str, tuple[ModuleType, tuple[str, ...]]] = {
+    "zscore": (zscore, ("ew_step",)),
+    "changepoint": (changepoint, ("cusum_step",)),
+    "peers": (peers, ("peer_step",)),
+    "counts": (counts, ("count_step",)),
+    "health": (health, ("health_step",)),
+}
 MASKED_STORE = re.compile(
     r"^\s*(?:vp?maskmov\w+\s+%[xy]mm\d+,\s*%[xy]mm\d+,\s*[^,\s]*\(|vmov\w+\s+%[xyz]mm\d+,\s*"
     r"[^,\s]*\([^)]*\)\s*\{%k)",
@@ -56,7 +75,8 @@ MASKED_STORE = re.compile(
 
 def compiled(keep_fn: Any) -> dict[str, Any]:
     """The kernels of ``KERNELS`` compiled anew with ``keep`` bound to ``keep_fn``."""
-    namespace = {**vars(kernels), **vars(peer_kernels), "keep": keep_fn}
+    namespace = {**vars(kernels), **vars(peer_kernels), **vars(counts_health_kernels)}
+    namespace["keep"] = keep_fn
     for module, name in KERNELS:
         source = textwrap.dedent(inspect.getsource(getattr(module, name).py_func))
         exec(source.replace("@jit\n", "", 1), namespace)
@@ -83,43 +103,20 @@ def interleaved(steps: dict[str, Callable[[int], np.ndarray]], ticks: int) -> di
     return {name: statistics.median(v[10:]) / 1e3 for name, v in spent.items()}
 
 
-def peers_step(ns: dict[str, Any], x: np.ndarray, layout: Any) -> Callable[[int], np.ndarray]:
-    """A PeerDeviation of its own, its ticks through ``ns``'s peer_step (peers_parts' call)."""
-    s = PeerDeviation()
-    out = np.empty(x.shape[1])
+def scorer_step(
+    name: str, scorer: Any, ns: dict[str, Any], x: np.ndarray, layout: Any
+) -> Callable[[int], np.ndarray]:
+    """``scorer``'s own update of tick ``i``, its module's kernels those of ``ns`` meanwhile."""
+    module, names = CALLS[name]
+    ours = {n: ns[n] for n in names}
 
     def step(i: int) -> np.ndarray:
-        if i < 2:  # groups and state are built by the scorer's own update
-            s.update(TICK_S * i, x[i], layout)
-            return np.zeros(0)
-        state = (s.smoothed, s.scale_var, s.scale_w, s.count, s.last_t, s.interval, s.late_run)
-        assert s.baseline is not None
-        habit = (s.habit_runs, s.habit_peaks, s.habit_lengths, s.run_start, s.run_last, s.run_peak)
-        ns["peer_step"](
-            TICK_S * i, x[i], None, s._groups, s._g, layout.direction, state, s._q,
-            s.baseline.arrays(), s.baseline.params(), s._floor, habit, s._h, s._habit_last, out,
-        )  # fmt: skip
-        return out.copy()
-
-    return step
-
-
-def changepoint_step(ns: dict[str, Any], x: np.ndarray, layout: Any) -> Callable[[int], np.ndarray]:
-    """A ChangePoint of its own, its ticks through ``ns``'s cusum_step (changepoint.py's call)."""
-    s = ChangePoint()
-    out = np.empty(x.shape[1])
-
-    def step(i: int) -> np.ndarray:
-        if i < 2:  # state is built by the scorer's own update
-            s.update(TICK_S * i, x[i], layout)
-            return np.zeros(0)
-        base = s.baseline
-        cusum = (s.s_pos, s.s_neg, s.n_pos, s.n_neg, s.last_t, s.change_t, s.peak)
-        ns["cusum_step"](
-            float(TICK_S * i), x[i], None, base.arrays(), base.params(), cusum, s._q,
-            layout.direction, out,
-        )  # fmt: skip
-        return out.copy()
+        saved = {n: getattr(module, n) for n in names}
+        vars(module).update(ours)
+        try:
+            return np.array(scorer.update(TICK_S * i, x[i], layout))
+        finally:
+            vars(module).update(saved)
 
     return step
 
@@ -142,29 +139,27 @@ def main() -> None:
     args = parser.parse_args()
     variants = {"keep": compiled(keep), "plain": compiled(njit(lambda value: value))}
     real, subsets = rules_layout(args.columns)
-    x = stream(len(real), args.ticks)
-    rows = {}
-    for scorer, make in (("peers", peers_step), ("changepoint", changepoint_step)):
-        layout = real.subset(subsets[scorer])
-        xs = np.ascontiguousarray(x[:, subsets[scorer]])
-        steps = {name: make(ns, xs, layout) for name, ns in variants.items()}
-        rows[f"{scorer} ({xs.shape[1]} columns)"] = interleaved(steps, args.ticks)
-        if scorer == "peers":  # a decay pass over the times the peers' state reached
-            state = PeerDeviation()
-            for i in range(args.ticks):
-                state.update(TICK_S * i, xs[i], layout)
-            t = TICK_S * args.ticks
-            steps = {name: decay_step(ns, state.last_t, t) for name, ns in variants.items()}
-            late = np.mean(state.last_t < t - TICK_S)
-            rows[f"decays2 ({xs.shape[1]} columns, {late:.1%} late)"] = interleaved(steps, 200)
+    x = stream(len(real), args.ticks, subsets.get("counts"))
+    rows, scorers = {}, {}
+    for name, idx in subsets.items():
+        layout, xs = real.subset(idx), np.ascontiguousarray(x[:, idx])
+        scorers[name] = {v: SCORERS[name]() for v in variants}
+        steps = {v: scorer_step(name, scorers[name][v], variants[v], xs, layout) for v in variants}
+        rows[f"{name} ({idx.size} columns)"] = interleaved(steps, args.ticks)
+    rows["realistic path (sum)"] = {v: sum(us[v] for us in rows.values()) for v in variants}
+    if "peers" in scorers:  # a decay pass over the times the peers' state reached
+        last_t, t = scorers["peers"]["keep"].last_t, TICK_S * args.ticks
+        steps = {v: decay_step(ns, last_t, t) for v, ns in variants.items()}
+        late = np.mean(last_t < t - TICK_S)
+        rows[f"decays2 ({last_t.shape[0]} peer times, {late:.1%} late)"] = interleaved(steps, 200)
     print("masked stores in the machine code, with keep / with a plain identity:")
     for _, name in KERNELS:
-        counts = [masked_stores(ns[name]) for ns in variants.values()]
-        print(f"  {name:<14}{counts[0]:4d} /{counts[1]:4d}")
+        found = [masked_stores(ns[name]) for ns in variants.values()]
+        print(f"  {name:<14}{found[0]:4d} /{found[1]:4d}")
     print("median CPU us a tick, interleaved (outputs bit-identical on every tick):")
-    print(f"  {'':<40}{'keep':>8}{'plain':>8}  plain / keep")
+    print(f"  {'':<42}{'keep':>8}{'plain':>8}  plain / keep")
     for row, us in rows.items():
-        print(f"  {row:<40}{us['keep']:8.1f}{us['plain']:8.1f}  {us['plain'] / us['keep']:.2f}x")
+        print(f"  {row:<42}{us['keep']:8.1f}{us['plain']:8.1f}  {us['plain'] / us['keep']:.2f}x")
 
 
 if __name__ == "__main__":

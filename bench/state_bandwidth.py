@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 from numba import njit
-from scorer_bench import SCORERS, TICK_S, rules_layout, stream
+from scorer_bench import SCORERS, TICK_S, rules_layout, state_bytes, stream
 
 import detector.jit  # noqa: F401  (the scorers' vector width: 512 bits on AVX-512)
 
@@ -34,18 +34,18 @@ def touch(state: np.ndarray, c: float) -> None:
             row[j] = row[j] * c + 1.0
 
 
-def state_bytes(columns: int) -> tuple[int, int]:
-    """(bytes of the realistic path's scorer state, its column count)."""
+def realistic_state(columns: int) -> tuple[int, int]:
+    """(bytes of the realistic path's scorer state after a few ticks, its column count)."""
     real, subsets = rules_layout(columns)
     x = stream(len(real), 3, subsets.get("counts"))
-    total = 0
+    scorers = []
     for name, idx in subsets.items():
         scorer = SCORERS[name]()
         layout, xs = real.subset(idx), np.ascontiguousarray(x[:, idx])
         for i in range(x.shape[0]):
             scorer.update(TICK_S * i, xs[i], layout)
-        total += sum(a.nbytes for a in scorer.state_dict().values())
-    return total, len(real)
+        scorers.append(scorer)
+    return state_bytes(scorers), len(real)
 
 
 def main() -> None:
@@ -53,7 +53,7 @@ def main() -> None:
     parser.add_argument("--columns", type=int, default=30_000)
     parser.add_argument("--rounds", type=int, default=40)
     args = parser.parse_args()
-    nbytes, columns = state_bytes(args.columns)
+    nbytes, columns = realistic_state(args.columns)
     print(f"realistic path: {columns} columns, state {nbytes / 1e6:.2f} MB")
     rows = nbytes // (8 * columns)  # the state's values per column (float64 today)
     for dtype in (np.float64, np.float32):

@@ -76,8 +76,8 @@ def keep(value: float) -> float:
     Written as ``... else old``, LLVM sees that the else path stores back the value it loaded,
     drops that store as dead, and vectorizes what is left, a store on some lanes only, as a
     masked store (``vmaskmovpd``). AMD's Zen cores run that instruction as microcode: on a
-    Zen 3 the decay pass over 15,520 columns ran 1.5-2.7x slower with it, peers' tick
-    1.04-1.05x, changepoint's 1.06-1.10x (``python bench/masked_stores.py``, RESULTS.md). Compiled,
+    Zen 3 the decay pass over 15,520 columns ran 1.3-1.6x slower with it and the realistic
+    path 1.03-1.10x (``python bench/masked_stores.py``, bench/RESULTS.md). Compiled,
     ``keep`` is LLVM's ``canonicalize``, which returns every non-signalling float bit for bit
     (-0.0 and quiet NaN included; numpy makes no signalling NaN) but is not provably the loaded
     value, so the store stays unconditional and vectorizes as a blend and a plain store.
