@@ -32,6 +32,7 @@ Direction = Literal["up", "down", "both"]
 ScorerName = Literal[
     "zscore",
     "changepoint",
+    "bocpd",
     "peers",
     "health",
     "counts",

@@ -15,6 +15,7 @@ import pytest
 
 from detector.model import FloatArray
 from detector.scorers.base import SCORE_CAP, ColumnLayout, Scorer, update_columns
+from detector.scorers.bocpd import BayesianChangePoint
 from detector.scorers.changepoint import ChangePoint
 from detector.scorers.context import ContextNovelty
 from detector.scorers.counts import CountBurst
@@ -148,6 +149,13 @@ CASES = [
         column(LAYOUT, "gpu_temp", 1, 3),
         _shift,
         6.0,
+    ),
+    Case(
+        "bocpd",
+        lambda s: BayesianChangePoint(half_life_s=3000 * s, warmup=20, expected_run_s=3000 * s),
+        column(LAYOUT, "gpu_temp", 1, 3),
+        _shift,
+        4.0,
     ),
     Case(
         "peers",

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .base import ColumnLayout, Scorer
+from .bocpd import BayesianChangePoint
 from .changepoint import ChangePoint
 from .context import ContextNovelty
 from .counts import CountBurst
@@ -29,6 +30,7 @@ from .zscore import RobustZScore
 SCORERS: Mapping[str, Callable[..., Scorer]] = {
     RobustZScore.name: RobustZScore,
     ChangePoint.name: ChangePoint,
+    BayesianChangePoint.name: BayesianChangePoint,
     PeerDeviation.name: PeerDeviation,
     TelemetryHealth.name: TelemetryHealth,
     CountBurst.name: CountBurst,
