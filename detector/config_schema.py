@@ -198,6 +198,12 @@ class LabelsConfig(_Section):
     # only (detector/gpu_comovement.py). null (in the environment: empty): all unlabelled
     # GPUs of a node are peers.
     gpu_workload_comovement: str | None = "power_usage"
+    # Where no workload label names a GPU's job: the GPU signal (its utilization, %) that
+    # tells a node's GPUs at rest from its working ones, so that idle GPUs beside a job are
+    # not its peers (detector/gpu_activity.py: GPUs change sides only several at a time, as a
+    # job starts or ends; one GPU that stops alone stays its job's deviant). null (in the
+    # environment: empty): off.
+    gpu_activity_signal: str | None = "gpu_util"
     # Series never indexed: label -> regular expression, a series dropped when that label's
     # value matches in full (``__name__``: the metric name, as in Prometheus relabelling).
     # The defaults are what containers bring and take away with them: their virtual network
@@ -209,7 +215,7 @@ class LabelsConfig(_Section):
         _check_label_names
     )
 
-    @field_validator("gpu_workload_comovement")
+    @field_validator("gpu_workload_comovement", "gpu_activity_signal")
     @classmethod
     def _comovement_off_when_empty(cls, name: str | None) -> str | None:
         return name or None  # an environment variable cannot say null

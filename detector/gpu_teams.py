@@ -4,10 +4,12 @@ A GPU's team is its workload, the first of ``labels.gpu_workload_labels`` its se
 (``series.workload_of``: dcgm-exporter's Slurm job or Kubernetes pod mapping); GPUs with none
 are one team, 0, unless their power tells their jobs apart (gpu_comovement.py: ``infer``), or
 shows a GPU moving with none of its node's job (alone: a team of its own, so no GPU peers). So
-a node shared by several jobs compares each GPU only with the GPUs of its own job. A label
-always wins over what co-movement infers. ``SignalMap`` (signals.py) asks here for a GPU's
-team when it maps the GPU, when the index reports a new workload on one of its series and when
-co-movement moves it, and moves the GPU's columns.
+a node shared by several jobs compares each GPU only with the GPUs of its own job. Such a team
+is split further by activity (gpu_activity.py: ``rest``): its GPUs at rest are peers of each
+other only, not of its working ones. A label always wins over what co-movement and activity
+infer. ``SignalMap`` (signals.py) asks here for a GPU's team when it maps the GPU, when the
+index reports a new workload on one of its series and when co-movement or activity moves it,
+and moves the GPU's columns.
 
 Also kept here, for what replay and the daemon tell the user: the nodes whose GPUs ran more
 than one workload at once (``split_nodes``; ``inferred_split_nodes`` where co-movement, not a
@@ -35,6 +37,7 @@ class GpuTeams:
         self.labelled: dict[int, int] = {}  # entity id -> its workload label's team id (0: none)
         self._inferred: dict[int, int] = {}  # entity id -> team inferred from co-movement
         self._alone: set[int] = set()  # entity ids co-movement judged alone (label or not)
+        self._resting: set[int] = set()  # entity ids whose team is on the side at rest
         self._labelled_mask: np.ndarray | None = None  # cache of ``labelled_mask``
         self._node_entities: dict[int, list[int]] = {}  # node id -> its GPU entity ids
         self.split_nodes: set[str] = set()  # nodes seen with GPUs in two workloads at once
@@ -64,7 +67,7 @@ class GpuTeams:
         the one co-movement inferred for it, if any."""
         label = self.labelled[entity] = self.team_of(info)
         self._labelled_mask = None
-        return self._set(entity, label or self._inferred.get(entity, 0))
+        return self._set(entity, label or self._unlabelled(entity))
 
     def infer(self, entity: int, key: int) -> int | None:
         """The GPU's group as co-movement found it (gpu_comovement.py: -1 its node's own
@@ -81,7 +84,26 @@ class GpuTeams:
             self._inferred[entity] = self._ids.setdefault(name, len(self._ids))
         if self.labelled[entity]:
             return None
-        return self._set(entity, self._inferred.get(entity, 0))
+        return self._set(entity, self._unlabelled(entity))
+
+    def rest(self, entity: int, resting: bool) -> int | None:
+        """The GPU's side as activity found it (gpu_activity.py: at rest or working): its new
+        team id, or None when its team stays (a GPU with a workload label keeps the label's)."""
+        if resting:
+            self._resting.add(entity)
+        else:
+            self._resting.discard(entity)
+        if self.labelled[entity]:
+            return None
+        return self._set(entity, self._unlabelled(entity))
+
+    def _unlabelled(self, entity: int) -> int:
+        """The team of a GPU no workload label names: what co-movement inferred (0: its
+        node's own team), on the side at rest if it is there; a GPU judged alone stays so."""
+        team = self._inferred.get(entity, 0)
+        if entity not in self._resting or entity in self._alone:
+            return team
+        return self._ids.setdefault(f"\0at rest {team}", len(self._ids))
 
     def _set(self, entity: int, team: int) -> int | None:
         if team == self.of[entity]:
@@ -111,8 +133,13 @@ class GpuTeams:
             self.alone_nodes.add(node)
         if len({self.labelled[e] for e in entities}) > 1:
             self.split_nodes.add(node)
-        elif len({self.of[e] for e in entities if e not in alone}) > 1:
+        elif len({self._co_moving(e) for e in entities if e not in alone}) > 1:
             self.inferred_split_nodes.add(node)
+
+    def _co_moving(self, entity: int) -> int:
+        """The GPU's team as labels and co-movement alone name it (not its side at rest or
+        working: a node whose job leaves GPUs idle is not split by it)."""
+        return self.labelled[entity] or self._inferred.get(entity, 0)
 
     def recount(self) -> None:
         """Update ``workloads_at_once`` after teams changed."""

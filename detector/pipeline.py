@@ -410,7 +410,9 @@ def build_pipeline(
     workload labels, pods' owners: ``LabelRules.from_config``), or this raises ValueError: a
     pipeline whose index ignored them would compare nodes and GPUs the config keeps apart."""
     wanted_rules = LabelRules.from_config(config.labels)
-    for name in ("cohort_labels", "workload_labels", "pod_owner", "workload_comovement"):
+    for name in (
+        "cohort_labels", "workload_labels", "pod_owner", "workload_comovement", "activity_signal"
+    ):  # fmt: skip
         if getattr(index.rules, name) != getattr(wanted_rules, name):
             raise ValueError(
                 f"build_pipeline: the series index's {name} {getattr(index.rules, name)} are "

@@ -98,6 +98,9 @@ class LabelRules:
     # that no workload label names (gpu_comovement.py; config
     # ``labels.gpu_workload_comovement``); None: all such GPUs of a node are one team.
     workload_comovement: str | None = "power_usage"
+    # The signal (its utilization, %) that tells a node's unlabelled GPUs at rest from its
+    # working ones (gpu_activity.py; config ``labels.gpu_activity_signal``); None: off.
+    activity_signal: str | None = "gpu_util"
 
     @property
     def relabel(self) -> frozenset[str]:
@@ -117,6 +120,7 @@ class LabelRules:
             workload_labels=tuple(labels.gpu_workload_labels),
             pod_owner=labels.gpu_workload_pod_owner,
             workload_comovement=labels.gpu_workload_comovement,
+            activity_signal=labels.gpu_activity_signal,
         )
 
     def dropped(self, name: str, labels: Labels) -> bool:

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .gpu_activity import GpuActivity
 from .gpu_comovement import CoMovingGpus
 from .gpu_teams import GpuTeams
 from .model import DCGM_BLANK_THRESHOLD, BoolArray, ColumnLayout, FloatArray, IntArray, SeriesInfo
@@ -76,8 +77,10 @@ class SignalMap:
         self._gpu_entity_node: list[int] = []  # entity id -> node id
         self.teams = GpuTeams(index.rules)  # GPU peers are the GPUs of one node and one team
         self.comovement_signal = index.rules.workload_comovement
-        gpu_signals = (r.name for r in catalog.signals if r.entity == "gpu")
+        gpu_signals = tuple(r.name for r in catalog.signals if r.entity == "gpu")
         self.comoving = CoMovingGpus.following(self.comovement_signal, gpu_signals)
+        self.activity_signal = index.rules.activity_signal
+        self.activity = GpuActivity.following(self.activity_signal, gpu_signals)
         self._entity_columns: dict[int, list[int]] = {}  # entity id -> its signal columns
         self._series_gpu_entity: list[int] = []  # per index series: entity id or -1
         # per index series on a GPU: its (entity, metric) slot id, else -1 (_retire_replaced)
@@ -192,13 +195,16 @@ class SignalMap:
             self._set_team(entity, self.teams.move(entity, info), nodes)
         return self._note_splits(nodes) or moved
 
-    def _follow_comovement(self) -> bool:
-        """Move the GPUs whose group of co-moving GPUs changed (gpu_comovement.py) to its
-        team; True when one moved."""
+    def _follow_inferred(self) -> bool:
+        """Move the GPUs whose group of co-moving GPUs (gpu_comovement.py) or side, at rest
+        or working (gpu_activity.py), changed to their team; True when one moved."""
         nodes: set[int] = set()
         if self.comoving is not None:
             for entity, key in self.comoving.take_changes():
                 self._set_team(entity, self.teams.infer(entity, key), nodes)
+        if self.activity is not None:
+            for entity, resting in self.activity.take_changes():
+                self._set_team(entity, self.teams.rest(entity, resting), nodes)
         return self._note_splits(nodes)
 
     def _set_team(self, entity: int, team: int | None, nodes: set[int]) -> None:
@@ -234,7 +240,7 @@ class SignalMap:
         if self.index.recontexted:  # after mapping: a new GPU's team is its context's
             moved = self._follow_contexts() or moved
         if t is not None:
-            moved = self._follow_comovement() or moved
+            moved = self._follow_inferred() or moved
         self.teams.recount()
         if self.repeats is not None:
             self.repeats.sync(infos)
@@ -288,6 +294,8 @@ class SignalMap:
                 self.teams.add_gpu(entity, node_id, info)
                 if self.comoving is not None:
                     self.comoving.add_gpu(entity, node_id)
+                if self.activity is not None:
+                    self.activity.add_gpu(entity, node_id)
                 self._add_presence(info, entity, node_id)
                 first = self.cohorts.add_gpu_node(info.node)
                 if first is not None:  # a new GPU node; the first moves all others
@@ -427,19 +435,24 @@ class SignalMap:
                     [columns.known_node(node) for node in self._target_nodes()], dtype=np.int64
                 ),
                 "alias_pairs": np.asarray(self._aliases, dtype=np.int64).reshape(-1, 2),
-                "comovement_column": self._comovement_columns(),
+                "comovement_column": self._entity_columns_of(
+                    self.comovement_signal if self.comoving is not None else None
+                ),
+                "activity_column": self._entity_columns_of(
+                    self.activity_signal if self.activity is not None else None
+                ),
             }
         return self._arrays
 
-    def _comovement_columns(self) -> IntArray:
-        """Per GPU entity the first column of the co-movement signal (-1: none; no entities
-        when co-movement is off)."""
-        following = self.comoving is not None
+    def _entity_columns_of(self, name: str | None) -> IntArray:
+        """Per GPU entity its first column of signal ``name`` (-1: none; no entities for
+        None, a follower that is off)."""
+        following = name is not None
         found = np.full(len(self._gpu_entity_node) if following else 0, -1, dtype=np.int64)
         names, signal = self.columns.signal_names, self.columns.signal
         for entity, cols in self._entity_columns.items() if following else ():
             for col in cols:
-                if names[signal[col]] == self.comovement_signal:
+                if names[signal[col]] == name:
                     found[entity] = col
                     break
         return found
@@ -489,17 +502,24 @@ class SignalMap:
             scraped, frozen = (None, None) if repeats is None else (repeats.scraped, repeats.frozen)
             frozen_values(a, scraped, frozen, len(self.node_names), out)
 
-        if self.comoving is not None:  # GPUs a workload label names are left out
-            col = a["comovement_column"]
-            power = np.where(col >= 0, out[np.maximum(col, 0)] if out.size else np.nan, np.nan)
-            power[self.teams.labelled_mask(col.shape[0])] = np.nan
-            self.comoving.observe(t, power)
+        # GPUs a workload label names are left out of both
+        if self.comoving is not None:
+            self.comoving.observe(t, self._per_gpu(out, a["comovement_column"]))
+        if self.activity is not None:
+            self.activity.observe(t, self._per_gpu(out, a["activity_column"]))
 
         np.copyto(prev, cur, where=observed)
         np.copyto(prev_t, t, where=observed)
         computed = a["computed"]  # observed when they have a value (last_observed)
         prev_t[computed[~np.isnan(out[computed])]] = t
         return out
+
+    def _per_gpu(self, out: FloatArray, col: IntArray) -> FloatArray:
+        """Per GPU entity the value of its column ``col`` this tick (NaN: none, or a GPU a
+        workload label names)."""
+        values = np.where(col >= 0, out[np.maximum(col, 0)] if out.size else np.nan, np.nan)
+        values[self.teams.labelled_mask(col.shape[0])] = np.nan
+        return values
 
     def _target_nodes(self) -> list[str]:
         return [] if self.repeats is None else self.repeats.target_nodes()
@@ -553,6 +573,7 @@ class SignalMap:
             "seen": self._seen.copy(),
             **_prefixed("repeats_", self.repeats),
             **_prefixed("comoving_", self.comoving),
+            **_prefixed("activity_", self.activity),
         }
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
@@ -592,6 +613,9 @@ class SignalMap:
         comoving = _unprefixed("comoving_", state)
         if self.comoving is not None and comoving:  # the groups apply at the next sync
             self.comoving.load_state_dict(comoving)
+        activity = _unprefixed("activity_", state)
+        if self.activity is not None and activity:  # states saved before it have none
+            self.activity.load_state_dict(activity)
 
 
 class _Stateful(Protocol):
