@@ -23,6 +23,14 @@ must see (rules/signals.yaml: ``gpu_util`` is bad when it goes down). One that s
 own (a one-GPU job, a rank that started late) joins the working side once it has worked for
 ``TOGETHER_S``: judged among idle GPUs it would be a deviant, and an idle GPU is none.
 
+GPUs that start together while other GPUs of their node already work are another job (the
+GPUs of one synchronous job start within seconds of each other; a job that starts later is
+not theirs): they form a *crew*, a working team of their own (named by their lowest id),
+until they rest again. Without it a side job that starts beside a running one was judged
+against it for the hour or more co-movement needs, and read as its deviant at each of the
+other job's phase changes (bench/RESULTS.md, "Robustness" item 28). A start with no other GPU
+of the node at work (a whole-node job, a node's next job) is the node's plain working side.
+
 GPUs with a workload label are left out: a label always wins (``GpuTeams``). O(GPUs) a tick.
 """
 
@@ -40,14 +48,15 @@ WORK_FROM = 20.0  # utilization (%) from which it works; in between it keeps its
 TOGETHER_S = 120.0  # state changes of a node's GPUs this close in time are one move
 TOGETHER = 2  # GPUs that must change together for a move
 
-_PER_GPU = ("node", "resting", "side", "changed_t", "started")
+_PER_GPU = ("node", "resting", "side", "changed_t", "started", "crew")
 _DTYPES = {"node": np.int64, "resting": np.bool_, "side": np.bool_, "started": np.bool_}
+_DTYPES["crew"] = np.int64
 
 
 class GpuActivity:
-    """Per GPU entity (ids 0, 1, ... as ``SignalMap`` numbers them) its state (``resting``)
-    and the side its team is on (``side``: True at rest), which follows the state only in
-    moves of several GPUs of a node at once (module docstring).
+    """Per GPU entity (ids 0, 1, ... as ``SignalMap`` numbers them) its state (``resting``),
+    the side its team is on (``side``: True at rest), which follows the state only in moves
+    of several GPUs of a node at once, and its crew (module docstring).
 
     ``observe`` each tick; ``take_changes`` returns the GPUs whose side changed since."""
 
@@ -57,7 +66,10 @@ class GpuActivity:
         self.side: BoolArray = np.zeros(0, bool)  # the side its team is on (True: at rest)
         self.changed_t: FloatArray = np.zeros(0)  # when its state last changed
         self.started: BoolArray = np.zeros(0, bool)  # has had a reading
-        self._changes: list[tuple[int, bool]] = []
+        # working GPUs that started together beside others already working: the lowest id
+        # of that start (-1: the node's plain working side)
+        self.crew: IntArray = np.zeros(0, np.int64)
+        self._changes: list[tuple[int, bool, int]] = []
 
     @classmethod
     def following(cls, signal: str | None, gpu_signals: Iterable[str]) -> GpuActivity | None:
@@ -81,7 +93,7 @@ class GpuActivity:
         if entity != len(self):
             raise ValueError(f"GPU entity {entity} added out of order (expected {len(self)})")
         for name in _PER_GPU:
-            fill = node_id if name == "node" else -np.inf if name == "changed_t" else 0
+            fill = {"node": node_id, "changed_t": -np.inf, "crew": -1}.get(name, 0)
             grown = np.append(getattr(self, name), np.array([fill], dtype=_DTYPES.get(name)))
             setattr(self, name, grown)
 
@@ -99,7 +111,7 @@ class GpuActivity:
         if first.any():  # a first reading sets its side (nothing to move together with)
             self.resting[first] = self.side[first] = state[first]
             self.started |= first
-            self._changes.extend((int(e), True) for e in np.flatnonzero(first & state))
+            self._changes.extend((int(e), True, -1) for e in np.flatnonzero(first & state))
         flipped = observed & ~first & (state != self.resting)
         self.resting[flipped] = state[flipped]
         self.changed_t[flipped] = t
@@ -110,20 +122,30 @@ class GpuActivity:
     def _move(self, t: float, lagging: BoolArray) -> None:
         """Move the ``lagging`` GPUs (whose side is not their state) on a node where
         ``TOGETHER`` or more GPUs changed state the same way within ``TOGETHER_S``, and a GPU
-        that has worked on its own for longer than ``TOGETHER_S``."""
+        that has worked on its own for longer than ``TOGETHER_S``; GPUs starting together
+        beside GPUs already at work form a crew."""
         recent = lagging & (t - self.changed_t <= TOGETHER_S)
         nodes = int(self.node.max()) + 1
         key = self.node * 2 + self.resting  # (node, state the GPUs changed to)
         together = np.bincount(key[recent], minlength=2 * nodes) >= TOGETHER
         started_alone = lagging & ~self.resting & ~recent
-        moving = np.flatnonzero((lagging & together[key]) | started_alone)
-        for e in moving.tolist():
+        moving = (lagging & together[key]) | started_alone
+        # a start beside GPUs already working is another job: a crew of its own
+        starting = moving & ~self.resting & ~started_alone
+        working = self.started & ~self.side & ~moving
+        busy = np.bincount(self.node[working], minlength=nodes) > 0
+        lowest = np.full(nodes, len(self), dtype=np.int64)
+        np.minimum.at(lowest, self.node[starting], np.flatnonzero(starting))
+        self.crew[moving] = -1
+        crewed = starting & busy[self.node]
+        self.crew[crewed] = lowest[self.node[crewed]]
+        for e in np.flatnonzero(moving).tolist():
             self.side[e] = self.resting[e]
-            self._changes.append((e, bool(self.side[e])))
+            self._changes.append((e, bool(self.side[e]), int(self.crew[e])))
 
-    def take_changes(self) -> list[tuple[int, bool]]:
-        """(GPU entity, at rest) of every GPU whose side changed since the last call (a GPU
-        first read at rest included), in the order they changed."""
+    def take_changes(self) -> list[tuple[int, bool, int]]:
+        """(GPU entity, at rest, crew) of every GPU whose side changed since the last call (a
+        GPU first read at rest included), in the order they changed."""
         changes, self._changes = self._changes, []
         return changes
 
@@ -140,4 +162,8 @@ class GpuActivity:
             raise ValueError("GPU activity: the saved GPUs are not the index's")
         for name in _PER_GPU[1:]:
             getattr(self, name)[:n] = state[name][:n]
-        self._changes = [(e, True) for e in range(n) if self.side[e]]
+        self._changes = [
+            (e, bool(self.side[e]), int(self.crew[e]))
+            for e in range(n)
+            if self.side[e] or self.crew[e] >= 0
+        ]

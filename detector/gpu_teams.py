@@ -38,6 +38,7 @@ class GpuTeams:
         self._inferred: dict[int, int] = {}  # entity id -> team inferred from co-movement
         self._alone: set[int] = set()  # entity ids co-movement judged alone (label or not)
         self._resting: set[int] = set()  # entity ids whose team is on the side at rest
+        self._crew: dict[int, int] = {}  # entity id -> the start it works in beside others
         self._labelled_mask: np.ndarray | None = None  # cache of ``labelled_mask``
         self._node_entities: dict[int, list[int]] = {}  # node id -> its GPU entity ids
         self.split_nodes: set[str] = set()  # nodes seen with GPUs in two workloads at once
@@ -86,13 +87,17 @@ class GpuTeams:
             return None
         return self._set(entity, self._unlabelled(entity))
 
-    def rest(self, entity: int, resting: bool) -> int | None:
+    def rest(self, entity: int, resting: bool, crew: int = -1) -> int | None:
         """The GPU's side as activity found it (gpu_activity.py: at rest or working): its new
         team id, or None when its team stays (a GPU with a workload label keeps the label's)."""
         if resting:
             self._resting.add(entity)
         else:
             self._resting.discard(entity)
+        if crew >= 0 and not resting:
+            self._crew[entity] = crew
+        else:
+            self._crew.pop(entity, None)
         if self.labelled[entity]:
             return None
         return self._set(entity, self._unlabelled(entity))
@@ -101,9 +106,14 @@ class GpuTeams:
         """The team of a GPU no workload label names: what co-movement inferred (0: its
         node's own team), on the side at rest if it is there; a GPU judged alone stays so."""
         team = self._inferred.get(entity, 0)
-        if entity not in self._resting or entity in self._alone:
+        if entity in self._alone:
             return team
-        return self._ids.setdefault(f"\0at rest {team}", len(self._ids))
+        if entity in self._resting:
+            return self._ids.setdefault(f"\0at rest {team}", len(self._ids))
+        crew = self._crew.get(entity)
+        if crew is None:
+            return team
+        return self._ids.setdefault(f"\0crew {crew} {team}", len(self._ids))
 
     def _set(self, entity: int, team: int) -> int | None:
         if team == self.of[entity]:

@@ -203,8 +203,8 @@ class SignalMap:
             for entity, key in self.comoving.take_changes():
                 self._set_team(entity, self.teams.infer(entity, key), nodes)
         if self.activity is not None:
-            for entity, resting in self.activity.take_changes():
-                self._set_team(entity, self.teams.rest(entity, resting), nodes)
+            for entity, resting, crew in self.activity.take_changes():
+                self._set_team(entity, self.teams.rest(entity, resting, crew), nodes)
         return self._note_splits(nodes)
 
     def _set_team(self, entity: int, team: int | None, nodes: set[int]) -> None:

@@ -4,6 +4,7 @@ stays its job's deviant."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,9 @@ from detector.gpu_activity import TOGETHER_S, GpuActivity
 from detector.gpu_teams import GpuTeams
 from detector.model import SeriesInfo
 from detector.pipeline import build_pipeline
+from detector.replay import run_replay, simulated_frames
 from detector.series import LabelRules, SeriesIndex, normalize
+from detector.simulate import Scenario, SimulatedCluster
 
 STEP = 30.0
 
@@ -42,7 +45,7 @@ def _feed(activity: GpuActivity, util: list[list[float]], t0: float = 0.0) -> li
 def test_first_readings_set_each_gpus_side() -> None:
     """Idle GPUs read first are at rest (reported), working ones stay on the working side."""
     activity = _activity(4)
-    assert [(0, 2, True), (0, 3, True)] == _feed(activity, [[98, 97, 0, 1]])
+    assert [(0, 2, True, -1), (0, 3, True, -1)] == _feed(activity, [[98, 97, 0, 1]])
     assert [False, False, True, True] == activity.side.tolist()
 
 
@@ -52,7 +55,7 @@ def test_a_job_starting_on_some_gpus_leaves_the_idle_ones_at_rest() -> None:
     activity = _activity()
     idle, job = [0.0] * 8, [98.0] * 6 + [0.0, 1.0]
     changes = _feed(activity, [idle] * 5 + [job] * 5)
-    assert [(5, e, False) for e in range(6)] == changes[8:]
+    assert [(5, e, False, -1) for e in range(6)] == changes[8:]
     assert [False] * 6 + [True] * 2 == activity.side.tolist()
 
 
@@ -64,7 +67,7 @@ def test_a_gpu_that_stops_alone_stays_with_its_job() -> None:
     assert [] == _feed(activity, [working] * 3 + [one_stopped] * 200)
     assert not activity.side.any()
     changes = _feed(activity, [all_stopped] * 2, t0=203 * STEP)
-    assert {e for _, e, resting in changes if resting} == set(range(8))
+    assert {e for _, e, resting, _ in changes if resting} == set(range(8))
 
 
 def test_a_gpu_that_starts_alone_joins_the_working_side_after_a_while() -> None:
@@ -74,7 +77,21 @@ def test_a_gpu_that_starts_alone_joins_the_working_side_after_a_while() -> None:
     idle, one = [0.0] * 8, [0.0] * 7 + [98.0]
     changes = _feed(activity, [idle] * 3 + [one] * 10)
     moved_at = 3 + int(TOGETHER_S // STEP) + 1
-    assert [(moved_at, 7, False)] == [c for c in changes if c[1] == 7 and c[0] > 0]
+    assert [(moved_at, 7, False, -1)] == [c for c in changes if c[1] == 7 and c[0] > 0]
+
+
+def test_a_job_that_starts_beside_a_running_one_is_a_crew_of_its_own() -> None:
+    """Six GPUs train; later the two idle ones start a job together: they work in a crew of
+    their own (named by GPU 6), not on the running job's side; when both jobs end and a
+    whole-node job starts, every GPU is on the plain working side again."""
+    activity = _activity()
+    main_job, both, idle, whole = [98.0] * 6 + [0.0] * 2, [98.0] * 8, [0.0] * 8, [98.0] * 8
+    changes = _feed(activity, [main_job] * 3 + [both] * 3)
+    assert [(3, 6, False, 6), (3, 7, False, 6)] == [c for c in changes if c[0] > 0]
+    assert [-1] * 6 + [6, 6] == activity.crew.tolist()
+    changes = _feed(activity, [idle] * 3 + [whole] * 3, t0=6 * STEP)
+    assert [(3, e, False, -1) for e in range(8)] == [c for c in changes if not c[2]]
+    assert [-1] * 8 == activity.crew.tolist()
 
 
 def test_a_dip_between_the_thresholds_keeps_the_state() -> None:
@@ -91,7 +108,7 @@ def test_unobserved_gpus_take_no_part_and_the_state_survives_a_restart() -> None
     assert [False, False, True, True] == activity.side.tolist()
     restored = _activity(4)
     restored.load_state_dict(activity.state_dict())
-    assert [(2, True), (3, True)] == restored.take_changes()
+    assert [(2, True, -1), (3, True, -1)] == restored.take_changes()
     assert activity.state_dict().keys() == restored.state_dict().keys()
     for key, value in activity.state_dict().items():
         assert np.array_equal(value, restored.state_dict()[key])
@@ -105,8 +122,8 @@ def _gpu_info(gpu: str, pod: str | None = None) -> SeriesInfo:
 
 
 def test_the_side_at_rest_is_a_team_of_its_own_and_a_label_wins() -> None:
-    """An unlabelled GPU at rest leaves its node's team; back at work it returns; a GPU whose
-    series name its pod keeps the pod's team."""
+    """An unlabelled GPU at rest leaves its node's team; back at work it returns, or in a
+    crew joins a team of its own; a GPU whose series name its pod keeps the pod's team."""
     teams = GpuTeams(LabelRules())
     teams.add_gpu(0, 0, _gpu_info("0"))
     teams.add_gpu(1, 0, _gpu_info("1", "train-a"))
@@ -114,6 +131,8 @@ def test_the_side_at_rest_is_a_team_of_its_own_and_a_label_wins() -> None:
     assert at_rest not in (None, 0)
     assert teams.rest(1, True) is None  # the label wins
     assert 0 == teams.rest(0, False)
+    crew = teams.rest(0, False, crew=0)
+    assert crew not in (None, 0, at_rest)
     teams.rest(0, True)
     teams.note_split(0, "n1")
     assert set() == teams.inferred_split_nodes  # idle GPUs beside a job are no second job
@@ -179,6 +198,44 @@ def test_idle_gpus_beside_a_starting_job_raise_no_alert(tmp_path: Path) -> None:
     _dump(dump, lambda node, gpu, h: float(h >= 1 / 3 and (node != 1 or gpu < 6)))
     assert not any(node == "node-1" for node, _ in _alerts(tmp_path, dump, "gpu_util"))
     assert {("node-1", "6"), ("node-1", "7")} & _alerts(tmp_path, dump, "")
+
+
+def test_a_side_job_starting_beside_a_running_one_raises_no_alert(tmp_path: Path) -> None:
+    """node-1 trains on six GPUs from the start; at 1 h its two idle GPUs start a job of
+    their own at 60% load: no alert on node-1; with the activity signal off they are the
+    running job's deviants."""
+    dump = tmp_path / "side.om"
+
+    def load(node: int, gpu: int, h: float) -> float:
+        if node != 1 or gpu < 6:
+            return 1.0
+        return 0.6 if h >= 1.0 else 0.0
+
+    _dump(dump, load)
+    assert not any(node == "node-1" for node, _ in _alerts(tmp_path, dump, "gpu_util"))
+    assert {("node-1", "6"), ("node-1", "7")} & _alerts(tmp_path, dump, "")
+
+
+def test_the_simulators_shared_nodes_raise_no_alert_without_labels() -> None:
+    """The simulator's shared nodes (two GPUs each in side jobs of their own) with no
+    workload label and co-movement on: no alert with the activity split, the side GPUs'
+    alerts without it."""
+    scenario = dataclasses.replace(
+        Scenario.demo(), nodes=8, days=0.5, seed=41, shared_nodes=3, failure_count=0
+    )
+    alerts = {}
+    for signal in ("gpu_util", ""):
+        env = {
+            "DETECTOR_LABELS__GPU_WORKLOAD_LABELS": "[]",
+            "DETECTOR_LABELS__GPU_ACTIVITY_SIGNAL": signal,
+        }
+        config = load_config(None, env=env)
+        index = SeriesIndex(LabelRules.from_config(config.labels))
+        frames = simulated_frames(SimulatedCluster(scenario), index)
+        alerts[signal] = run_replay(build_pipeline(config, index), frames).alerts
+    assert [] == alerts["gpu_util"]
+    assert {a.gpu for a in alerts[""]} <= {"6", "7"}  # the side GPUs
+    assert alerts[""]
 
 
 def test_a_gpu_that_stops_while_its_job_goes_on_is_still_caught(tmp_path: Path) -> None:

@@ -289,10 +289,12 @@ def test_the_comovement_signal_must_be_a_gpu_signal() -> None:
 
 
 def _replay(scenario: Scenario, comovement: str) -> ReplayResult:
-    """An unlabelled replay of ``scenario``, co-movement following ``comovement``."""
+    """An unlabelled replay of ``scenario``, co-movement following ``comovement`` (the
+    activity split off: it alone removes these alerts, tests/test_gpu_activity.py)."""
     env = {
         "DETECTOR_LABELS__GPU_WORKLOAD_LABELS": "[]",
         "DETECTOR_LABELS__GPU_WORKLOAD_COMOVEMENT": comovement,
+        "DETECTOR_LABELS__GPU_ACTIVITY_SIGNAL": "",
     }
     config = load_config(None, env=env)
     index = SeriesIndex(LabelRules.from_config(config.labels))
