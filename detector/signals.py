@@ -14,7 +14,8 @@ pod (``series.workload``), so that GPU peers are the GPUs of one node running on
 moves when the index reports a new workload on one of its series (``recontexted``), in the
 ``sync`` of that tick; so does its node when the change is in a cohort label (``hpc_job``).
 Where no label names a GPU's workload, its power's co-movement with the node's other GPUs
-may (gpu_comovement.py, fed each tick by ``compute``; its moves are applied at the next sync).
+and its utilization may (team_inference.py: gpu_comovement.py and gpu_activity.py, fed each
+tick by ``compute``; their moves are applied at the next sync).
 
 DCGM's blank sentinel (values near 2**63) reads as not observed. NaN means not observed. So
 does a target's scrape that repeats its previous one byte for byte (dcgm-exporter serving its
@@ -33,8 +34,6 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .gpu_activity import GpuActivity
-from .gpu_comovement import CoMovingGpus
 from .gpu_teams import GpuTeams
 from .model import DCGM_BLANK_THRESHOLD, BoolArray, ColumnLayout, FloatArray, IntArray, SeriesInfo
 from .node_cohorts import NodeCohorts
@@ -49,6 +48,7 @@ from .signal_values import (
     retire_replaced,
     transformed,
 )
+from .team_inference import TeamInference
 
 
 class SignalMap:
@@ -76,12 +76,12 @@ class SignalMap:
         self._gpu_entities: dict[tuple[str, str], int] = {}  # (node, gpu label) -> entity id
         self._gpu_entity_node: list[int] = []  # entity id -> node id
         self.teams = GpuTeams(index.rules)  # GPU peers are the GPUs of one node and one team
-        self.comovement_signal = index.rules.workload_comovement
-        gpu_signals = tuple(r.name for r in catalog.signals if r.entity == "gpu")
-        self.comoving = CoMovingGpus.following(self.comovement_signal, gpu_signals)
-        self.activity_signal = index.rules.activity_signal
-        self.activity = GpuActivity.following(self.activity_signal, gpu_signals)
+        gpu_signals = [r.name for r in catalog.signals if r.entity == "gpu"]
+        self.inference = TeamInference(index.rules, gpu_signals, self.teams)
+        self.comoving, self.activity = self.inference.comoving, self.inference.activity
         self._entity_columns: dict[int, list[int]] = {}  # entity id -> its signal columns
+        # per GPU entity its co-movement and activity column (TeamInference.columns)
+        self._inference_columns: tuple[IntArray, IntArray] = (np.zeros(0, np.int64),) * 2
         self._series_gpu_entity: list[int] = []  # per index series: entity id or -1
         # per index series on a GPU: its (entity, metric) slot id, else -1 (_retire_replaced)
         self._series_slot: list[int] = []
@@ -196,15 +196,11 @@ class SignalMap:
         return self._note_splits(nodes) or moved
 
     def _follow_inferred(self) -> bool:
-        """Move the GPUs whose group of co-moving GPUs (gpu_comovement.py) or side, at rest
-        or working (gpu_activity.py), changed to their team; True when one moved."""
+        """Move the GPUs whose team co-movement or activity moved (team_inference.py);
+        True when one moved."""
         nodes: set[int] = set()
-        if self.comoving is not None:
-            for entity, key in self.comoving.take_changes():
-                self._set_team(entity, self.teams.infer(entity, key), nodes)
-        if self.activity is not None:
-            for entity, resting, crew in self.activity.take_changes():
-                self._set_team(entity, self.teams.rest(entity, resting, crew), nodes)
+        for entity, team in self.inference.moves():
+            self._set_team(entity, team, nodes)
         return self._note_splits(nodes)
 
     def _set_team(self, entity: int, team: int | None, nodes: set[int]) -> None:
@@ -292,10 +288,7 @@ class SignalMap:
                 node_id = self.columns.node_id(info.node)
                 self._gpu_entity_node.append(node_id)
                 self.teams.add_gpu(entity, node_id, info)
-                if self.comoving is not None:
-                    self.comoving.add_gpu(entity, node_id)
-                if self.activity is not None:
-                    self.activity.add_gpu(entity, node_id)
+                self.inference.add_gpu(entity, node_id)
                 self._add_presence(info, entity, node_id)
                 first = self.cohorts.add_gpu_node(info.node)
                 if first is not None:  # a new GPU node; the first moves all others
@@ -435,27 +428,12 @@ class SignalMap:
                     [columns.known_node(node) for node in self._target_nodes()], dtype=np.int64
                 ),
                 "alias_pairs": np.asarray(self._aliases, dtype=np.int64).reshape(-1, 2),
-                "comovement_column": self._entity_columns_of(
-                    self.comovement_signal if self.comoving is not None else None
-                ),
-                "activity_column": self._entity_columns_of(
-                    self.activity_signal if self.activity is not None else None
-                ),
             }
+            self._inference_columns = self.inference.columns(
+                len(self._gpu_entity_node), self._entity_columns, columns.signal_names,
+                columns.signal,
+            )  # fmt: skip
         return self._arrays
-
-    def _entity_columns_of(self, name: str | None) -> IntArray:
-        """Per GPU entity its first column of signal ``name`` (-1: none; no entities for
-        None, a follower that is off)."""
-        following = name is not None
-        found = np.full(len(self._gpu_entity_node) if following else 0, -1, dtype=np.int64)
-        names, signal = self.columns.signal_names, self.columns.signal
-        for entity, cols in self._entity_columns.items() if following else ():
-            for col in cols:
-                if names[signal[col]] == name:
-                    found[entity] = col
-                    break
-        return found
 
     def compute(self, t: float, frame_values: FloatArray) -> FloatArray:
         """Signal values for the tick at ``t`` (syncs first if the index grew)."""
@@ -502,24 +480,13 @@ class SignalMap:
             scraped, frozen = (None, None) if repeats is None else (repeats.scraped, repeats.frozen)
             frozen_values(a, scraped, frozen, len(self.node_names), out)
 
-        # GPUs a workload label names are left out of both
-        if self.comoving is not None:
-            self.comoving.observe(t, self._per_gpu(out, a["comovement_column"]))
-        if self.activity is not None:
-            self.activity.observe(t, self._per_gpu(out, a["activity_column"]))
+        self.inference.observe(t, out, self._inference_columns)
 
         np.copyto(prev, cur, where=observed)
         np.copyto(prev_t, t, where=observed)
         computed = a["computed"]  # observed when they have a value (last_observed)
         prev_t[computed[~np.isnan(out[computed])]] = t
         return out
-
-    def _per_gpu(self, out: FloatArray, col: IntArray) -> FloatArray:
-        """Per GPU entity the value of its column ``col`` this tick (NaN: none, or a GPU a
-        workload label names)."""
-        values = np.where(col >= 0, out[np.maximum(col, 0)] if out.size else np.nan, np.nan)
-        values[self.teams.labelled_mask(col.shape[0])] = np.nan
-        return values
 
     def _target_nodes(self) -> list[str]:
         return [] if self.repeats is None else self.repeats.target_nodes()
@@ -572,8 +539,7 @@ class SignalMap:
             "prev_den": self._prev_den.copy(),
             "seen": self._seen.copy(),
             **_prefixed("repeats_", self.repeats),
-            **_prefixed("comoving_", self.comoving),
-            **_prefixed("activity_", self.activity),
+            **self.inference.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
@@ -610,12 +576,7 @@ class SignalMap:
         repeats = _unprefixed("repeats_", state)
         if self.repeats is not None and repeats:  # states saved before repeats.py have none
             self.repeats.load_state_dict(repeats)
-        comoving = _unprefixed("comoving_", state)
-        if self.comoving is not None and comoving:  # the groups apply at the next sync
-            self.comoving.load_state_dict(comoving)
-        activity = _unprefixed("activity_", state)
-        if self.activity is not None and activity:  # states saved before it have none
-            self.activity.load_state_dict(activity)
+        self.inference.load_state_dict(state)  # the moves apply at the next sync
 
 
 class _Stateful(Protocol):
