@@ -16,6 +16,9 @@ Detectors:
   alone): the project's streaming scorers, one column per file, configured by ``ProjectConfig``
   (durations in observations of each file's cadence), mapped to [0, 1] by 1 - exp(-z / 10)
   after a causal holdoff. ``--detectors windowedGaussian`` runs the baseline alone (~1 s).
+  ``projectBocpd`` (group ``bocpd``, run only when named: ~1 min of numpy): BayesianChangePoint
+  alone in ChangePoint's place, its baseline's half-life ChangePoint's and one change a priori
+  per half-life (session 24, set before scoring; bench/RESULTS.md "## NAB").
 - ``likelihood`` (group ``predictive``): max of AnomalyLikelihood(ForecastError) and
   RangeNovelty, Numenta's recipe (likelihood of a prediction error, plus "spatial" novelty)
   with the project's streaming scorers, configured by ``LikelihoodConfig``; the same pass also
@@ -273,6 +276,17 @@ def holdoff(score: FloatArray, rows: int) -> FloatArray:
     padded = np.concatenate((np.zeros(rows), score))
     previous_max = np.lib.stride_tricks.sliding_window_view(padded[:-1], rows).max(axis=1)
     return np.where(score > previous_max, score, 0.0)
+
+
+def bocpd_z(f: NabFile, cfg: ProjectConfig = ProjectConfig()) -> FloatArray:
+    """Stream one file through BayesianChangePoint (ChangePoint's baseline half-life, one
+    change a priori per half-life); z units per row."""
+    from detector.scorers.bocpd import BayesianChangePoint
+
+    cadence = cadence_of(f, cfg.cadence_rows)
+    half_life = cfg.changepoint_half_life * cadence
+    scorer = BayesianChangePoint(half_life_s=half_life, expected_run_s=half_life)
+    return stream(scorer, f, held_clock(f), cfg.cadence_rows)
 
 
 def project_detectors(f: NabFile, cfg: ProjectConfig = ProjectConfig()) -> dict[str, FloatArray]:
@@ -756,6 +770,11 @@ def baseline_detectors(f: NabFile) -> dict[str, FloatArray]:
     return {"windowedGaussian": windowed_gaussian(f)}
 
 
+def bocpd_detectors(f: NabFile, cfg: ProjectConfig = ProjectConfig()) -> dict[str, FloatArray]:
+    """``projectBocpd``: the Bayesian changepoint alone, mapped as ``projectChangepoint``."""
+    return anomaly_scores({"projectBocpd": bocpd_z(f, cfg)}, cfg.holdoff_rows, cfg.score_scale)
+
+
 DETECTORS: dict[str, Callable[[NabFile], dict[str, FloatArray]]] = {
     "windowedGaussian": baseline_detectors,
     "project": project_detectors,
@@ -763,6 +782,7 @@ DETECTORS: dict[str, Callable[[NabFile], dict[str, FloatArray]]] = {
     "context": context_detectors,
     "seasonal": seasonal_detectors,
 }
+OPTIONAL: dict[str, Callable[[NabFile], dict[str, FloatArray]]] = {"bocpd": bocpd_detectors}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -770,7 +790,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, required=True, help="NAB root (data/, labels/, ...)")
     parser.add_argument("--out", type=Path, required=True, help="where result files go")
     parser.add_argument(
-        "--detectors", default=",".join(DETECTORS), help=f"comma list of {list(DETECTORS)}"
+        "--detectors",
+        default=",".join(DETECTORS),
+        help=f"comma list of {list(DETECTORS)} (default: all) and {list(OPTIONAL)}",
     )
     parser.add_argument("--jobs", type=int, default=2, help="processes (files run in parallel)")
     args = parser.parse_args(argv)
@@ -780,11 +802,11 @@ def main(argv: list[str] | None = None) -> int:
     rows: dict[str, dict[str, nab_score.CorpusResult]] = {}
     total_rows = sum(f.values.shape[0] for f in corpus)
     for group in [g for g in args.detectors.split(",") if g]:
-        if group not in DETECTORS:
-            raise SystemExit(f"unknown detector {group!r}; known: {list(DETECTORS)}")
+        if group not in DETECTORS | OPTIONAL:
+            raise SystemExit(f"unknown detector {group!r}; known: {list(DETECTORS | OPTIONAL)}")
         started = time.perf_counter()
         with multiprocessing.Pool(args.jobs) as pool:
-            outputs = pool.map(DETECTORS[group], corpus)
+            outputs = pool.map((DETECTORS | OPTIONAL)[group], corpus)
         elapsed = time.perf_counter() - started
         print(f"{group}: {len(corpus)} files, {total_rows} rows, {elapsed:.1f} s", file=sys.stderr)
         for name in outputs[0]:
