@@ -36,11 +36,8 @@ GPUs with a workload label are left out: a label always wins (``GpuTeams``). O(G
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import numpy as np
 
-from .errors import ConfigError
 from .model import BoolArray, FloatArray, IntArray
 
 REST_BELOW = 5.0  # utilization (%) below which a GPU is at rest
@@ -70,20 +67,6 @@ class GpuActivity:
         # of that start (-1: the node's plain working side)
         self.crew: IntArray = np.zeros(0, np.int64)
         self._changes: list[tuple[int, bool, int]] = []
-
-    @classmethod
-    def following(cls, signal: str | None, gpu_signals: Iterable[str]) -> GpuActivity | None:
-        """One following ``signal`` (``labels.gpu_activity_signal``; None: off, so none),
-        which must be one of ``gpu_signals``, the rules' GPU signals (else ConfigError)."""
-        if signal is None:
-            return None
-        known = sorted(gpu_signals)
-        if signal not in known:
-            raise ConfigError(
-                f"labels.gpu_activity_signal: {signal!r} is no GPU signal of the rules "
-                f"(they have: {', '.join(known) or 'none'}); name one, or null to turn it off"
-            )
-        return cls()
 
     def __len__(self) -> int:
         return int(self.node.shape[0])

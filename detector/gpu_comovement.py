@@ -52,11 +52,9 @@ once.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 
 import numpy as np
 
-from .errors import ConfigError
 from .model import GPU_ALONE, BoolArray, FloatArray, IntArray
 
 LEVEL_HALF_LIFE_S = 300.0  # a GPU's own recent level, which its departures are taken from
@@ -108,20 +106,6 @@ class CoMovingGpus:
         """Per GPU: linked into a group of its node's team ``CONFIRM`` evaluations in a row
         at some time, so kept in the team for good."""
         return self.joined >= CONFIRM
-
-    @classmethod
-    def following(cls, signal: str | None, gpu_signals: Iterable[str]) -> CoMovingGpus | None:
-        """One following ``signal`` (``labels.gpu_workload_comovement``; None: off, so none),
-        which must be one of ``gpu_signals``, the rules' GPU signals (else ConfigError)."""
-        if signal is None:
-            return None
-        known = sorted(gpu_signals)
-        if signal not in known:
-            raise ConfigError(
-                f"labels.gpu_workload_comovement: {signal!r} is no GPU signal of the rules "
-                f"(they have: {', '.join(known) or 'none'}); name one, or null to turn it off"
-            )
-        return cls()
 
     def __len__(self) -> int:
         return int(self.node.shape[0])

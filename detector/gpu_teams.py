@@ -37,8 +37,9 @@ class GpuTeams:
         self.labelled: dict[int, int] = {}  # entity id -> its workload label's team id (0: none)
         self._inferred: dict[int, int] = {}  # entity id -> team inferred from co-movement
         self._alone: set[int] = set()  # entity ids co-movement judged alone (label or not)
-        self._resting: set[int] = set()  # entity ids whose team is on the side at rest
-        self._crew: dict[int, int] = {}  # entity id -> the start it works in beside others
+        # entity id -> its activity side where it is not the plain working one ("at rest", or
+        # "crew K": working in the start of GPU K beside others already at work)
+        self._side: dict[int, str] = {}
         self._labelled_mask: np.ndarray | None = None  # cache of ``labelled_mask``
         self._node_entities: dict[int, list[int]] = {}  # node id -> its GPU entity ids
         self.split_nodes: set[str] = set()  # nodes seen with GPUs in two workloads at once
@@ -88,32 +89,26 @@ class GpuTeams:
         return self._set(entity, self._unlabelled(entity))
 
     def rest(self, entity: int, resting: bool, crew: int = -1) -> int | None:
-        """The GPU's side as activity found it (gpu_activity.py: at rest or working): its new
-        team id, or None when its team stays (a GPU with a workload label keeps the label's)."""
-        if resting:
-            self._resting.add(entity)
+        """The GPU's side as activity found it (gpu_activity.py: at rest, or working in the
+        crew of GPU ``crew``, or on the plain working side for -1): its new team id, or None
+        when its team stays (a GPU with a workload label keeps the label's)."""
+        side = "at rest" if resting else f"crew {crew}" if crew >= 0 else ""
+        if side:
+            self._side[entity] = side
         else:
-            self._resting.discard(entity)
-        if crew >= 0 and not resting:
-            self._crew[entity] = crew
-        else:
-            self._crew.pop(entity, None)
+            self._side.pop(entity, None)
         if self.labelled[entity]:
             return None
         return self._set(entity, self._unlabelled(entity))
 
     def _unlabelled(self, entity: int) -> int:
         """The team of a GPU no workload label names: what co-movement inferred (0: its
-        node's own team), on the side at rest if it is there; a GPU judged alone stays so."""
+        node's own team), split by its activity side; a GPU judged alone stays so."""
         team = self._inferred.get(entity, 0)
-        if entity in self._alone:
+        side = self._side.get(entity)
+        if side is None or entity in self._alone:
             return team
-        if entity in self._resting:
-            return self._ids.setdefault(f"\0at rest {team}", len(self._ids))
-        crew = self._crew.get(entity)
-        if crew is None:
-            return team
-        return self._ids.setdefault(f"\0crew {crew} {team}", len(self._ids))
+        return self._ids.setdefault(f"\0{side} {team}", len(self._ids))
 
     def _set(self, entity: int, team: int) -> int | None:
         if team == self.of[entity]:

@@ -80,8 +80,6 @@ class SignalMap:
         self.inference = TeamInference(index.rules, gpu_signals, self.teams)
         self.comoving, self.activity = self.inference.comoving, self.inference.activity
         self._entity_columns: dict[int, list[int]] = {}  # entity id -> its signal columns
-        # per GPU entity its co-movement and activity column (TeamInference.columns)
-        self._inference_columns: tuple[IntArray, IntArray] = (np.zeros(0, np.int64),) * 2
         self._series_gpu_entity: list[int] = []  # per index series: entity id or -1
         # per index series on a GPU: its (entity, metric) slot id, else -1 (_retire_replaced)
         self._series_slot: list[int] = []
@@ -428,11 +426,11 @@ class SignalMap:
                     [columns.known_node(node) for node in self._target_nodes()], dtype=np.int64
                 ),
                 "alias_pairs": np.asarray(self._aliases, dtype=np.int64).reshape(-1, 2),
-            }
-            self._inference_columns = self.inference.columns(
-                len(self._gpu_entity_node), self._entity_columns, columns.signal_names,
-                columns.signal,
-            )  # fmt: skip
+                **self.inference.columns(
+                    len(self._gpu_entity_node), self._entity_columns, columns.signal_names,
+                    columns.signal,
+                ),
+            }  # fmt: skip
         return self._arrays
 
     def compute(self, t: float, frame_values: FloatArray) -> FloatArray:
@@ -480,7 +478,7 @@ class SignalMap:
             scraped, frozen = (None, None) if repeats is None else (repeats.scraped, repeats.frozen)
             frozen_values(a, scraped, frozen, len(self.node_names), out)
 
-        self.inference.observe(t, out, self._inference_columns)
+        self.inference.observe(t, out, a)
 
         np.copyto(prev, cur, where=observed)
         np.copyto(prev_t, t, where=observed)

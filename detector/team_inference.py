@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
+from .errors import ConfigError
 from .gpu_activity import GpuActivity
 from .gpu_comovement import CoMovingGpus
 from .gpu_teams import GpuTeams
@@ -22,6 +23,7 @@ from .model import FloatArray, IntArray
 from .series import LabelRules
 
 _PREFIXES = ("comoving_", "activity_")  # their keys in the signal map's saved state
+COMOVEMENT_COLUMN, ACTIVITY_COLUMN = "comovement_column", "activity_column"
 
 
 class TeamInference:
@@ -30,9 +32,11 @@ class TeamInference:
     def __init__(self, rules: LabelRules, gpu_signals: Sequence[str], teams: GpuTeams) -> None:
         self.teams = teams
         self.comovement_signal = rules.workload_comovement
-        self.comoving = CoMovingGpus.following(self.comovement_signal, gpu_signals)
         self.activity_signal = rules.activity_signal
-        self.activity = GpuActivity.following(self.activity_signal, gpu_signals)
+        comovement = _followed("gpu_workload_comovement", self.comovement_signal, gpu_signals)
+        activity = _followed("gpu_activity_signal", self.activity_signal, gpu_signals)
+        self.comoving = CoMovingGpus() if comovement else None
+        self.activity = GpuActivity() if activity else None
 
     def add_gpu(self, entity: int, node_id: int) -> None:
         """GPU entity ``entity`` (the next id) of node ``node_id``."""
@@ -47,11 +51,11 @@ class TeamInference:
         entity_columns: Mapping[int, list[int]],
         names: Sequence[str],
         signal: Sequence[int],
-    ) -> tuple[IntArray, IntArray]:
+    ) -> dict[str, IntArray]:
         """Per GPU entity (``entities`` of them) its column of the co-movement signal and of
-        the activity signal (-1: none; no entities for a follower that is off);
-        ``entity_columns``: each GPU's columns, ``names`` and ``signal``: the columns' signal
-        names and ids."""
+        the activity signal (-1: none; no entities for a follower that is off), under
+        ``COMOVEMENT_COLUMN`` and ``ACTIVITY_COLUMN``; ``entity_columns``: each GPU's
+        columns, ``names`` and ``signal``: the columns' signal names and ids."""
 
         def first_of(name: str | None) -> IntArray:
             found = np.full(entities if name is not None else 0, -1, dtype=np.int64)
@@ -60,18 +64,20 @@ class TeamInference:
                 found[entity] = hits[0] if hits else -1
             return found
 
-        return (
-            first_of(self.comovement_signal if self.comoving is not None else None),
-            first_of(self.activity_signal if self.activity is not None else None),
-        )
+        return {
+            COMOVEMENT_COLUMN: first_of(
+                self.comovement_signal if self.comoving is not None else None
+            ),
+            ACTIVITY_COLUMN: first_of(self.activity_signal if self.activity is not None else None),
+        }
 
-    def observe(self, t: float, out: FloatArray, columns: tuple[IntArray, IntArray]) -> None:
-        """Feed this tick's signal values ``out`` to the followers (``columns``: ``columns``'
-        result), GPUs a workload label names left out."""
+    def observe(self, t: float, out: FloatArray, columns: Mapping[str, IntArray]) -> None:
+        """Feed this tick's signal values ``out`` to the followers (``columns``: holding
+        ``columns``' result), GPUs a workload label names left out."""
         if self.comoving is not None:
-            self.comoving.observe(t, self._per_gpu(out, columns[0]))
+            self.comoving.observe(t, self._per_gpu(out, columns[COMOVEMENT_COLUMN]))
         if self.activity is not None:
-            self.activity.observe(t, self._per_gpu(out, columns[1]))
+            self.activity.observe(t, self._per_gpu(out, columns[ACTIVITY_COLUMN]))
 
     def _per_gpu(self, out: FloatArray, col: IntArray) -> FloatArray:
         values = np.where(col >= 0, out[np.maximum(col, 0)] if out.size else np.nan, np.nan)
@@ -102,3 +108,17 @@ class TeamInference:
             own = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
             if part is not None and own:
                 part.load_state_dict(own)
+
+
+def _followed(setting: str, signal: str | None, gpu_signals: Sequence[str]) -> bool:
+    """Whether ``labels.<setting>`` names a signal to follow (None: off); it must be one of
+    ``gpu_signals``, the rules' GPU signals, else ConfigError naming the setting."""
+    if signal is None:
+        return False
+    if signal not in gpu_signals:
+        known = ", ".join(sorted(gpu_signals)) or "none"
+        raise ConfigError(
+            f"labels.{setting}: {signal!r} is no GPU signal of the rules (they have: "
+            f"{known}); name one, or null to turn it off"
+        )
+    return True

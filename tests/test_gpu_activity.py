@@ -14,7 +14,6 @@ import pytest
 
 from detector.cli import main
 from detector.config import load_config
-from detector.errors import ConfigError
 from detector.gpu_activity import TOGETHER_S, GpuActivity
 from detector.gpu_teams import GpuTeams
 from detector.model import SeriesInfo
@@ -136,18 +135,6 @@ def test_the_side_at_rest_is_a_team_of_its_own_and_a_label_wins() -> None:
     teams.rest(0, True)
     teams.note_split(0, "n1")
     assert set() == teams.inferred_split_nodes  # idle GPUs beside a job are no second job
-
-
-def test_the_activity_signal_must_be_a_gpu_signal() -> None:
-    """Naming a node signal is refused when the pipeline is built, naming the setting; an
-    empty value turns it off."""
-    config = load_config(None, env={"DETECTOR_LABELS__GPU_ACTIVITY_SIGNAL": "node_load"})
-    with pytest.raises(ConfigError, match=r"gpu_activity_signal: 'node_load' is no GPU"):
-        build_pipeline(config, SeriesIndex(LabelRules.from_config(config.labels)))
-    off = load_config(None, env={"DETECTOR_LABELS__GPU_ACTIVITY_SIGNAL": ""})
-    assert off.labels.gpu_activity_signal is None
-    index = SeriesIndex(LabelRules.from_config(off.labels))
-    assert build_pipeline(off, index).signal_map.activity is None
 
 
 # (idle, working, noise) per metric

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from detector.config import load_config
-from detector.errors import ConfigError
 from detector.gpu_comovement import CONFIRM, EVERY_S, MIN_EVIDENCE_S, CoMovingGpus
 from detector.gpu_teams import GpuTeams
 from detector.model import GPU_ALONE, SeriesInfo
@@ -274,18 +273,6 @@ def test_a_node_split_by_co_movement_is_told_from_one_split_by_labels() -> None:
     assert {"n1"} == teams.inferred_split_nodes
     teams.recount()
     assert 0 == teams.workloads_at_once  # inferred groups are no named workloads
-
-
-def test_the_comovement_signal_must_be_a_gpu_signal() -> None:
-    """Naming a node signal (or a typo) is refused when the pipeline is built, naming the
-    setting; an empty value turns co-movement off."""
-    config = load_config(None, env={"DETECTOR_LABELS__GPU_WORKLOAD_COMOVEMENT": "node_load"})
-    with pytest.raises(ConfigError, match=r"gpu_workload_comovement: 'node_load' is no GPU"):
-        build_pipeline(config, SeriesIndex(LabelRules.from_config(config.labels)))
-    off = load_config(None, env={"DETECTOR_LABELS__GPU_WORKLOAD_COMOVEMENT": ""})
-    assert off.labels.gpu_workload_comovement is None
-    index = SeriesIndex(LabelRules.from_config(off.labels))
-    assert build_pipeline(off, index).signal_map.comoving is None
 
 
 def _replay(scenario: Scenario, comovement: str) -> ReplayResult:

@@ -81,8 +81,6 @@ class BayesianChangePoint:
             raise ConfigError(f"bocpd: prior_sd must be > 0 sigmas, got {prior_sd}")
         if runs < 2:
             raise ConfigError(f"bocpd: runs must be >= 2 hypotheses, got {runs}")
-        if not clip > 0:
-            raise ConfigError(f"bocpd: clip must be > 0, got {clip}")
         self.baseline = RobustEWBaseline(half_life_s, warmup, clip, var_floor_rel, var_floor_abs)
         self.clip = float(clip)
         self.expected_run_s = float(expected_run_s)
