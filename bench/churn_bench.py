@@ -52,7 +52,8 @@ def run_variant(variant: str, ticks: int, every: int, life: int, run_ticks: int)
     from detector.ingest.parse import parse_exposition, split_series
     from detector.model import Frame
     from detector.pipeline import build_pipeline
-    from detector.series import LabelRules, SeriesIndex
+    from detector.series import SeriesIndex
+    from detector.series_labels import LabelRules
 
     page = PAGE.read_text()
     eth0 = [ln for ln in page.splitlines() if 'device="eth0"' in ln and not ln.startswith("#")]

@@ -46,7 +46,8 @@ from detector.replay import (
     run_replay,
     simulated_frames,
 )
-from detector.series import LabelRules, SeriesIndex
+from detector.series import SeriesIndex
+from detector.series_labels import LabelRules
 from detector.simulate import Scenario, SimulatedCluster
 
 

@@ -25,7 +25,8 @@ def measure(nodes: int, ticks: int) -> tuple[int, int, float]:
     from detector.config import Config
     from detector.pipeline import build_pipeline
     from detector.replay import simulated_frames
-    from detector.series import LabelRules, SeriesIndex
+    from detector.series import SeriesIndex
+    from detector.series_labels import LabelRules
     from detector.simulate import Scenario, SimulatedCluster
 
     cluster = SimulatedCluster(dataclasses.replace(Scenario.demo(), nodes=nodes, days=0.1))

@@ -53,7 +53,8 @@ from .replay import (
 )
 from .report import render_html
 from .rules import export_pattern, load_signal_rules, load_xid_catalog
-from .series import LabelRules, SeriesIndex
+from .series import SeriesIndex
+from .series_labels import LabelRules
 from .simulate import Scenario, SimulatedCluster, node_jobs, serve, write_dump
 
 

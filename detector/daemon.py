@@ -52,7 +52,8 @@ from .ingest.targets import TargetSource
 from .logs import configure_logging, get_logger
 from .model import Frame, XidEvent
 from .pipeline import Pipeline, TickResult, build_pipeline, pipeline_state, restore_pipeline
-from .series import LabelRules, SeriesIndex
+from .series import SeriesIndex
+from .series_labels import LabelRules
 from .server import Readiness, Server, start_server
 from .state import load_state, save_state
 from .xids import dedupe_episodes, is_failure

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from .model import GPU_ALONE, SeriesInfo
-from .series import LabelRules, workload_of
+from .series_labels import LabelRules, workload_of
 
 
 class GpuTeams:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from .model import SeriesInfo
-from .series import LabelRules, group_value
+from .series_labels import LabelRules, group_value
 
 
 class NodeCohorts:

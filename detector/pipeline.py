@@ -46,7 +46,8 @@ from .scorers.kernels import touch
 from .scorers.peers import PeerDeviation
 from .scorers.registry import build as build_scorer
 from .scorers.zscore import RobustZScore
-from .series import LabelRules, SeriesIndex
+from .series import SeriesIndex
+from .series_labels import LabelRules
 from .signals import SignalMap
 from .xids import XidExtractor, is_failure
 

@@ -28,7 +28,8 @@ from .ingest.events import load_events, place_events
 from .model import Alert, FloatArray, Frame, Labels, SampleBatch, XidEvent
 from .pipeline import Pipeline, TickResult
 from .progress import ProgressSink
-from .series import SeriesIndex, normalize
+from .series import SeriesIndex
+from .series_labels import normalize
 from .simulate import SimulatedCluster, with_pod
 from .xids import dedupe_episodes, is_failure
 

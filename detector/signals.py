@@ -39,7 +39,8 @@ from .model import DCGM_BLANK_THRESHOLD, BoolArray, ColumnLayout, FloatArray, In
 from .node_cohorts import NodeCohorts
 from .repeats import RepeatedScrapes, target_key
 from .rules import SignalCatalog
-from .series import SeriesIndex, without
+from .series import SeriesIndex
+from .series_labels import without
 from .signal_columns import FROZEN, GPU_COUNT, LEVEL, MISSING, RATE, RATIO, TRANSFORM, SignalColumns
 from .signal_values import (
     frozen_values,

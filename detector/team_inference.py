@@ -20,7 +20,7 @@ from .gpu_activity import GpuActivity
 from .gpu_comovement import CoMovingGpus
 from .gpu_teams import GpuTeams
 from .model import FloatArray, IntArray
-from .series import LabelRules
+from .series_labels import LabelRules
 
 _PREFIXES = ("comoving_", "activity_")  # their keys in the signal map's saved state
 COMOVEMENT_COLUMN, ACTIVITY_COLUMN = "comovement_column", "activity_column"

@@ -16,7 +16,8 @@ from detector.config import load_config
 from detector.model import Frame, Labels
 from detector.pipeline import Pipeline, build_pipeline
 from detector.rules import load_signal_rules
-from detector.series import LabelRules, SeriesIndex
+from detector.series import SeriesIndex
+from detector.series_labels import LabelRules
 from detector.signals import SignalMap
 
 T0 = 1_700_000_000.0

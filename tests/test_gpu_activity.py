@@ -19,7 +19,8 @@ from detector.gpu_teams import GpuTeams
 from detector.model import SeriesInfo
 from detector.pipeline import build_pipeline
 from detector.replay import run_replay, simulated_frames
-from detector.series import LabelRules, SeriesIndex, normalize
+from detector.series import SeriesIndex
+from detector.series_labels import LabelRules, normalize
 from detector.simulate import Scenario, SimulatedCluster
 
 STEP = 30.0

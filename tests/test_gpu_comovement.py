@@ -14,7 +14,8 @@ from detector.gpu_teams import GpuTeams
 from detector.model import GPU_ALONE, SeriesInfo
 from detector.pipeline import build_pipeline
 from detector.replay import ReplayResult, run_replay, simulated_frames, summary_lines
-from detector.series import LabelRules, SeriesIndex, normalize
+from detector.series import SeriesIndex
+from detector.series_labels import LabelRules, normalize
 from detector.simulate import Scenario, SimulatedCluster
 
 STEP = 30.0

@@ -19,7 +19,8 @@ from detector.ingest.parse import split_series
 from detector.model import ColumnLayout, Labels, SeriesInfo
 from detector.rules import load_signal_rules
 from detector.scorers.peers import PeerDeviation, peer_groups
-from detector.series import LabelRules, SeriesIndex, normalize, pod_owner, workload
+from detector.series import SeriesIndex
+from detector.series_labels import LabelRules, normalize, pod_owner, workload
 from detector.signals import SignalMap
 
 T0 = 1_767_000_000

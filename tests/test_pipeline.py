@@ -12,7 +12,8 @@ from detector.config import load_config
 from detector.model import Alert, FloatArray, Frame
 from detector.pipeline import Pipeline, TickResult, build_pipeline
 from detector.rules import load_signal_rules, load_xid_catalog
-from detector.series import LabelRules, SeriesIndex
+from detector.series import SeriesIndex
+from detector.series_labels import LabelRules
 
 T0 = 1_700_000_000.0
 STEP = 30.0

@@ -12,7 +12,8 @@ from detector.config import load_config
 from detector.model import Frame
 from detector.pipeline import Pipeline, build_pipeline, pipeline_state, restore_pipeline
 from detector.replay import simulated_frames
-from detector.series import LabelRules, SeriesIndex
+from detector.series import SeriesIndex
+from detector.series_labels import LabelRules
 from detector.simulate import Scenario, SimulatedCluster
 
 

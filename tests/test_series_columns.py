@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from detector.ingest.parse import split_series
 from detector.model import Labels
-from detector.series import LabelRules, SeriesIndex
+from detector.series import SeriesIndex
+from detector.series_labels import LabelRules
 
 TARGET = (("instance", "n1:9400"),)
 

@@ -19,7 +19,8 @@ from detector.ingest.dumps_writer import write_openmetrics
 from detector.ingest.parse import parse_exposition, split_series
 from detector.model import Frame, Sample
 from detector.pipeline import build_pipeline
-from detector.series import LabelRules, SeriesIndex
+from detector.series import SeriesIndex
+from detector.series_labels import LabelRules
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET = (("instance", "10.0.0.1:9100"), ("job", "node"))

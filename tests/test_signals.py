@@ -14,7 +14,8 @@ import pytest
 
 from detector.model import FloatArray, Labels
 from detector.rules import SignalCatalog, load_signal_rules
-from detector.series import LabelRules, SeriesIndex
+from detector.series import SeriesIndex
+from detector.series_labels import LabelRules
 from detector.signal_columns import gpu_number
 from detector.signals import SignalMap
 
@@ -396,7 +397,7 @@ def test_node_exporter_fixture_maps_onto_signals(shared_data: Path) -> None:
     assert not any(
         n.startswith(("go_", "process_", "promhttp_")) or n.endswith("_info") for n in names
     )
-    # NUMA/drbd series carry their own `node` label, which series.py reads as the node name;
+    # NUMA/drbd series carry their own `node` label, which series_labels.py reads as the node name;
     # the named signals all come from series identified by the target's instance.
     named_nodes = {
         signals.column_names(i)[1]

@@ -24,7 +24,8 @@ from detector.ingest.dumps import read_dump
 from detector.model import FloatArray, Frame
 from detector.pipeline import build_pipeline
 from detector.replay import run_replay, simulated_frames
-from detector.series import LabelRules, SeriesIndex
+from detector.series import SeriesIndex
+from detector.series_labels import LabelRules
 from detector.sim.catalog import DCGM_FIELDS, parse_dcgm_csv
 from detector.sim.trace import DEFAULT_RATES, derive_rates
 from detector.sim.workload import CHECKPOINT, TRAIN

@@ -7,7 +7,8 @@ import pytest
 from detector.config import load_config
 from detector.errors import ConfigError
 from detector.pipeline import build_pipeline
-from detector.series import LabelRules, SeriesIndex
+from detector.series import SeriesIndex
+from detector.series_labels import LabelRules
 
 
 @pytest.mark.parametrize(

@@ -47,7 +47,8 @@ import numpy as np
 from ..errors import DumpError
 from ..logs import get_logger
 from ..model import Labels, SampleBatch
-from ..series import SeriesIndex, host_names, normalize, pod_named_nodes, raw_grouping
+from ..series import SeriesIndex
+from ..series_labels import host_names, normalize, pod_named_nodes, raw_grouping
 from .dumps_formats import (
     FileReport,
     RawChunk,

@@ -50,7 +50,8 @@ from ..config_schema import ScrapeConfig
 from ..errors import ParseError, ScrapeError
 from ..logs import get_logger
 from ..model import Exposition, FloatArray, Frame, IntArray
-from ..series import SCRAPE_HEALTH_METRICS, SeriesIndex
+from ..series import SeriesIndex
+from ..series_labels import SCRAPE_HEALTH_METRICS
 from .parse import parse_exposition, split_series
 from .targets import Target
 
