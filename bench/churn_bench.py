@@ -51,7 +51,7 @@ def run_variant(variant: str, ticks: int, every: int, life: int, run_ticks: int)
     from detector.config import Config
     from detector.ingest.parse import parse_exposition, split_series
     from detector.model import Frame
-    from detector.pipeline import build_pipeline
+    from detector.pipeline_build import build_pipeline
     from detector.series import SeriesIndex
     from detector.series_labels import LabelRules
 

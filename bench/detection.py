@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from detector.config import load_config
 from detector.episodes import EpisodeParams
 from detector.fitting import Fitted, fit_calibration, fit_threshold
-from detector.pipeline import build_pipeline, episode_params
+from detector.pipeline_build import build_pipeline, episode_params
 from detector.replay import (
     ReplayResult,
     evaluate_at_threshold,

@@ -23,7 +23,7 @@ from fresh_process import in_fresh_process, resident_mb
 def measure(nodes: int, ticks: int) -> tuple[int, int, float]:
     """Series, signal columns and resident MB after ``ticks`` ticks of ``nodes`` nodes."""
     from detector.config import Config
-    from detector.pipeline import build_pipeline
+    from detector.pipeline_build import build_pipeline
     from detector.replay import simulated_frames
     from detector.series import SeriesIndex
     from detector.series_labels import LabelRules

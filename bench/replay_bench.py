@@ -29,7 +29,8 @@ from typing import Any
 
 from detector.config import load_config
 from detector.model import Frame
-from detector.pipeline import Pipeline, build_pipeline
+from detector.pipeline import Pipeline
+from detector.pipeline_build import build_pipeline
 from detector.replay import run_replay, simulated_frames
 from detector.series import SeriesIndex
 from detector.simulate import Scenario, SimulatedCluster

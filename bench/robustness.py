@@ -56,7 +56,7 @@ from detection import replay_seed
 from detector.config import load_config
 from detector.episodes import EpisodeParams
 from detector.fitting import fit_threshold
-from detector.pipeline import episode_params
+from detector.pipeline_build import episode_params
 from detector.replay import ReplayResult, evaluate_at_threshold
 
 HORIZON_S, GRACE_S = 3600.0, 300.0

@@ -41,7 +41,7 @@ from .fitting import Fitted, fit_calibration
 from .ingest.record import run_record
 from .logs import configure_logging
 from .model import XidEvent
-from .pipeline import build_pipeline, episode_params
+from .pipeline_build import build_pipeline, episode_params
 from .progress import ProgressBar
 from .replay import (
     ReplayResult,
@@ -49,8 +49,8 @@ from .replay import (
     load_event_files,
     run_replay,
     simulated_frames,
-    summary_lines,
 )
+from .replay_summary import summary_lines
 from .report import render_html
 from .rules import export_pattern, load_signal_rules, load_xid_catalog
 from .series import SeriesIndex

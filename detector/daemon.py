@@ -51,7 +51,8 @@ from .ingest.scrape import Scraper, ScrapeRound
 from .ingest.targets import TargetSource
 from .logs import configure_logging, get_logger
 from .model import Frame, XidEvent
-from .pipeline import Pipeline, TickResult, build_pipeline, pipeline_state, restore_pipeline
+from .pipeline import Pipeline, TickResult, pipeline_state, restore_pipeline
+from .pipeline_build import build_pipeline
 from .series import SeriesIndex
 from .series_labels import LabelRules
 from .server import Readiness, Server, start_server

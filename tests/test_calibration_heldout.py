@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from detector.config import load_config
 from detector.episodes import EpisodeParams
 from detector.fitting import fit_calibration, fit_threshold
-from detector.pipeline import build_pipeline
+from detector.pipeline_build import build_pipeline
 from detector.replay import (
     ReplayResult,
     evaluate_at_threshold,

@@ -14,7 +14,8 @@ import pytest
 from detector.cli import main
 from detector.config import load_config
 from detector.model import Frame, Labels
-from detector.pipeline import Pipeline, build_pipeline
+from detector.pipeline import Pipeline
+from detector.pipeline_build import build_pipeline
 from detector.rules import load_signal_rules
 from detector.series import SeriesIndex
 from detector.series_labels import LabelRules

@@ -18,7 +18,8 @@ from detector.config import load_config
 from detector.daemon import Daemon, run_daemon
 from detector.errors import ConfigError
 from detector.model import Alert, FloatArray, Frame, Labels
-from detector.pipeline import Pipeline, build_pipeline
+from detector.pipeline import Pipeline
+from detector.pipeline_build import build_pipeline
 from detector.repeats import RepeatedScrapes
 from detector.replay import simulated_frames
 from detector.rules import load_signal_rules

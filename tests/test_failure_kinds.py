@@ -19,7 +19,7 @@ import pytest
 
 from detector.config import load_config
 from detector.model import Alert, FloatArray, Frame
-from detector.pipeline import build_pipeline
+from detector.pipeline_build import build_pipeline
 from detector.series import SeriesIndex
 
 T0 = 1_700_000_000.0

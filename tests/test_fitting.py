@@ -15,7 +15,8 @@ from detector.episodes import EpisodeParams
 from detector.evaluation import evaluate
 from detector.fitting import WEIGHT_FIT_FP_FACTOR, fit_calibration, fit_threshold, signal_hits
 from detector.model import Frame, XidEvent
-from detector.pipeline import Pipeline, TickResult, build_pipeline
+from detector.pipeline import Pipeline, TickResult
+from detector.pipeline_build import build_pipeline
 from detector.replay import ReplayResult, alerts_at_threshold
 from detector.series import SeriesIndex
 

@@ -17,7 +17,7 @@ from detector.config import load_config
 from detector.gpu_activity import TOGETHER_S, GpuActivity
 from detector.gpu_teams import GpuTeams
 from detector.model import SeriesInfo
-from detector.pipeline import build_pipeline
+from detector.pipeline_build import build_pipeline
 from detector.replay import run_replay, simulated_frames
 from detector.series import SeriesIndex
 from detector.series_labels import LabelRules, normalize

@@ -12,8 +12,9 @@ from detector.config import load_config
 from detector.gpu_comovement import CONFIRM, EVERY_S, MIN_EVIDENCE_S, CoMovingGpus
 from detector.gpu_teams import GpuTeams
 from detector.model import GPU_ALONE, SeriesInfo
-from detector.pipeline import build_pipeline
-from detector.replay import ReplayResult, run_replay, simulated_frames, summary_lines
+from detector.pipeline_build import build_pipeline
+from detector.replay import ReplayResult, run_replay, simulated_frames
+from detector.replay_summary import summary_lines
 from detector.series import SeriesIndex
 from detector.series_labels import LabelRules, normalize
 from detector.simulate import Scenario, SimulatedCluster

@@ -34,7 +34,8 @@ from detector.ingest.dumps import read_dump
 from detector.ingest.scrape import Scraper
 from detector.ingest.targets import make_target
 from detector.model import ColumnLayout, FloatArray, Frame
-from detector.pipeline import TickResult, build_pipeline
+from detector.pipeline import TickResult
+from detector.pipeline_build import build_pipeline
 from detector.rules import load_signal_rules
 from detector.scorers.changepoint import ChangePoint
 from detector.scorers.zscore import RobustZScore

@@ -10,7 +10,8 @@ import numpy as np
 
 from detector.config import load_config
 from detector.model import Alert, FloatArray, Frame
-from detector.pipeline import Pipeline, TickResult, build_pipeline
+from detector.pipeline import Pipeline, TickResult
+from detector.pipeline_build import build_pipeline
 from detector.rules import load_signal_rules, load_xid_catalog
 from detector.series import SeriesIndex
 from detector.series_labels import LabelRules

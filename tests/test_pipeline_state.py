@@ -10,7 +10,8 @@ import pytest
 
 from detector.config import load_config
 from detector.model import Frame
-from detector.pipeline import Pipeline, build_pipeline, pipeline_state, restore_pipeline
+from detector.pipeline import Pipeline, pipeline_state, restore_pipeline
+from detector.pipeline_build import build_pipeline
 from detector.replay import simulated_frames
 from detector.series import SeriesIndex
 from detector.series_labels import LabelRules

@@ -24,7 +24,7 @@ from detector.config import load_config
 from detector.ingest.dumps import write_openmetrics
 from detector.ingest.events import write_events
 from detector.model import Sample, XidEvent
-from detector.pipeline import build_pipeline
+from detector.pipeline_build import build_pipeline
 from detector.series import SeriesIndex
 
 T0 = 1_700_000_010.0  # a multiple of the 30 s step: sample times are tick times

@@ -18,7 +18,7 @@ from detector.ingest.dumps import read_dump
 from detector.ingest.dumps_writer import write_openmetrics
 from detector.ingest.parse import parse_exposition, split_series
 from detector.model import Frame, Sample
-from detector.pipeline import build_pipeline
+from detector.pipeline_build import build_pipeline
 from detector.series import SeriesIndex
 from detector.series_labels import LabelRules
 

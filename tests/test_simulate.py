@@ -22,7 +22,7 @@ from detector.errors import ConfigError
 from detector.frame import frames_from_batches
 from detector.ingest.dumps import read_dump
 from detector.model import FloatArray, Frame
-from detector.pipeline import build_pipeline
+from detector.pipeline_build import build_pipeline
 from detector.replay import run_replay, simulated_frames
 from detector.series import SeriesIndex
 from detector.series_labels import LabelRules

@@ -14,7 +14,8 @@ import pytest
 from detector.config import load_config
 from detector.errors import StateError
 from detector.logs import configure_logging
-from detector.pipeline import build_pipeline, pipeline_state, restore_pipeline
+from detector.pipeline import pipeline_state, restore_pipeline
+from detector.pipeline_build import build_pipeline
 from detector.replay import simulated_frames
 from detector.series import SeriesIndex
 from detector.simulate import Scenario, SimulatedCluster

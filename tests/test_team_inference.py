@@ -6,7 +6,7 @@ import pytest
 
 from detector.config import load_config
 from detector.errors import ConfigError
-from detector.pipeline import build_pipeline
+from detector.pipeline_build import build_pipeline
 from detector.series import SeriesIndex
 from detector.series_labels import LabelRules
 
