@@ -41,7 +41,7 @@ failing PSU's own burst must not join that.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,19 +84,28 @@ class EntityMap:
     gpu_size: IntArray  # columns per GPU entity
 
     @classmethod
-    def build(cls, layout: ColumnLayout, gpu_labels: tuple[str, ...] | None = None) -> EntityMap:
+    def build(
+        cls, layout: ColumnLayout, column_labels: Sequence[str | None] | None = None
+    ) -> EntityMap:
+        """The entities of ``layout``. ``column_labels`` (per column, its GPU's label as the
+        data spells it) names each GPU entity after its first column; without them (or for a
+        column without one) a GPU is named by its id."""
         n_nodes = len(layout.node_names)
         is_gpu = layout.gpu >= 0
         # GPU ids reach ~1e9 (signal_columns.gpu_number hashes non-numeric labels), so the
         # (node, gpu) key needs a span above every id; a smaller one would decode some GPUs to
         # wrong nodes.
         keys = layout.node.astype(np.int64) * _GPU_SPAN + np.where(is_gpu, layout.gpu, 0)
-        uniq, inverse = np.unique(keys[is_gpu], return_inverse=True)
+        uniq, first, inverse = np.unique(keys[is_gpu], return_index=True, return_inverse=True)
         gpu_entity = np.full(len(layout), -1, dtype=np.int64)
         gpu_entity[is_gpu] = inverse
         gpu_node = (uniq // _GPU_SPAN).astype(np.int64)
         gpu_idx = (uniq % _GPU_SPAN).astype(np.int64)
-        labels = tuple(str(g) for g in gpu_idx) if gpu_labels is None else gpu_labels
+        if column_labels is None:
+            labels = tuple(str(g) for g in gpu_idx.tolist())
+        else:  # one lookup per GPU, not per column: this runs at every layout change
+            first_columns = np.flatnonzero(is_gpu)[first].tolist()
+            labels = tuple(column_labels[c] or "" for c in first_columns)
         pair_keys = layout.signal.astype(np.int64) * max(n_nodes, 1) + layout.node
         pairs, pair_inv = np.unique(pair_keys, return_inverse=True)
         signal_columns = np.argsort(layout.signal, kind="stable")

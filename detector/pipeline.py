@@ -155,8 +155,7 @@ class Pipeline:
     def _refresh_layout(self) -> None:
         layout = self.signal_map.layout
         self._layout = layout
-        self._entities = EntityMap.build(layout)
-        self._entities = EntityMap.build(layout, self._gpu_labels(self._entities))
+        self._entities = EntityMap.build(layout, self.signal_map.columns.gpu_label)
         self._applies = {s.name: self._scorer_mask(s.name, layout) for s in self.scorers}
         self.scoring.set_layout(self._applies, layout)
         self._storm_columns = storm_columns(self._applies, layout)
@@ -171,12 +170,6 @@ class Pipeline:
         grow = len(layout.node_names) - self._xid_until.shape[0]
         if grow > 0:
             self._xid_until = np.concatenate((self._xid_until, np.full(grow, -np.inf)))
-
-    def _gpu_labels(self, entities: EntityMap) -> tuple[str, ...]:
-        labels = [""] * len(entities.gpu_node)
-        for col in np.flatnonzero(entities.gpu_entity >= 0)[::-1].tolist():
-            labels[int(entities.gpu_entity[col])] = self.signal_map.column_names(col)[2] or ""
-        return tuple(labels)
 
     def _scorer_mask(self, scorer: str, layout: ColumnLayout) -> BoolArray:
         catalog = self.signal_map.catalog

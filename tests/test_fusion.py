@@ -217,6 +217,27 @@ def test_entity_map_keeps_nodes_right_for_hashed_gpu_labels() -> None:
     assert 6 == len(set(em.gpu_entity.tolist()))
 
 
+def test_entity_map_names_each_gpu_after_its_first_column() -> None:
+    """With the data's labels per column, a GPU entity carries its first column's label
+    (not its hashed id); a column without a label names its GPU ""."""
+    labels = ["GPU-aaaa", "GPU-bbbb", "GPU-aaaa", "GPU-bbbb", "GPU-cccc", None]
+    gpu = np.array([gpu_number(label or "x") for label in labels], dtype=np.int64)
+    gpu[5] = 7  # an id of its own, its column unlabelled
+    layout = ColumnLayout(
+        signal=np.array([0, 0, 1, 1, 0, 0], dtype=np.int64),
+        node=np.array([0, 0, 0, 0, 1, 1], dtype=np.int64),
+        gpu=gpu,
+        cohort=np.zeros(6, dtype=np.int64),
+        direction=np.zeros(6, dtype=np.int64),
+        signal_names=("temp", "power"),
+        node_names=("n0", "n1"),
+    )
+    em = EntityMap.build(layout, labels)
+    named = {em.gpu_label[e]: em.gpu_node[e] for e in em.gpu_entity.tolist()}
+    assert {"GPU-aaaa": 0, "GPU-bbbb": 0, "GPU-cccc": 1, "": 1} == named
+    assert labels[:5] == [em.gpu_label[e] for e in em.gpu_entity[:5].tolist()]
+
+
 def test_top_signals_lists_strongest_positive_columns_first() -> None:
     """At most k (column, score) pairs, descending, among the given columns, positives only."""
     layout = grid_layout(1, 0, (), tuple("abcdef"))
