@@ -62,6 +62,8 @@ class SignalColumns:
         self.node_columns: dict[int, list[int]] = {}  # node id -> its columns
         self._signal_ids: dict[str, int] = {}
         self._node_ids: dict[str, int] = {}
+        self._fixed: dict[str, np.ndarray] = {}  # layout's arrays of what never changes
+        self._fixed_length = -1  # the column count they were built for
 
     def __len__(self) -> int:
         return len(self.series)
@@ -143,16 +145,25 @@ class SignalColumns:
         }
 
     def layout(self) -> ColumnLayout:
-        """Per-column signal, node, gpu, cohort, direction, resolution and team."""
+        """Per-column signal, node, gpu, cohort, direction, resolution and team. A column's
+        signal, node, GPU, direction and resolution never change, so their arrays (read-only)
+        are rebuilt only when columns were added; cohorts and teams move, and are read anew."""
+        if self._fixed_length != len(self.series):
+            fixed = {
+                "signal": np.asarray(self.signal, dtype=np.int64),
+                "node": np.asarray(self.node, dtype=np.int64),
+                "gpu": np.asarray(self.gpu, dtype=np.int64),
+                "direction": np.asarray(self.direction, dtype=np.int64),
+                "resolution": np.asarray(self.resolution, dtype=np.float64),
+            }
+            for array in fixed.values():
+                array.setflags(write=False)
+            self._fixed, self._fixed_length = fixed, len(self.series)
         return ColumnLayout(
-            signal=np.asarray(self.signal, dtype=np.int64),
-            node=np.asarray(self.node, dtype=np.int64),
-            gpu=np.asarray(self.gpu, dtype=np.int64),
+            **self._fixed,
             cohort=np.asarray(self.cohort, dtype=np.int64),
-            direction=np.asarray(self.direction, dtype=np.int64),
             signal_names=tuple(self.signal_names),
             node_names=tuple(self.node_names),
-            resolution=np.asarray(self.resolution, dtype=np.float64),
             team=np.asarray(self.team, dtype=np.int64),
         )
 

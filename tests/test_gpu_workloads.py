@@ -424,6 +424,33 @@ def test_gpus_that_change_job_together_stay_judged() -> None:
     assert max(scores[200:205]) > 6.0
 
 
+def test_only_gpus_joining_strangers_settle_across_nodes() -> None:
+    """Three nodes of 8 GPUs, two signals: on node 0 GPU 7 joins the idle team of GPUs 0-3,
+    node 1 moves all its GPUs to a new job together, node 2 keeps its teams. Only node 0's
+    GPU 7 settles (both its columns), whatever the other nodes' team ids."""
+    teams_before = [0, 0, 0, 0, 1, 1, 1, 1] * 2 + [2] * 16 + [0, 0, 0, 0, 1, 1, 1, 1] * 2
+    teams_after = list(teams_before)
+    teams_after[7] = teams_after[15] = 0  # node 0, GPU 7: both its signals' columns
+    teams_after[16:32] = [3] * 16  # node 1's whole next job
+
+    def layout(teams: list[int]) -> ColumnLayout:
+        return ColumnLayout(
+            signal=np.tile(np.repeat(np.arange(2), 8), 3),
+            node=np.repeat(np.arange(3), 16),
+            gpu=np.tile(np.arange(8), 6),
+            cohort=np.zeros(48, dtype=np.int64),
+            direction=np.zeros(48, dtype=np.int64),
+            signal_names=("gpu_temp", "power_usage"),
+            node_names=("n0", "n1", "n2"),
+            team=np.array(teams),
+        )
+
+    peers = PeerDeviation(team_settle_s=600.0)
+    peers.update(0.0, np.full(48, 50.0), layout(teams_before))
+    peers.update(STEP, np.full(48, 50.0), layout(teams_after))
+    assert [7, 15] == np.flatnonzero(peers.settle_until > STEP).tolist()
+
+
 def test_a_gpu_that_changes_job_settles_before_its_new_peers_judge_it() -> None:
     """GPU 7 leaves its busy job (reading 80) for the idle GPUs 0-3 (reading 40) and cools
     over 5 minutes: not judged while it settles (10 min), judged as usual afterwards. With no
