@@ -22,7 +22,7 @@ from collections.abc import Callable
 from replay_bench import scenario
 
 from detector.config import load_config
-from detector.model import Frame
+from detector.model import ColumnLayout, Frame
 from detector.pipeline import TickResult
 from detector.pipeline_build import build_pipeline
 from detector.replay import run_replay, simulated_frames
@@ -44,13 +44,16 @@ def main() -> None:
     changed: list[float] = []
     step: Callable[[Frame], TickResult] = pipeline.step
 
+    layouts: list[ColumnLayout] = []  # the previous tick's (a new object after a change)
+
     def timed(frame: Frame) -> TickResult:
-        before = pipeline._layout
         start = time.process_time()
         result = step(frame)
         spent = time.process_time() - start
-        if before is not None:  # the first tick builds everything: left out
-            (ordinary if pipeline._layout is before else changed).append(spent)
+        layout = pipeline.signal_map.layout  # built by the step
+        if layouts:  # the first tick builds everything: left out
+            (ordinary if layout is layouts[-1] else changed).append(spent)
+        layouts[:] = [layout]
         return result
 
     pipeline.step = timed  # type: ignore[method-assign]

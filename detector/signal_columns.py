@@ -63,7 +63,6 @@ class SignalColumns:
         self._signal_ids: dict[str, int] = {}
         self._node_ids: dict[str, int] = {}
         self._fixed: dict[str, np.ndarray] = {}  # layout's arrays of what never changes
-        self._fixed_length = -1  # the column count they were built for
 
     def __len__(self) -> int:
         return len(self.series)
@@ -148,7 +147,8 @@ class SignalColumns:
         """Per-column signal, node, gpu, cohort, direction, resolution and team. A column's
         signal, node, GPU, direction and resolution never change, so their arrays (read-only)
         are rebuilt only when columns were added; cohorts and teams move, and are read anew."""
-        if self._fixed_length != len(self.series):
+        built = self._fixed.get("signal")
+        if built is None or built.shape[0] != len(self.series):
             fixed = {
                 "signal": np.asarray(self.signal, dtype=np.int64),
                 "node": np.asarray(self.node, dtype=np.int64),
@@ -158,7 +158,7 @@ class SignalColumns:
             }
             for array in fixed.values():
                 array.setflags(write=False)
-            self._fixed, self._fixed_length = fixed, len(self.series)
+            self._fixed = fixed
         return ColumnLayout(
             **self._fixed,
             cohort=np.asarray(self.cohort, dtype=np.int64),
