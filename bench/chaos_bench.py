@@ -43,7 +43,7 @@ from test_chaos import run_chaos  # noqa: E402
 from test_crash_restart import CORRUPTIONS  # noqa: E402
 
 from detector.logs import configure_logging  # noqa: E402
-from detector.state import load_state, save_state  # noqa: E402
+from detector.service.state import load_state, save_state  # noqa: E402
 
 
 def chaos_rows(tmp: Path, ticks: int) -> list[tuple[str, str]]:

@@ -48,12 +48,12 @@ TARGET = (("instance", "10.0.0.1:9100"), ("job", "node"))
 
 def run_variant(variant: str, ticks: int, every: int, life: int, run_ticks: int) -> dict[str, Any]:
     """One variant's run (in a fresh process: ``main``); its figures."""
-    from detector.config import Config
+    from detector.config.load import Config
     from detector.ingest.parse import parse_exposition, split_series
     from detector.model import Frame
-    from detector.pipeline_build import build_pipeline
-    from detector.series import SeriesIndex
-    from detector.series_labels import LabelRules
+    from detector.pipeline.build import build_pipeline
+    from detector.series.index import SeriesIndex
+    from detector.series.labels import LabelRules
 
     page = PAGE.read_text()
     eth0 = [ln for ln in page.splitlines() if 'device="eth0"' in ln and not ln.startswith("#")]

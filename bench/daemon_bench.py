@@ -70,11 +70,11 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from river import stats
 
-from detector.config import Config, load_config
-from detector.daemon import Daemon
+from detector.config.load import Config, load_config
 from detector.ingest.parse import parse_exposition, split_series
 from detector.logs import configure_logging
-from detector.simulate import Scenario
+from detector.service.daemon import Daemon
+from detector.sim import Scenario
 
 T = TypeVar("T")
 GOALS_S = {63: 0.3, 1000: 5.0}  # CPU seconds per tick, from the issue
@@ -88,7 +88,7 @@ class _Pages:
     """The simulated cluster's pages of one tick, rendered ahead (child process)."""
 
     def __init__(self, scenario: Scenario, gzip_level: int) -> None:
-        from detector.simulate import SimulatedCluster
+        from detector.sim import SimulatedCluster
 
         self.cluster = SimulatedCluster(scenario)
         self.names = [scenario.node_name(n) for n in range(scenario.nodes)]

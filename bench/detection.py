@@ -36,19 +36,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from detector.config import load_config
-from detector.episodes import EpisodeParams
-from detector.fitting import Fitted, fit_calibration, fit_threshold
-from detector.pipeline_build import build_pipeline, episode_params
-from detector.replay import (
-    ReplayResult,
-    evaluate_at_threshold,
-    run_replay,
-    simulated_frames,
-)
-from detector.series import SeriesIndex
-from detector.series_labels import LabelRules
-from detector.simulate import Scenario, SimulatedCluster
+from detector.config.load import load_config
+from detector.pipeline.build import build_pipeline, episode_params
+from detector.pipeline.episodes import EpisodeParams
+from detector.replay.fitting import Fitted, fit_calibration, fit_threshold
+from detector.replay.run import ReplayResult, evaluate_at_threshold, run_replay, simulated_frames
+from detector.series.index import SeriesIndex
+from detector.series.labels import LabelRules
+from detector.sim import Scenario, SimulatedCluster
 
 
 def scenario_for(seed: int, days: float, nodes: int, **overrides: Any) -> Scenario:

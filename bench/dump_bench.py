@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from detector.ingest.dumps import read_dump
-from detector.series import SeriesIndex
-from detector.simulate import Scenario, write_dump
+from detector.ingest.dumps.read import read_dump
+from detector.series.index import SeriesIndex
+from detector.sim import Scenario, write_dump
 
 # The readers "as before" and the tsdb-dump line are the tests' own (tests/test_dumps_fast.py),
 # so the bench measures against what the tests prove equal.

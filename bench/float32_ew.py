@@ -23,8 +23,6 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-import detector.jit  # noqa: F401  (the scorers' vector width: 512 bits on AVX-512)
-
 _UPDATE = """
 def update(t, x, mean, var, w_mean, w_var, count, last_t, decay, z_out):
     warmup, clip, floor_rel, floor_abs, relearn = F(20.0), F(4.0), F(0.0), F(1.0), F(5.0)

@@ -21,13 +21,13 @@ from collections.abc import Callable
 
 from replay_bench import scenario
 
-from detector.config import load_config
+from detector.config.load import load_config
 from detector.model import ColumnLayout, Frame
-from detector.pipeline import TickResult
-from detector.pipeline_build import build_pipeline
-from detector.replay import run_replay, simulated_frames
-from detector.series import SeriesIndex
-from detector.simulate import SimulatedCluster
+from detector.pipeline.build import build_pipeline
+from detector.pipeline.tick import TickResult
+from detector.replay.run import run_replay, simulated_frames
+from detector.series.index import SeriesIndex
+from detector.sim import SimulatedCluster
 
 
 def main() -> None:

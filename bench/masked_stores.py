@@ -35,16 +35,10 @@ from numba import njit
 from scorer_bench import SCORERS, TICK_S, rules_layout, stream
 
 from detector.jit import keep
-from detector.scorers import (
-    changepoint,
-    counts,
-    counts_health_kernels,
-    health,
-    kernels,
-    peer_kernels,
-    peers,
-    zscore,
-)
+from detector.scorers import changepoint, counts, health, peers, zscore
+from detector.scorers.kernels import counts_health as counts_health_kernels
+from detector.scorers.kernels import ew as kernels
+from detector.scorers.kernels import peers as peer_kernels
 
 # callees first: each is looked up by name in the namespace its callers are compiled in
 KERNELS = (

@@ -22,12 +22,12 @@ from fresh_process import in_fresh_process, resident_mb
 
 def measure(nodes: int, ticks: int) -> tuple[int, int, float]:
     """Series, signal columns and resident MB after ``ticks`` ticks of ``nodes`` nodes."""
-    from detector.config import Config
-    from detector.pipeline_build import build_pipeline
-    from detector.replay import simulated_frames
-    from detector.series import SeriesIndex
-    from detector.series_labels import LabelRules
-    from detector.simulate import Scenario, SimulatedCluster
+    from detector.config.load import Config
+    from detector.pipeline.build import build_pipeline
+    from detector.replay.run import simulated_frames
+    from detector.series.index import SeriesIndex
+    from detector.series.labels import LabelRules
+    from detector.sim import Scenario, SimulatedCluster
 
     cluster = SimulatedCluster(dataclasses.replace(Scenario.demo(), nodes=nodes, days=0.1))
     config = Config()

@@ -26,7 +26,8 @@ import numpy as np
 from numba import njit
 from scorer_bench import TICK_S, rules_layout, stream
 
-from detector.scorers import kernels, peer_kernels
+from detector.scorers.kernels import ew as kernels
+from detector.scorers.kernels import peers as peer_kernels
 from detector.scorers.peers import PeerDeviation
 
 WITHOUT = {

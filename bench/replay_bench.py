@@ -27,13 +27,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from detector.config import load_config
+from detector.config.load import load_config
 from detector.model import Frame
-from detector.pipeline import Pipeline
-from detector.pipeline_build import build_pipeline
-from detector.replay import run_replay, simulated_frames
-from detector.series import SeriesIndex
-from detector.simulate import Scenario, SimulatedCluster
+from detector.pipeline.build import build_pipeline
+from detector.pipeline.tick import Pipeline
+from detector.replay.run import run_replay, simulated_frames
+from detector.series.index import SeriesIndex
+from detector.sim import Scenario, SimulatedCluster
 
 GOAL_DAYS, GOAL_NODES, GOAL_MINUTES = 55.0, 63, 10.0
 Seconds = collections.defaultdict[str, float]  # CPU seconds per stage

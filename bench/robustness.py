@@ -53,11 +53,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from detection import replay_seed
 
-from detector.config import load_config
-from detector.episodes import EpisodeParams
-from detector.fitting import fit_threshold
-from detector.pipeline_build import episode_params
-from detector.replay import ReplayResult, evaluate_at_threshold
+from detector.config.load import load_config
+from detector.pipeline.build import episode_params
+from detector.pipeline.episodes import EpisodeParams
+from detector.replay.fitting import fit_threshold
+from detector.replay.run import ReplayResult, evaluate_at_threshold
 
 HORIZON_S, GRACE_S = 3600.0, 300.0
 FAILURES_PER_DAY = 4  # the demo's 12 in 3 days

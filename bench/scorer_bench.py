@@ -79,13 +79,13 @@ from collections.abc import Callable
 import numpy as np
 from river import drift, stats
 
-from detector.pipeline import ScorerStage
-from detector.rules import load_signal_rules
+from detector.config.rules import load_signal_rules
+from detector.pipeline.tick import ScorerStage
 from detector.scorers.base import ColumnLayout, Scorer
 from detector.scorers.changepoint import ChangePoint
 from detector.scorers.counts import CountBurst
-from detector.scorers.counts_health_kernels import KIND_LOGZ
 from detector.scorers.health import TelemetryHealth, health_kind
+from detector.scorers.kernels.counts_health import KIND_LOGZ
 from detector.scorers.peers import PeerDeviation, peer_groups
 from detector.scorers.registry import grid_layout
 from detector.scorers.zscore import RobustZScore

@@ -28,8 +28,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from detector.ingest.scrape import Scraper
 from detector.ingest.targets import Target, make_target
-from detector.series import SeriesIndex
-from detector.simulate import Scenario, serve
+from detector.series.index import SeriesIndex
+from detector.sim import Scenario, serve
 
 
 def baseline_round(client: httpx.Client, targets: list[Target]) -> int:

@@ -22,8 +22,6 @@ import numpy as np
 from numba import njit
 from scorer_bench import SCORERS, TICK_S, rules_layout, state_bytes, stream
 
-import detector.jit  # noqa: F401  (the scorers' vector width: 512 bits on AVX-512)
-
 
 @njit(nogil=True)
 def touch(state: np.ndarray, c: float) -> None:

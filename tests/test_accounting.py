@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from detector.accounting import LiveAccounting
-from detector.evaluation import evaluate
+from detector.evaluation.accounting import LiveAccounting
+from detector.evaluation.matching import evaluate
 from detector.model import Alert, XidEvent
 
 T0 = 1_700_000_000.0

@@ -12,12 +12,12 @@ import httpx
 import numpy as np
 import pytest
 
-from detector.alerting.policy import AlertPolicy, Notification
 from detector.alerting.queue import Backoff, CoalescingQueue
-from detector.alerts import AlertSender
-from detector.config_schema import AlertsConfig
+from detector.alerting.sender import AlertSender
+from detector.config.schema import AlertsConfig
+from detector.loop.policy import AlertPolicy, Notification
 from detector.model import Alert, Incident
-from detector.pipeline import TickResult
+from detector.pipeline.tick import TickResult
 
 T0 = 1_700_000_000.0
 RESEND = 60.0

@@ -12,7 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detector.calibration import (
+from detector.config.calibration_file import load_calibration, save_calibration
+from detector.errors import ConfigError
+from detector.evaluation.calibration import (
     Calibration,
     CalibrationPoint,
     calibrate,
@@ -20,9 +22,7 @@ from detector.calibration import (
     candidate_thresholds,
     fit_signal_weights,
 )
-from detector.calibration_file import load_calibration, save_calibration
-from detector.errors import ConfigError
-from detector.evaluation import evaluate
+from detector.evaluation.matching import evaluate
 from detector.model import Alert, XidEvent
 
 

@@ -6,18 +6,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from detector.config import load_config
-from detector.episodes import EpisodeParams
-from detector.fitting import fit_calibration, fit_threshold
-from detector.pipeline_build import build_pipeline
-from detector.replay import (
-    ReplayResult,
-    evaluate_at_threshold,
-    run_replay,
-    simulated_frames,
-)
-from detector.series import SeriesIndex
-from detector.simulate import Scenario, SimulatedCluster
+from detector.config.load import load_config
+from detector.pipeline.build import build_pipeline
+from detector.pipeline.episodes import EpisodeParams
+from detector.replay.fitting import fit_calibration, fit_threshold
+from detector.replay.run import ReplayResult, evaluate_at_threshold, run_replay, simulated_frames
+from detector.series.index import SeriesIndex
+from detector.sim import Scenario, SimulatedCluster
 
 BUDGET = 2.0  # false positives per day
 

@@ -19,10 +19,10 @@ from chaos.alertmanager import FakeAlertmanager, Received
 from chaos.cluster_process import ClusterProcess
 from chaos.harness import SPEED, config
 
-from detector.config import Config
-from detector.daemon import Daemon, run_daemon
+from detector.config.load import Config
 from detector.ingest.parse import parse_exposition
-from detector.pipeline import TickResult
+from detector.pipeline.tick import TickResult
+from detector.service.daemon import Daemon, run_daemon
 
 TICKS = 18
 WARM_TICKS = 6  # warm-up is 5 simulated steps; scores count from here

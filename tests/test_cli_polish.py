@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from detector.cli import COMMANDS, _parser, main
-from detector.ingest.dumps import write_openmetrics
+from detector.cli.main import COMMANDS, _parser, main
+from detector.ingest.dumps.read import write_openmetrics
 from detector.model import Sample
-from detector.progress import ProgressBar
-from detector.replay import dump_frames
-from detector.series import SeriesIndex
+from detector.replay.progress import ProgressBar
+from detector.replay.run import dump_frames
+from detector.series.index import SeriesIndex
 
 DAY = 86400.0
 REPO = Path(__file__).resolve().parent.parent

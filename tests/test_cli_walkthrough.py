@@ -16,9 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from detector.cli import main
-from detector.config import load_config
-from detector.ingest.dumps import write_openmetrics
+from detector.cli.main import main
+from detector.config.load import load_config
+from detector.ingest.dumps.read import write_openmetrics
 from detector.model import Sample
 
 T0 = 1_735_689_600.0  # the built-in cluster's start, 2025-01-01T00:00:00Z

@@ -11,15 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from detector.cli import main
-from detector.config import load_config
+from detector.cli.main import main
+from detector.config.load import load_config
+from detector.config.rules import load_signal_rules
 from detector.model import Frame, Labels
-from detector.pipeline import Pipeline
-from detector.pipeline_build import build_pipeline
-from detector.rules import load_signal_rules
-from detector.series import SeriesIndex
-from detector.series_labels import LabelRules
-from detector.signals import SignalMap
+from detector.pipeline.build import build_pipeline
+from detector.pipeline.tick import Pipeline
+from detector.series.index import SeriesIndex
+from detector.series.labels import LabelRules
+from detector.signals.map import SignalMap
 
 T0 = 1_700_000_000.0
 STEP = 30.0

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import structlog
 
-from detector.config import Config, check_config, load_config
+from detector.config.load import Config, check_config, load_config
 from detector.errors import ConfigError
 from detector.logs import REDACTED, configure_logging, get_logger
 

@@ -18,11 +18,11 @@ from chaos.alertmanager import FakeAlertmanager
 from chaos.cluster_process import ClusterProcess
 from chaos.crash import crash_cluster, crash_daemon, kill_loop, ready, wait_for
 
-from detector.alerting.policy import AlertPolicy
-from detector.alerts import AlertSender
+from detector.alerting.sender import AlertSender
+from detector.loop.policy import AlertPolicy
 from detector.model import Alert
-from detector.pipeline import TickResult
-from detector.state import FORMAT_VERSION, load_state, save_state
+from detector.pipeline.tick import TickResult
+from detector.service.state import FORMAT_VERSION, load_state, save_state
 
 
 def test_kill_9_at_random_points_loses_and_duplicates_no_alert(tmp_path: Path) -> None:

@@ -23,12 +23,12 @@ import pytest
 import yaml
 from structlog.testing import capture_logs
 
-from detector.config import Config, load_config
-from detector.daemon import Daemon, main_run, run_daemon, sd_notify
+from detector.config.load import Config, load_config
 from detector.ingest.parse import parse_exposition
 from detector.model import Alert, XidEvent
-from detector.pipeline import TickResult
-from detector.simulate import FailureSpec, JobSpec, Scenario, serve
+from detector.pipeline.tick import TickResult
+from detector.service.daemon import Daemon, main_run, run_daemon, sd_notify
+from detector.sim import FailureSpec, JobSpec, Scenario, serve
 
 SPEED = 200.0  # simulated seconds per wall second: one 30 s sim step per 0.15 s tick
 INTERVAL = 0.15

@@ -14,18 +14,18 @@ import numpy as np
 import pytest
 import yaml
 
-from detector.config import load_config
-from detector.daemon import Daemon, run_daemon
+from detector.config.load import load_config
+from detector.config.rules import load_signal_rules
 from detector.errors import ConfigError
 from detector.model import Alert, FloatArray, Frame, Labels
-from detector.pipeline import Pipeline
-from detector.pipeline_build import build_pipeline
-from detector.repeats import RepeatedScrapes
-from detector.replay import simulated_frames
-from detector.rules import load_signal_rules
-from detector.series import SeriesIndex
-from detector.signals import SignalMap
-from detector.simulate import FailureSpec, Scenario, SimulatedCluster, serve
+from detector.pipeline.build import build_pipeline
+from detector.pipeline.tick import Pipeline
+from detector.replay.run import simulated_frames
+from detector.series.index import SeriesIndex
+from detector.service.daemon import Daemon, run_daemon
+from detector.signals.map import SignalMap
+from detector.signals.repeats import RepeatedScrapes
+from detector.sim import FailureSpec, Scenario, SimulatedCluster, serve
 
 T0 = 1_700_000_000.0
 HOUR = 3600.0

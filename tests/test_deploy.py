@@ -18,7 +18,7 @@ import pytest
 import yaml
 from e2e.procs import missing_tool, require_tool
 
-from detector.config import load_config
+from detector.config.load import load_config
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "deploy" / "helm" / "gpu-failure-detector"

@@ -15,17 +15,17 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from detector.errors import DumpError
-from detector.ingest.dumps import (
+from detector.ingest.dumps.read import (
     DumpStats,
     OpenMetricsWriter,
     detect_format,
     read_dump,
     write_openmetrics,
 )
-from detector.ingest.dumps_store import Run, merge_runs
+from detector.ingest.dumps.store import Run, merge_runs
 from detector.ingest.parse import parse_exposition
 from detector.model import Sample, SampleBatch
-from detector.series import SeriesIndex
+from detector.series.index import SeriesIndex
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dumps"
 T0 = 1_700_000_000.0

@@ -14,17 +14,12 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detector.ingest import dumps_formats
-from detector.ingest.dumps import open_dump
-from detector.ingest.dumps_fast import _decimal, sample_fields
-from detector.ingest.dumps_formats import (
-    FileReport,
-    SeriesTable,
-    read_openmetrics,
-    read_tsdb_dump,
-)
+from detector.ingest.dumps import formats as dumps_formats
+from detector.ingest.dumps.fast import _decimal, sample_fields
+from detector.ingest.dumps.formats import FileReport, SeriesTable, read_openmetrics, read_tsdb_dump
+from detector.ingest.dumps.read import open_dump
 from detector.ingest.parse import NUMBER_PATTERN, SECONDS_PATTERN
-from detector.simulate import Scenario, write_dump
+from detector.sim import Scenario, write_dump
 
 T0 = 1_700_000_000
 

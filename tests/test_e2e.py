@@ -46,7 +46,7 @@ from e2e.stack import (
     shorten_rules,
 )
 
-from detector.cli import main
+from detector.cli.main import main
 from detector.ingest.parse import parse_exposition
 
 ALERT = "GPUFailureSuspected"

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from detector.entity_stats import NodeScoreStats
+from detector.service.entity_stats import NodeScoreStats
 
 NODES = ("a", "b", "c")
 

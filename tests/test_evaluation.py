@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detector.evaluation import evaluate
+from detector.evaluation.matching import evaluate
 from detector.model import Alert, XidEvent
 
 T = 1_700_000_000.0  # a failure time; every offset below is exact in float64

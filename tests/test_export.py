@@ -10,12 +10,12 @@ from e2e.procs import require_tool
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from detector.accounting import AccountingSnapshot
-from detector.alerts import AlertStats, DeliveryStats
-from detector.entity_stats import NodeScoreStats
-from detector.export import Exporter, SignalScore
+from detector.alerting.sender import AlertStats, DeliveryStats
+from detector.evaluation.accounting import AccountingSnapshot
 from detector.model import Alert, XidEvent
-from detector.pipeline import TickResult
+from detector.pipeline.tick import TickResult
+from detector.service.entity_stats import NodeScoreStats
+from detector.service.export import Exporter, SignalScore
 
 T0 = 1_700_000_000.0
 PROMTOOL = "/usr/bin/promtool"

@@ -17,10 +17,10 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from detector.config import load_config
+from detector.config.load import load_config
 from detector.model import Alert, FloatArray, Frame
-from detector.pipeline_build import build_pipeline
-from detector.series import SeriesIndex
+from detector.pipeline.build import build_pipeline
+from detector.series.index import SeriesIndex
 
 T0 = 1_700_000_000.0
 STEP = 30.0

@@ -9,16 +9,21 @@ from collections.abc import Mapping
 import numpy as np
 import pytest
 
-from detector.calibration import CalibrationPoint, calibrate, calibration_from_result
-from detector.config import load_config
-from detector.episodes import EpisodeParams
-from detector.evaluation import evaluate
-from detector.fitting import WEIGHT_FIT_FP_FACTOR, fit_calibration, fit_threshold, signal_hits
+from detector.config.load import load_config
+from detector.evaluation.calibration import CalibrationPoint, calibrate, calibration_from_result
+from detector.evaluation.matching import evaluate
 from detector.model import Frame, XidEvent
-from detector.pipeline import Pipeline, TickResult
-from detector.pipeline_build import build_pipeline
-from detector.replay import ReplayResult, alerts_at_threshold
-from detector.series import SeriesIndex
+from detector.pipeline.build import build_pipeline
+from detector.pipeline.episodes import EpisodeParams
+from detector.pipeline.tick import Pipeline, TickResult
+from detector.replay.fitting import (
+    WEIGHT_FIT_FP_FACTOR,
+    fit_calibration,
+    fit_threshold,
+    signal_hits,
+)
+from detector.replay.run import ReplayResult, alerts_at_threshold
+from detector.series.index import SeriesIndex
 
 T0 = 1_700_000_000.0
 STEP = 30.0

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from detector.frame import frames_from_batches, infer_step
 from detector.model import Frame, SampleBatch
+from detector.series.frame import frames_from_batches, infer_step
 
 
 def batch(rows: list[tuple[float, int, float]]) -> SampleBatch:

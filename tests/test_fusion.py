@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from detector.fusion import (
+from detector.model import BoolArray, ColumnLayout, FloatArray
+from detector.pipeline.fusion import (
     CommonMode,
     EntityMap,
     Fused,
@@ -15,9 +16,8 @@ from detector.fusion import (
     storm_columns,
     top_signals,
 )
-from detector.model import BoolArray, ColumnLayout, FloatArray
 from detector.scorers.registry import grid_layout
-from detector.signal_columns import gpu_number
+from detector.signals.columns import gpu_number
 
 PARAMS = FusionParams(
     z0=3.0, scale=4.0, common_mode_fraction=0.5, common_mode_z=3.0, common_mode_min_nodes=4

@@ -30,15 +30,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from detector.config import load_config
+from detector.config.load import load_config
+from detector.config.rules import load_signal_rules, load_xid_catalog
 from detector.errors import ConfigError, DumpError, EventsError, ParseError
-from detector.ingest.dumps import DumpStats, read_dump
+from detector.ingest.dumps.read import DumpStats, read_dump
 from detector.ingest.events import load_events, parse_events
 from detector.ingest.kernel_log import parse_kernel_log
 from detector.ingest.parse import parse_exposition, split_series
 from detector.model import Exposition
-from detector.rules import load_signal_rules, load_xid_catalog
-from detector.series import SeriesIndex
+from detector.series.index import SeriesIndex
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO.parent / "shared" / "data" / "exporters"  # the shared_data fixture's directory

@@ -12,16 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from detector.cli import main
-from detector.config import load_config
-from detector.gpu_activity import TOGETHER_S, GpuActivity
-from detector.gpu_teams import GpuTeams
+from detector.cli.main import main
+from detector.config.load import load_config
 from detector.model import SeriesInfo
-from detector.pipeline_build import build_pipeline
-from detector.replay import run_replay, simulated_frames
-from detector.series import SeriesIndex
-from detector.series_labels import LabelRules, normalize
-from detector.simulate import Scenario, SimulatedCluster
+from detector.pipeline.build import build_pipeline
+from detector.replay.run import run_replay, simulated_frames
+from detector.series.index import SeriesIndex
+from detector.series.labels import LabelRules, normalize
+from detector.signals.gpu_activity import TOGETHER_S, GpuActivity
+from detector.signals.gpu_teams import GpuTeams
+from detector.sim import Scenario, SimulatedCluster
 
 STEP = 30.0
 

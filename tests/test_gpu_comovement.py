@@ -8,16 +8,16 @@ import dataclasses
 import numpy as np
 import pytest
 
-from detector.config import load_config
-from detector.gpu_comovement import CONFIRM, EVERY_S, MIN_EVIDENCE_S, CoMovingGpus
-from detector.gpu_teams import GpuTeams
+from detector.config.load import load_config
 from detector.model import GPU_ALONE, SeriesInfo
-from detector.pipeline_build import build_pipeline
-from detector.replay import ReplayResult, run_replay, simulated_frames
-from detector.replay_summary import summary_lines
-from detector.series import SeriesIndex
-from detector.series_labels import LabelRules, normalize
-from detector.simulate import Scenario, SimulatedCluster
+from detector.pipeline.build import build_pipeline
+from detector.replay.run import ReplayResult, run_replay, simulated_frames
+from detector.replay.summary import summary_lines
+from detector.series.index import SeriesIndex
+from detector.series.labels import LabelRules, normalize
+from detector.signals.gpu_comovement import CONFIRM, EVERY_S, MIN_EVIDENCE_S, CoMovingGpus
+from detector.signals.gpu_teams import GpuTeams
+from detector.sim import Scenario, SimulatedCluster
 
 STEP = 30.0
 IDLE, BUSY = 90.0, 650.0

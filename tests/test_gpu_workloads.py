@@ -12,16 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from detector.cli import main
-from detector.config_schema import LabelsConfig
-from detector.ingest.dumps import read_dump
+from detector.cli.main import main
+from detector.config.rules import load_signal_rules
+from detector.config.schema import LabelsConfig
+from detector.ingest.dumps.read import read_dump
 from detector.ingest.parse import split_series
 from detector.model import ColumnLayout, Labels, SeriesInfo
-from detector.rules import load_signal_rules
 from detector.scorers.peers import PeerDeviation, peer_groups
-from detector.series import SeriesIndex
-from detector.series_labels import LabelRules, normalize, pod_owner, workload
-from detector.signals import SignalMap
+from detector.series.index import SeriesIndex
+from detector.series.labels import LabelRules, normalize, pod_owner, workload
+from detector.signals.map import SignalMap
 
 T0 = 1_767_000_000
 STEP = 30

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from detector.cli import main
+from detector.cli.main import main
 from detector.errors import EventsError
 from detector.ingest.events import load_events, place_events
 from detector.model import SeriesInfo, XidEvent

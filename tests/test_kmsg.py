@@ -7,16 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from detector.ingest.kmsg import (
-    KernelXid,
-    KernelXids,
-    KmsgFollower,
-    normalize_pci,
-    parse_xid_line,
-)
+from detector.ingest.kmsg import KernelXid, KernelXids, KmsgFollower, normalize_pci, parse_xid_line
 from detector.ingest.parse import split_series
 from detector.model import XidEvent
-from detector.series import SeriesIndex
+from detector.series.index import SeriesIndex
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kmsg"
 

@@ -28,7 +28,9 @@ def _layered_modules() -> set[str]:
 
 def _package_modules() -> set[str]:
     """Top-level modules and subpackages of detector (a subpackage is one layer entry)."""
-    modules = {f"detector.{p.stem}" for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    modules = {
+        f"detector.{p.stem}" for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__")
+    }
     packages = {f"detector.{p.parent.name}" for p in PACKAGE.glob("*/__init__.py")}
     return modules | packages
 

@@ -27,20 +27,20 @@ import numpy as np
 import pytest
 import structlog
 
-from detector.config import load_config
-from detector.config_schema import DEFAULT_THRESHOLD
-from detector.frame import frames_from_batches
-from detector.ingest.dumps import read_dump
+from detector.config.load import load_config
+from detector.config.rules import load_signal_rules
+from detector.config.schema import DEFAULT_THRESHOLD
+from detector.ingest.dumps.read import read_dump
 from detector.ingest.scrape import Scraper
 from detector.ingest.targets import make_target
 from detector.model import ColumnLayout, FloatArray, Frame
-from detector.pipeline import TickResult
-from detector.pipeline_build import build_pipeline
-from detector.rules import load_signal_rules
+from detector.pipeline.build import build_pipeline
+from detector.pipeline.tick import TickResult
 from detector.scorers.changepoint import ChangePoint
 from detector.scorers.zscore import RobustZScore
-from detector.series import SeriesIndex
-from detector.signals import SignalMap
+from detector.series.frame import frames_from_batches
+from detector.series.index import SeriesIndex
+from detector.signals.map import SignalMap
 
 T0 = 1_700_000_040.0  # a multiple of the 30 s step: tick times equal sample times
 STEP = 30.0
@@ -315,7 +315,7 @@ def test_label_churn_stops_at_the_index_capacity() -> None:
     index holds max_series_total series, new ones are refused (column -1, counted) while
     known series and scrape health keep their columns."""
     from detector.ingest.parse import split_series
-    from detector.series import SeriesIndex
+    from detector.series.index import SeriesIndex
 
     index = SeriesIndex(capacity=50)
     target = (("instance", "n1:9100"), ("node", "n1"))

@@ -26,10 +26,10 @@ from chaos.alertmanager import FakeAlertmanager, parse_time
 from chaos.harness import SimClock, config, free_port, quiet_scenario, restored_logging
 from chaos.servers import ChaosFarm
 
-from detector.daemon import Daemon, run_daemon
 from detector.logs import configure_logging
-from detector.pipeline import TickResult
-from detector.simulate import FailureSpec, serve
+from detector.pipeline.tick import TickResult
+from detector.service.daemon import Daemon, run_daemon
+from detector.sim import FailureSpec, serve
 
 SPEED = 100.0
 AM_DOWN, AM_UP = 150.0, 750.0

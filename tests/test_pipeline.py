@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from detector.config import load_config
+from detector.config.load import load_config
+from detector.config.rules import load_signal_rules, load_xid_catalog
 from detector.model import Alert, FloatArray, Frame
-from detector.pipeline import Pipeline, TickResult
-from detector.pipeline_build import build_pipeline
-from detector.rules import load_signal_rules, load_xid_catalog
-from detector.series import SeriesIndex
-from detector.series_labels import LabelRules
+from detector.pipeline.build import build_pipeline
+from detector.pipeline.tick import Pipeline, TickResult
+from detector.series.index import SeriesIndex
+from detector.series.labels import LabelRules
 
 T0 = 1_700_000_000.0
 STEP = 30.0

@@ -8,14 +8,14 @@ import json
 import numpy as np
 import pytest
 
-from detector.config import load_config
+from detector.config.load import load_config
 from detector.model import Frame
-from detector.pipeline import Pipeline, pipeline_state, restore_pipeline
-from detector.pipeline_build import build_pipeline
-from detector.replay import simulated_frames
-from detector.series import SeriesIndex
-from detector.series_labels import LabelRules
-from detector.simulate import Scenario, SimulatedCluster
+from detector.pipeline.build import build_pipeline
+from detector.pipeline.tick import Pipeline, pipeline_state, restore_pipeline
+from detector.replay.run import simulated_frames
+from detector.series.index import SeriesIndex
+from detector.series.labels import LabelRules
+from detector.sim import Scenario, SimulatedCluster
 
 
 def small_cluster(**changes: float) -> SimulatedCluster:

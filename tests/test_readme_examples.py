@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from detector.calibration_file import load_calibration
-from detector.cli import main
-from detector.ingest.dumps import detect_format
+from detector.cli.main import main
+from detector.config.calibration_file import load_calibration
+from detector.ingest.dumps.read import detect_format
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"

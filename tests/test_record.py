@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 from e2e.procs import promtool_backfill, require_tool
 
-from detector.config import Config
+from detector.config.load import Config
 from detector.errors import ScrapeError
-from detector.ingest.dumps import read_dump
+from detector.ingest.dumps.read import read_dump
 from detector.ingest.parse import parse_exposition, split_series
 from detector.ingest.record import record, relabel, run_record
 from detector.ingest.scrape import Scraper, TargetScrape
 from detector.ingest.targets import Target, make_target
-from detector.series import SeriesIndex
-from detector.simulate import Scenario, serve
+from detector.series.index import SeriesIndex
+from detector.sim import Scenario, serve
 
 Rows = dict[tuple[int, float], float]  # (column, time) -> value
 

@@ -13,19 +13,15 @@ import numpy as np
 import pytest
 
 from detector import __version__
-from detector.calibration import (
-    CalibrationPoint,
-    calibrate,
-    calibration_from_result,
-)
-from detector.calibration_file import load_calibration, save_calibration
-from detector.cli import COMMANDS, main
-from detector.config import load_config
-from detector.ingest.dumps import write_openmetrics
+from detector.cli.main import COMMANDS, main
+from detector.config.calibration_file import load_calibration, save_calibration
+from detector.config.load import load_config
+from detector.evaluation.calibration import CalibrationPoint, calibrate, calibration_from_result
+from detector.ingest.dumps.read import write_openmetrics
 from detector.ingest.events import write_events
 from detector.model import Sample, XidEvent
-from detector.pipeline_build import build_pipeline
-from detector.series import SeriesIndex
+from detector.pipeline.build import build_pipeline
+from detector.series.index import SeriesIndex
 
 T0 = 1_700_000_010.0  # a multiple of the 30 s step: sample times are tick times
 STEP = 30.0

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from detector.cli import main
-from detector.ingest.dumps import read_dump, write_openmetrics
+from detector.cli.main import main
+from detector.ingest.dumps.read import read_dump, write_openmetrics
 from detector.ingest.events import write_events
 from detector.model import Sample, XidEvent
-from detector.series import SeriesIndex
-from detector.simulate import FailureSpec, Scenario, write_dump
+from detector.series.index import SeriesIndex
+from detector.sim import FailureSpec, Scenario, write_dump
 
 
 @pytest.fixture(scope="module")

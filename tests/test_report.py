@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 from e2e.procs import require_tool
 
-from detector.cli import main
-from detector.evaluation import Evaluation, evaluate
+from detector.cli.main import main
+from detector.evaluation.matching import Evaluation, evaluate
 from detector.model import Alert, FloatArray, XidEvent
-from detector.report import render_html
-from detector.report_svg import encode_png, pool_max
+from detector.replay.report.html import render_html
+from detector.replay.report.svg import encode_png, pool_max
 
 T0 = 1_735_689_600.0  # 2025-01-01 00:00 UTC
 DAY = 86400.0

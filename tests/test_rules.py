@@ -8,8 +8,7 @@ from typing import get_args
 
 import pytest
 
-from detector.errors import ConfigError
-from detector.rules import (
+from detector.config.rules import (
     DEFAULT_RULES_DIR,
     ScorerName,
     SignalRule,
@@ -17,6 +16,7 @@ from detector.rules import (
     load_signal_rules,
     load_xid_catalog,
 )
+from detector.errors import ConfigError
 from detector.scorers.registry import SCORERS
 
 # DCGM fields the catalog deliberately leaves to the generic default rule (scored at low

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from detector.scorers.kernels import NO_DECAY, decay, decays, decays2
+from detector.scorers.kernels.ew import NO_DECAY, decay, decays, decays2
 
 RATES = (-1 / 600, -1 / 30)
 

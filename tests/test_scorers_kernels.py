@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from detector import jit
-from detector.scorers.kernels import decays, decays2
-from detector.scorers.peer_kernels import _sorted8
+from detector.scorers.kernels.ew import decays, decays2
+from detector.scorers.kernels.peers import _sorted8
 
 # Scores of every kernel-backed scorer on a small seeded cluster, printed as JSON; run in this
 # process (compiled) and in a child with NUMBA_DISABLE_JIT=1 (the plain-Python fallback used

@@ -7,13 +7,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from detector.rules import load_signal_rules
+from detector.config.rules import load_signal_rules
 from detector.scorers.base import ColumnLayout
 from detector.scorers.peers import MAD_SCALE, PeerDeviation, peer_groups
 from detector.scorers.registry import grid_layout
 from detector.scorers.zscore import RobustZScore
-from detector.series import SeriesIndex
-from detector.signals import SignalMap
+from detector.series.index import SeriesIndex
+from detector.signals.map import SignalMap
 
 TICK_S = 15.0
 

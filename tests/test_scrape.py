@@ -14,8 +14,8 @@ import pytest
 from detector.ingest.scrape import Scraper, ScrapeRound
 from detector.ingest.targets import Target, make_target
 from detector.model import DCGM_BLANK_THRESHOLD
-from detector.series import SeriesIndex
-from detector.simulate import Scenario, SimulatedCluster, serve
+from detector.series.index import SeriesIndex
+from detector.sim import Scenario, SimulatedCluster, serve
 
 PAGE = b"""# TYPE temp gauge
 temp{gpu="0"} 40

@@ -26,8 +26,8 @@ from chaos.harness import free_port, quiet_scenario, restored_logging, write_con
 from test_crash_restart import wait_for
 from test_server import self_signed
 
-from detector.daemon import main_run
-from detector.simulate import FailureSpec, serve
+from detector.service.daemon import main_run
+from detector.sim import FailureSpec, serve
 
 REPO = Path(__file__).resolve().parent.parent
 SPEED = 100.0

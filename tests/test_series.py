@@ -9,8 +9,8 @@ import pytest
 
 from detector.ingest.parse import parse_exposition, split_series
 from detector.model import Labels
-from detector.series import SeriesIndex
-from detector.series_labels import LabelRules, canonical_metric, host_names, pod_named_nodes
+from detector.series.index import SeriesIndex
+from detector.series.labels import LabelRules, canonical_metric, host_names, pod_named_nodes
 
 GPU_LABELS: Labels = (
     ("DCGM_FI_DRIVER_VERSION", "550.54.15"),

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from detector.ingest.parse import split_series
 from detector.model import Labels
-from detector.series import SeriesIndex
-from detector.series_labels import LabelRules
+from detector.series.index import SeriesIndex
+from detector.series.labels import LabelRules
 
 TARGET = (("instance", "n1:9400"),)
 

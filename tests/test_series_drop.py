@@ -9,18 +9,18 @@ import numpy as np
 import pytest
 import yaml
 
-from detector import series as series_module
-from detector.cli import main
-from detector.config import Config, load_config
-from detector.config_schema import DEFAULT_DROP
+from detector.cli.main import main
+from detector.config.load import Config, load_config
+from detector.config.schema import DEFAULT_DROP
 from detector.errors import ConfigError
-from detector.ingest.dumps import read_dump
-from detector.ingest.dumps_writer import write_openmetrics
+from detector.ingest.dumps.read import read_dump
+from detector.ingest.dumps.writer import write_openmetrics
 from detector.ingest.parse import parse_exposition, split_series
 from detector.model import Frame, Sample
-from detector.pipeline_build import build_pipeline
-from detector.series import SeriesIndex
-from detector.series_labels import LabelRules
+from detector.pipeline.build import build_pipeline
+from detector.series import index as series_module
+from detector.series.index import SeriesIndex
+from detector.series.labels import LabelRules
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET = (("instance", "10.0.0.1:9100"), ("job", "node"))

@@ -18,10 +18,10 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from detector.config import Config
+from detector.config.load import Config
 from detector.errors import ConfigError
-from detector.export import Exporter
-from detector.server import Readiness, Server, start_server, tls_context
+from detector.service.export import Exporter
+from detector.service.server import Readiness, Server, start_server, tls_context
 
 BCRYPT = "$2b$12$" + "a" * 53
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from detector.config.rules import SignalCatalog, load_signal_rules
 from detector.model import FloatArray, Labels
-from detector.rules import SignalCatalog, load_signal_rules
-from detector.series import SeriesIndex
-from detector.series_labels import LabelRules
-from detector.signal_columns import gpu_number
-from detector.signals import SignalMap
+from detector.series.index import SeriesIndex
+from detector.series.labels import LabelRules
+from detector.signals.columns import gpu_number
+from detector.signals.map import SignalMap
 
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')

@@ -16,20 +16,20 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from detector.cli import main
-from detector.config import load_config
+from detector.cli.main import main
+from detector.config.load import load_config
 from detector.errors import ConfigError
-from detector.frame import frames_from_batches
-from detector.ingest.dumps import read_dump
+from detector.ingest.dumps.read import read_dump
 from detector.model import FloatArray, Frame
-from detector.pipeline_build import build_pipeline
-from detector.replay import run_replay, simulated_frames
-from detector.series import SeriesIndex
-from detector.series_labels import LabelRules
+from detector.pipeline.build import build_pipeline
+from detector.replay.run import run_replay, simulated_frames
+from detector.series.frame import frames_from_batches
+from detector.series.index import SeriesIndex
+from detector.series.labels import LabelRules
+from detector.sim import FailureSpec, JobSpec, Scenario, SimulatedCluster, serve, write_dump
 from detector.sim.catalog import DCGM_FIELDS, parse_dcgm_csv
 from detector.sim.trace import DEFAULT_RATES, derive_rates
 from detector.sim.workload import CHECKPOINT, TRAIN
-from detector.simulate import FailureSpec, JobSpec, Scenario, SimulatedCluster, serve, write_dump
 
 HOUR = 3600.0
 
@@ -594,7 +594,7 @@ def test_live_exporters_serve_every_node(per_node_ports: bool) -> None:
 def test_a_scenario_shorter_than_the_smoothing_kernel_runs() -> None:
     """Ten ticks (shorter than the 20-tick step-time smoothing) simulate without error."""
 
-    from detector.simulate import Scenario, SimulatedCluster
+    from detector.sim import Scenario, SimulatedCluster
 
     scenario = replace(Scenario(), nodes=2, gpus=2, days=10 * 30 / 86400)
     frames = list(SimulatedCluster(scenario).frames())

@@ -11,15 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from detector.config import load_config
+from detector.config.load import load_config
 from detector.errors import StateError
 from detector.logs import configure_logging
-from detector.pipeline import pipeline_state, restore_pipeline
-from detector.pipeline_build import build_pipeline
-from detector.replay import simulated_frames
-from detector.series import SeriesIndex
-from detector.simulate import Scenario, SimulatedCluster
-from detector.state import FORMAT_VERSION, load_state, save_state
+from detector.pipeline.build import build_pipeline
+from detector.pipeline.tick import pipeline_state, restore_pipeline
+from detector.replay.run import simulated_frames
+from detector.series.index import SeriesIndex
+from detector.service.state import FORMAT_VERSION, load_state, save_state
+from detector.sim import Scenario, SimulatedCluster
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from structlog.testing import capture_logs
 
-from detector.config_schema import Config, Shard
+from detector.config.schema import Config, Shard
 from detector.errors import ConfigError
 from detector.ingest.targets import (
     Target,

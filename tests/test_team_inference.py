@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from detector.config import load_config
+from detector.config.load import load_config
 from detector.errors import ConfigError
-from detector.pipeline_build import build_pipeline
-from detector.series import SeriesIndex
-from detector.series_labels import LabelRules
+from detector.pipeline.build import build_pipeline
+from detector.series.index import SeriesIndex
+from detector.series.labels import LabelRules
 
 
 @pytest.mark.parametrize(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from detector.config.rules import load_xid_catalog
 from detector.model import FloatArray, Labels, XidEvent
-from detector.rules import load_xid_catalog
-from detector.series import SeriesIndex
-from detector.xids import GAP_SOURCE, XidExtractor, dedupe_episodes, is_failure
+from detector.pipeline.xids import GAP_SOURCE, XidExtractor, dedupe_episodes, is_failure
+from detector.series.index import SeriesIndex
 
 CATALOG = load_xid_catalog()
 GAUGE = "DCGM_FI_DEV_XID_ERRORS"

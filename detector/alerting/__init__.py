@@ -2,3 +2,7 @@
 
 Import ``detector.alerts`` (the sender); these modules are pure and do no I/O.
 """
+
+from .sender import AlertSender, AlertStats
+
+__all__ = ["AlertSender", "AlertStats"]

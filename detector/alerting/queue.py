@@ -14,8 +14,8 @@ import random
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from ..loop import Notification
 from ..model import Labels
-from .policy import Notification
 
 
 @dataclass(frozen=True, slots=True)

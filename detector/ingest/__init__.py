@@ -1,0 +1,25 @@
+"""The ingest stage."""
+
+from .dumps.read import DumpStats, read_dump
+from .dumps.store import load_array
+from .dumps.writer import OpenMetricsWriter
+from .events import load_events, place_events
+from .kmsg import KernelXids, KmsgFollower
+from .record import run_record
+from .scrape import Scraper, ScrapeRound
+from .targets import TargetSource
+
+__all__ = [
+    "DumpStats",
+    "KernelXids",
+    "KmsgFollower",
+    "OpenMetricsWriter",
+    "ScrapeRound",
+    "Scraper",
+    "TargetSource",
+    "load_array",
+    "load_events",
+    "place_events",
+    "read_dump",
+    "run_record",
+]

@@ -38,7 +38,7 @@ from typing import IO, Any
 
 from ..errors import EventsError
 from ..model import SeriesInfo, XidEvent
-from .dumps_formats import MS_THRESHOLD
+from .dumps.formats import MS_THRESHOLD
 from .kernel_log import is_log_record, node_of_file, parse_kernel_log
 from .kmsg import gpu_names, normalize_pci
 

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from ..errors import EventsError
 from ..model import XidEvent
-from .dumps_formats import MS_THRESHOLD
+from .dumps.formats import MS_THRESHOLD
 from .kmsg import EXPORT_FIELD, KernelXid, parse_xid_line
 
 SOURCE = "kernel-log"

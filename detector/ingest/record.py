@@ -36,7 +36,7 @@ from typing import Protocol
 from ..config import Config
 from ..logs import get_logger
 from ..model import Exposition, Labels, Sample
-from .dumps_writer import OpenMetricsWriter, series_text
+from .dumps.writer import OpenMetricsWriter, series_text
 from .parse import split_series
 from .scrape import HEALTH_METRICS, Scraper, TargetScrape
 from .targets import Target, TargetSource

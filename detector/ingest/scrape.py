@@ -46,12 +46,11 @@ from types import TracebackType
 import httpx
 import numpy as np
 
-from ..config_schema import ScrapeConfig
+from ..config import ScrapeConfig
 from ..errors import ParseError, ScrapeError
 from ..logs import get_logger
 from ..model import Exposition, FloatArray, Frame, IntArray
-from ..series import SeriesIndex
-from ..series_labels import SCRAPE_HEALTH_METRICS
+from ..series import SCRAPE_HEALTH_METRICS, SeriesIndex
 from .parse import parse_exposition, split_series
 from .targets import Target
 

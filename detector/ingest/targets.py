@@ -41,7 +41,7 @@ from urllib.parse import urlencode, urlsplit
 
 import yaml
 
-from ..config_schema import Config, Shard
+from ..config import Config, Shard
 from ..errors import ConfigError
 from ..logs import get_logger
 from ..model import Labels

@@ -31,7 +31,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..model import FloatArray, IntArray
 from .base import ColumnLayout, KernelScorer
-from .kernels import cusum_step
+from .kernels.ew import cusum_step
 from .zscore import RobustEWBaseline, grow, load_arrays
 
 

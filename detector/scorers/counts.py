@@ -61,7 +61,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..model import FloatArray, IntArray
 from .base import ColumnLayout, KernelScorer
-from .counts_health_kernels import count_step
+from .kernels.counts_health import count_step
 from .zscore import grow, load_arrays
 
 

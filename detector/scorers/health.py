@@ -40,7 +40,7 @@ import numpy as np
 from ..errors import ConfigError, StateError
 from ..model import FloatArray, IntArray
 from .base import ColumnLayout, KernelScorer
-from .counts_health_kernels import KIND_DEFICIT, KIND_EXCESS, KIND_LOGZ, KIND_UP, health_step
+from .kernels.counts_health import KIND_DEFICIT, KIND_EXCESS, KIND_LOGZ, KIND_UP, health_step
 from .zscore import RobustEWBaseline, check_state, grow
 
 

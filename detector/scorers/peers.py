@@ -65,8 +65,8 @@ import numpy as np
 from ..errors import ConfigError
 from ..model import FloatArray, IntArray
 from .base import ColumnLayout, KernelScorer
-from .peer_kernels import BLOCK, group_stats, peer_step
-from .peer_kernels import MAD_SCALE as MAD_SCALE
+from .kernels.peers import BLOCK, group_stats, peer_step
+from .kernels.peers import MAD_SCALE as MAD_SCALE
 from .zscore import RobustEWBaseline, grow, load_arrays
 
 _NO_BASELINE = tuple(np.zeros(0) for _ in range(6))  # peer_step without a habit baseline

@@ -35,8 +35,8 @@ import numpy as np
 from ..errors import ConfigError, StateError
 from ..model import BoolArray, FloatArray, IntArray
 from .base import ColumnLayout
-from .kernels import MAX_ABS_VALUE as MAX_ABS_VALUE
-from .kernels import ew_step
+from .kernels.ew import MAX_ABS_VALUE as MAX_ABS_VALUE
+from .kernels.ew import ew_step
 
 _NO_DIRECTION = np.zeros(0, dtype=np.int64)  # ew_step: return the signed z
 

@@ -1,1 +1,35 @@
-"""Simulated GPU cluster internals; import the public API from detector.simulate."""
+"""The seeded simulated GPU cluster: the public face of detector/sim/.
+
+    Scenario            every parameter (``Scenario.demo()``: 63 x 8 B200, 3 days, seed 7)
+    SimulatedCluster    .series(), .frames(), .events(), .exposition(node, t, values)
+    write_dump          OpenMetrics dump with timestamps + events JSONL
+    serve               live dcgm-exporter / node-exporter HTTP endpoints
+
+docs/simulator.md describes the workload, the failure library and how the InfiniteHBD fault
+trace sets failure rates and the type mix.
+"""
+
+from __future__ import annotations
+
+from .cluster import SimulatedCluster, with_pod
+from .exposition import write_dump, write_events
+from .scenario import FailureSpec, JobSpec, Scenario
+from .serve import Exporters, serve
+from .trace import DEFAULT_RATES, TraceRates, derive_rates
+from .workload import node_jobs
+
+__all__ = [
+    "DEFAULT_RATES",
+    "Exporters",
+    "FailureSpec",
+    "JobSpec",
+    "Scenario",
+    "SimulatedCluster",
+    "TraceRates",
+    "derive_rates",
+    "node_jobs",
+    "serve",
+    "with_pod",
+    "write_dump",
+    "write_events",
+]

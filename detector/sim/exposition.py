@@ -19,7 +19,7 @@ from typing import TextIO
 
 import numpy as np
 
-from ..ingest.dumps_writer import OpenMetricsWriter
+from ..ingest import OpenMetricsWriter
 from ..model import Sample, XidEvent
 from .cluster import SimulatedCluster, with_pod
 from .scenario import Scenario

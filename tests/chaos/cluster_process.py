@@ -83,7 +83,7 @@ class ClusterProcess:
 
 
 def _main(options: dict[str, Any]) -> None:
-    from detector.simulate import FailureSpec
+    from detector.sim import FailureSpec
 
     from .harness import chaos_cluster, quiet_scenario
 

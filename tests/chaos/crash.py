@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from detector.state import load_state
+from detector.service.state import load_state
 
 from .alertmanager import FakeAlertmanager
 from .cluster_process import ClusterProcess

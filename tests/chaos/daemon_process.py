@@ -89,7 +89,7 @@ class DaemonProcess:
 
 
 def _main(argv: list[str]) -> int:
-    from detector.daemon import main_run
+    from detector.service.daemon import main_run
 
     config, start, origin, speed = Path(argv[0]), *map(float, argv[1:4])
     return main_run(config, clock=lambda: start + (time.time() - origin) * speed)

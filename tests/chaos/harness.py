@@ -20,8 +20,8 @@ from typing import Any
 import structlog
 import yaml
 
-from detector.config import Config, load_config
-from detector.simulate import Scenario, serve
+from detector.config.load import Config, load_config
+from detector.sim import Scenario, serve
 
 from .servers import KINDS, ChaosFarm
 

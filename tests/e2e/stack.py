@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from detector.simulate import Exporters, FailureSpec, Scenario, serve
+from detector.sim import Exporters, FailureSpec, Scenario, serve
 
 from .observe import Poller, WebhookReceiver
 from .procs import Proc, dump, free_port, require_tool, stop_all, wait_http

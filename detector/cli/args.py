@@ -1,0 +1,324 @@
+"""The ``detector`` command line's arguments: commands, flags, help texts and examples.
+
+Numeric flags are checked here, by argparse types (a whole number >= 1 or >= 0, a finite
+number > 0), so a bad value is an argument error (exit 2, with usage) naming the flag, before
+any work. ``tests/test_cli_polish.py`` parses every help example with this parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+from .. import __version__
+from ..sim import Scenario
+
+EXAMPLES = {
+    "replay": """examples:
+  detector replay                                   # the built-in simulated cluster (demo)
+  detector replay --html report.html                # the demo, with an HTML report
+  detector replay dump.om.gz --events xids.jsonl --report-json report.json
+  detector replay query_range/*.json --calibration calibration.json --scores-out scores.csv""",
+    "calibrate": """examples:
+  detector calibrate history.om --events xids.jsonl --fp-per-day 1 --out calibration.json
+  detector calibrate healthy-week.om --fp-per-day 0.5 --out calibration.json""",
+    "simulate": """examples:
+  detector simulate --nodes 63 --gpus 8 --days 3 --seed 7 --out sim.om.gz --events sim.jsonl
+  detector simulate --nodes 8 --days 1 --failures 3 --out hist.om.gz --events hist.jsonl
+  detector simulate --serve --nodes 4 --port 9400  # live exporters; prints a config for them""",
+    "check-config": """examples:
+  detector check-config /etc/detector/config.yaml""",
+    "export-selector": """examples:
+  detector export-selector --job dcgm-exporter --job node-exporter --job kube-state-metrics
+  detector export-selector --config /etc/detector/config.yaml --regex""",
+    "run": """examples:
+  detector run --config /etc/detector/config.yaml        # fleet or agent mode, per the config
+  NODE_NAME=gpu-017 DETECTOR_MODE=agent detector run     # agent: this node's local exporters""",
+    "record": """examples:
+  detector record --config fleet.yaml --out /var/lib/detector/dumps --duration 3600
+  detector record --config fleet.yaml --out dumps/ --rotate-mb 256 --rotate-minutes 60""",
+}
+
+
+def _count(text: str) -> int:
+    """argparse type: a whole number >= 1 (nodes, GPUs)."""
+    value = _whole(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1 (got {text})")
+    return value
+
+
+def _seed(text: str) -> int:
+    """argparse type: a seed, a whole number >= 0 (numpy refuses negative seeds)."""
+    value = _whole(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 (got {text})")
+    return value
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+
+
+def _positive(text: str) -> float:
+    """argparse type: a finite number > 0 (days, seconds)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number > 0 (got {text})")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``detector`` argument parser: every command, flag, help text and example."""
+    parser = argparse.ArgumentParser(
+        prog="detector",
+        description="Real-time multi-signal GPU failure detector.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"detector {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(
+        name: str,
+        help_text: str,
+        description: str | None = None,
+        parents: Sequence[argparse.ArgumentParser] = (),
+    ) -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name,
+            parents=list(parents),
+            help=help_text,
+            description=description or help_text,
+            epilog=EXAMPLES.get(name),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+
+    demo = Scenario.demo()
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "dump",
+        nargs="*",
+        type=Path,
+        metavar="DUMP",
+        help="dump files or directories (OpenMetrics, Prometheus JSON, promtool tsdb dump; "
+        ".gz ok); none: the built-in simulated cluster",
+    )
+    common.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="daemon config YAML (DETECTOR_* env vars override)",
+    )
+    common.add_argument(
+        "--events",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="failure events: JSONL, a kernel log export with NVRM Xid lines, or a directory "
+        "of them (repeatable)",
+    )
+    common.add_argument(
+        "--step",
+        type=_positive,
+        metavar="SECONDS",
+        help="tick length of a DUMP replay (default: the dump's scrape interval)",
+    )
+    common.add_argument(
+        "--seed",
+        type=_seed,
+        default=None,
+        help=f"built-in cluster only: simulator seed ({demo.seed})",
+    )
+    common.add_argument(
+        "--days",
+        type=_positive,
+        default=None,
+        help=f"built-in cluster only: simulated days ({demo.days:g})",
+    )
+    common.add_argument(
+        "--nodes",
+        type=_count,
+        default=None,
+        help=f"built-in cluster only: simulated nodes ({demo.nodes})",
+    )
+    common.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    rp = add(
+        "replay",
+        "replay a recorded dump (or the built-in simulated cluster)",
+        "Drive a recorded dump through the detection pipeline and report.",
+        [common],
+    )
+    rp.add_argument(
+        "--calibration",
+        type=Path,
+        metavar="FILE",
+        help="calibration file written by 'detector calibrate' (default: the config's "
+        "calibration.path)",
+    )
+    rp.add_argument("--report-json", type=Path, metavar="FILE", help="write the report JSON here")
+    rp.add_argument(
+        "--scores-out",
+        type=Path,
+        metavar="FILE",
+        help="write fused scores (time,node,gpu,score CSV) here",
+    )
+    rp.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="write a self-contained HTML report (charts, tables) here",
+    )
+
+    cp = add(
+        "calibrate",
+        "fit alert thresholds under a false-positives-per-day budget",
+        "Fit the threshold that catches the most failures within an FP/day budget.",
+        [common],
+    )
+    cp.add_argument(
+        "--fp-per-day",
+        type=float,
+        required=True,
+        metavar="X",
+        help="false positives per day allowed (whole dump)",
+    )
+    cp.add_argument(
+        "--out", type=Path, required=True, metavar="FILE", help="calibration file to write"
+    )
+    cp.add_argument(
+        "--no-signal-weights",
+        action="store_true",
+        help="fit the threshold only (by default, with failures to learn from, signal weights "
+        "are fitted too and kept when they do better; this replays the history twice)",
+    )
+
+    sp = add("simulate", "simulate a GPU cluster: write a dump + events, or serve live exporters")
+    sp.add_argument("--nodes", type=_count, default=63, help="nodes (default: %(default)s)")
+    sp.add_argument("--gpus", type=_count, default=8, help="GPUs per node (default: %(default)s)")
+    sp.add_argument("--days", type=_positive, default=3.0, help="days (default: %(default)s)")
+    sp.add_argument("--seed", type=_seed, default=7, help="random seed (default: %(default)s)")
+    sp.add_argument(
+        "--failures",
+        type=_seed,  # a whole number >= 0
+        metavar="N",
+        help="plant N failures (one that would hit a node still in repair past the end is "
+        "dropped; default: drawn at the real trace's rate, 0.0018 per node-day, so a 63-node, "
+        "3-day history most likely holds none)",
+    )
+    sp.add_argument(
+        "--step",
+        type=_positive,
+        default=30.0,
+        metavar="SECONDS",
+        help="seconds between samples (default: %(default)s)",
+    )
+    sp.add_argument(
+        "--out",
+        type=Path,
+        metavar="FILE",
+        help="dump file to write (OpenMetrics with timestamps; .gz ok)",
+    )
+    sp.add_argument(
+        "--events", type=Path, metavar="FILE", help="events JSONL to write (ground truth)"
+    )
+    sp.add_argument(
+        "--job-label",
+        metavar="NAME",
+        help="name each node's job in label NAME on its node-exporter series (with --serve: on "
+        "its targets in the printed config, which then sets labels.cohort_labels: [NAME]), as "
+        "relabelling from a scheduler would; replay such a dump with that cohort label",
+    )
+    sp.add_argument(
+        "--shared-nodes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="on N nodes the last 2 GPUs run short jobs of their own (pods of other workloads "
+        "on a partly used node; default: %(default)s)",
+    )
+    sp.add_argument(
+        "--pod-per-gpu",
+        action="store_true",
+        help="jobs run one pod per GPU (<job>-worker-<rank>) instead of one per node",
+    )
+    sp.add_argument(
+        "--dcgm-fields",
+        choices=("default", "all"),
+        default="default",
+        help="dcgm-exporter's fields: 'default' as its default-counters.csv ships them (ECC, "
+        "NVLink-error and throttle-violation counters off), 'all' with those on too, as in "
+        "the built-in cluster of replay (default: %(default)s)",
+    )
+    sp.add_argument("--serve", action="store_true", help="serve live exporters over HTTP instead")
+    sp.add_argument(
+        "--port",
+        type=int,
+        default=9400,
+        help="port to serve on, paths /<node>/dcgm and /<node>/node (default: %(default)s; "
+        "0 picks a free one)",
+    )
+
+    cc = add("check-config", "validate a config file and print what it resolves to")
+    cc.add_argument("file", type=Path, metavar="FILE", help="config YAML to validate")
+
+    es = add(
+        "export-selector",
+        "print the series selector of the metrics a replay reads (for exporting history)",
+        "Print the PromQL series selector of every metric the rules read, for promtool tsdb "
+        "dump --match or a query_range export (docs/evaluate.md): node-exporter's series no "
+        "rule reads are left out.",
+    )
+    es.add_argument(
+        "--config", type=Path, metavar="FILE", help="config YAML naming the rules files"
+    )
+    es.add_argument(
+        "--job",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="keep only this scrape job's series (repeatable): other jobs' up and scrape "
+        "series would name hosts that are no GPU nodes",
+    )
+    es.add_argument("--regex", action="store_true", help="print the bare __name__ regex")
+
+    rn = add("run", "run the live daemon: scrape, score, alert, export /metrics")
+    rn.add_argument(
+        "--config", type=Path, metavar="FILE", help="config YAML (DETECTOR_* env vars override)"
+    )
+
+    rc = add("record", "scrape the configured targets into dump files replay can read")
+    rc.add_argument("--config", type=Path, metavar="FILE", help="config YAML naming the targets")
+    rc.add_argument(
+        "--out", type=Path, required=True, metavar="DIR", help="directory for the dump files"
+    )
+    rc.add_argument(
+        "--duration",
+        type=_positive,
+        metavar="SECONDS",
+        help="seconds to record (default: until Ctrl-C or SIGTERM)",
+    )
+    rc.add_argument(
+        "--rotate-mb",
+        type=_positive,
+        default=256.0,
+        metavar="MB",
+        help="start a new file past this size (default: %(default)g)",
+    )
+    rc.add_argument(
+        "--rotate-minutes",
+        type=_positive,
+        default=60.0,
+        metavar="MINUTES",
+        help="start a new file this often (default: %(default)g)",
+    )
+    return parser

@@ -1,0 +1,32 @@
+"""detector.evaluation"""
+
+from .accounting import AccountingSnapshot, LiveAccounting
+from .calibration import (
+    CalibrationPoint,
+    CalibrationResult,
+    calibrate,
+    calibration_from_result,
+    candidate_thresholds,
+    caught,
+    describe_weights,
+    fit_signal_weights,
+)
+from .matching import Evaluation, FailureRow, describe_other_xids, evaluate, failure_sources
+
+__all__ = [
+    "AccountingSnapshot",
+    "CalibrationPoint",
+    "CalibrationResult",
+    "Evaluation",
+    "FailureRow",
+    "LiveAccounting",
+    "calibrate",
+    "calibration_from_result",
+    "candidate_thresholds",
+    "caught",
+    "describe_other_xids",
+    "describe_weights",
+    "evaluate",
+    "failure_sources",
+    "fit_signal_weights",
+]

@@ -1,0 +1,5 @@
+"""detector.loop"""
+
+from .policy import AlertPolicy, Notification
+
+__all__ = ["AlertPolicy", "Notification"]

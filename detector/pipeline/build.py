@@ -1,0 +1,96 @@
+"""The production pipeline from a config: its rules, one scorer per scorer name they use (with
+the config's parameters), the alert threshold (config, calibration file or the uncalibrated
+default), signal weights and the alert episodes. The daemon, replay, calibration and the
+benches build their pipelines here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from ..config import Calibration, Config, load_signal_rules, load_xid_catalog
+from ..scorers import ChangePoint, CountBurst, PeerDeviation, RobustZScore, Scorer
+from ..scorers import build as build_scorer
+from ..series import LabelRules, SeriesIndex
+from .episodes import EpisodeParams
+from .fusion import FusionParams
+from .tick import Pipeline, PipelineParams
+
+
+def build_pipeline(
+    config: Config,
+    index: SeriesIndex,
+    calibration: Calibration | None = None,
+    *,
+    signal_weights: Mapping[str, float] | None = None,
+) -> Pipeline:
+    """The production pipeline for ``config``: built-in or configured rules, one scorer for
+    every scorer name the rules use (parameters from ``config.scoring``), and the alert
+    threshold from (in order) the config, the calibration file, 0.6 (uncalibrated: about one
+    signal at 8 sigma, or three at 5). Signal weights multiply the rules' fusion weights:
+    ``signal_weights`` when given (calibration trying weights it fits), else the calibration
+    file's, else none. ``index`` must label series as ``config.labels`` says (cohort and GPU
+    workload labels, pods' owners: ``LabelRules.from_config``), or this raises ValueError: a
+    pipeline whose index ignored them would compare nodes and GPUs the config keeps apart."""
+    wanted_rules = LabelRules.from_config(config.labels)
+    for name in (
+        "cohort_labels", "workload_labels", "pod_owner", "workload_comovement", "activity_signal"
+    ):  # fmt: skip
+        if getattr(index.rules, name) != getattr(wanted_rules, name):
+            raise ValueError(
+                f"build_pipeline: the series index's {name} {getattr(index.rules, name)} are "
+                f"not the config's {getattr(wanted_rules, name)}: build the index with "
+                "LabelRules.from_config(config.labels)"
+            )
+    signals = load_signal_rules(config.rules.signals)
+    if not config.rules.default_rule:
+        signals = signals.model_copy(
+            update={"default_rule": signals.default_rule.model_copy(update={"enabled": False})}
+        )
+    xids = load_xid_catalog(config.rules.xid)
+    sc = config.scoring
+    configured: dict[str, Callable[[], Scorer]] = {
+        "zscore": lambda: RobustZScore(half_life_s=sc.zscore_half_life_s),
+        "changepoint": lambda: ChangePoint(half_life_s=sc.changepoint_half_life_s),
+        "peers": lambda: PeerDeviation(min_peers=sc.peer_min_peers),
+        "counts": lambda: CountBurst(warmup_s=sc.warmup_s),
+    }
+    # One scorer for every name the rules use, in a stable order.
+    wanted = {name for rule in signals.signals for name in rule.scorers}
+    if signals.default_rule.enabled:
+        wanted |= set(signals.default_rule.scorers)
+    scorers = [
+        configured[name]() if name in configured else build_scorer(name) for name in sorted(wanted)
+    ]
+    threshold = config.alerts.resolve_threshold(
+        calibration.threshold if calibration is not None else None
+    )
+    al = config.alerts
+    file_weights = (calibration.signal_weights if calibration is not None else None) or {}
+    params = PipelineParams(
+        fusion=FusionParams(
+            common_mode_fraction=sc.common_mode_fraction,
+            common_mode_window_s=sc.common_mode_window_s,
+        ),
+        episodes=episode_params(config, threshold),
+        top_k=sc.top_k,
+        alert_on_xid=al.alert_on_xid,
+        xid_hold_s=al.xid_hold_s,
+        repeat_hold_s=sc.repeat_hold_s,
+        signal_weights=dict(signal_weights if signal_weights is not None else file_weights),
+    )
+    return Pipeline(index, signals, xids, scorers, params)
+
+
+def episode_params(config: Config, threshold: float) -> EpisodeParams:
+    """The alert episodes ``config.alerts`` asks for, at ``threshold`` (the one place the
+    daemon, replay, calibration and the benches build them from the config)."""
+    al = config.alerts
+    return EpisodeParams(
+        threshold,
+        al.clear_ratio,
+        al.min_duration_s,
+        al.cooldown_s,
+        clear_duration_s=al.clear_duration_s,
+        restart_after_s=config.evaluation.horizon_s,
+        min_observations=al.min_observations,
+    )

@@ -1,0 +1,467 @@
+"""One tick of the detector, no I/O: frame -> signals -> scorers -> fusion -> episodes.
+
+The same object serves the live daemon (wall clock) and replay (the data's clock). The caller
+owns the series index (ingest fills it) and hands over one ``Frame`` per tick.
+
+Alerting is per node: a node's alert score is the larger of its node-level fused score and its
+GPUs' fused scores, and an alert names the GPU that dominated its peak (or none). A failure XID
+seen in the data (the sticky DCGM gauge) holds the node's alert for ``xid_hold_s``, so operators
+are told about it even without a precursor: the alert is forced (whatever the threshold;
+calibration tunes the statistical threshold only) and names ``xid_<code>``. A node whose tick
+misses a column that carried evidence on the previous tick (a lost or cached scrape, an exporter
+on a slower cadence) scores NaN for that tick, so its alert state neither ends nor advances
+(``PipelineParams.bridge_missed_tick``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..config import SignalCatalog, XidCatalog
+from ..model import (
+    Alert,
+    BoolArray,
+    ColumnLayout,
+    FloatArray,
+    Frame,
+    Incident,
+    IntArray,
+    SeriesInfo,
+    SignalScore,
+    XidEvent,
+)
+from ..scorers import Scorer, touch, update_columns
+from ..series import SeriesIndex
+from ..signals import SignalMap
+from .episodes import EpisodeParams, Episodes
+from .fusion import CommonMode, EntityMap, FusionParams, fuse, storm_columns, top_signals
+from .xids import XidExtractor, is_failure
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineParams:
+    fusion: FusionParams = field(default_factory=FusionParams)
+    episodes: EpisodeParams = field(default_factory=EpisodeParams)
+    top_k: int = 5
+    alert_on_xid: bool = True
+    xid_hold_s: float = 300.0
+    # A node tick is incomplete (alert score NaN: episodes keep their state) when a column that
+    # carried evidence on the previous tick is unobserved on this one (a lost or cached scrape,
+    # an exporter on a slower cadence): no new sample is no evidence that the node recovered,
+    # nor that its deviation goes on. One missed tick is bridged, a second is not: a pending
+    # alert must not reach its minimum duration across a gap on one tick's evidence.
+    bridge_missed_tick: bool = True
+    # An exporter page repeated byte for byte is no observation for up to this long, a frozen
+    # exporter past it (signals.SignalMap, repeats.py); None: every scrape is an observation.
+    repeat_hold_s: float | None = 60.0
+    # Calibrated multipliers of the rules' fusion weights, by signal name (absent: 1).
+    signal_weights: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TickResult:
+    time: float
+    node_names: tuple[str, ...]
+    node_score: FloatArray  # per node alert score in [0, 1]; NaN: nothing sent, or incomplete
+    xid_held: BoolArray  # per node: a failure XID forces its alert this tick
+    gpu_node: np.ndarray  # per GPU entity: node id
+    gpu_label: tuple[str, ...]  # per GPU entity: gpu label
+    gpu_score: FloatArray  # per GPU entity in [0, 1]; NaN when the GPU sent nothing
+    started: tuple[Alert, ...]
+    ended: tuple[Alert, ...]
+    xids: tuple[XidEvent, ...]
+    incidents: tuple[Incident, ...]
+    column_z: FloatArray = field(default_factory=lambda: np.zeros(0))  # fused per-column scores
+
+
+class ScorerStage:
+    """Each scorer on the columns its rules name, its scores in that scorer's full-width row
+    (``scorers.base.update_columns``: the kernels read their columns from the full row and
+    write the row themselves, other scorers gather and scatter). The rows are allocated once
+    per layout and reused every tick (columns outside a scorer's subset stay 0), so ``run``'s
+    result is valid until the next ``run``. Columns are only appended, so a scorer's subset
+    only grows at its end and its state stays aligned."""
+
+    def __init__(self, scorers: Sequence[Scorer]) -> None:
+        self.scorers = list(scorers)
+        self.subsets: dict[str, np.ndarray] = {}
+        self._layouts: dict[str, ColumnLayout] = {}
+        self._rows: dict[str, FloatArray] = {}
+
+    def set_layout(self, applies: Mapping[str, BoolArray], layout: ColumnLayout) -> None:
+        """``applies[name]``: mask of the columns scorer ``name`` is meant for."""
+        self.subsets = {s.name: np.flatnonzero(applies[s.name]) for s in self.scorers}
+        self._layouts = {name: layout.subset(idx) for name, idx in self.subsets.items()}
+        self._rows = {name: np.zeros(len(layout)) for name in self.subsets}
+
+    def run(self, t: float, x: FloatArray) -> dict[str, FloatArray]:
+        """Every scorer's scores for the tick, full width (see the class docstring). The row
+        is first read once in order (``kernels.touch``), so a row cold in cache streams in
+        instead of being fetched line by line by the scorers' gathers."""
+        if x.dtype == np.float64 and x.flags.c_contiguous:
+            touch(x)
+        for scorer in self.scorers:
+            name = scorer.name
+            update_columns(scorer, t, x, self.subsets[name], self._layouts[name], self._rows[name])
+        return self._rows
+
+
+class Pipeline:
+    """Composes the stages; see the module docstring."""
+
+    def __init__(
+        self,
+        index: SeriesIndex,
+        signals: SignalCatalog,
+        xids: XidCatalog,
+        scorers: Sequence[Scorer],
+        params: PipelineParams | None = None,
+    ) -> None:
+        self.index = index
+        self.params = params or PipelineParams()
+        self.xid_catalog = xids
+        self.signal_map = SignalMap(signals, index, repeat_hold_s=self.params.repeat_hold_s)
+        self.xid_extractor = XidExtractor(index, xids)
+        self.scoring = ScorerStage(scorers)
+        self.episodes = Episodes(self.params.episodes)
+        self._layout: ColumnLayout | None = None
+        self._entities: EntityMap | None = None
+        self._applies: dict[str, BoolArray] = {}
+        self._storm_columns = np.zeros(0, dtype=np.int64)  # fusion.storm_columns, per layout
+        self._node_columns: list[np.ndarray] = []
+        self._weights = np.zeros(0)
+        self._xid_until = np.zeros(0)
+        self._xid_signal: dict[int, str] = {}
+        self._xid_gpu: dict[int, str | None] = {}
+        self._peak_signals: dict[int, tuple[str, ...]] = {}
+        self._peak_gpu: dict[int, str | None] = {}
+        self._open: dict[int, Alert] = {}
+        self._injected: list[XidEvent] = []
+        self._prev_z = np.zeros(0)  # the previous tick's fused column scores
+        self.common_mode = CommonMode()  # each (signal, node) excursion's onset
+        self._prev_t = -np.inf  # the previous tick's time
+
+    @property
+    def scorers(self) -> list[Scorer]:
+        return self.scoring.scorers
+
+    # -- layout -----------------------------------------------------------------------------
+    def _refresh_layout(self) -> None:
+        layout = self.signal_map.layout
+        self._layout = layout
+        self._entities = EntityMap.build(layout, self.signal_map.columns.gpu_label)
+        self._applies = {s.name: self._scorer_mask(s.name, layout) for s in self.scorers}
+        self.scoring.set_layout(self._applies, layout)
+        self._storm_columns = storm_columns(self._applies, layout)
+        order = np.argsort(layout.node, kind="stable")
+        bounds = np.searchsorted(layout.node[order], np.arange(len(layout.node_names) + 1))
+        self._node_columns = [
+            order[bounds[i] : bounds[i + 1]] for i in range(len(layout.node_names))
+        ]
+        calibrated = self.params.signal_weights
+        factor = np.array([calibrated.get(name, 1.0) for name in layout.signal_names])
+        self._weights = self.signal_map.weights * factor[layout.signal]
+        grow = len(layout.node_names) - self._xid_until.shape[0]
+        if grow > 0:
+            self._xid_until = np.concatenate((self._xid_until, np.full(grow, -np.inf)))
+
+    def _scorer_mask(self, scorer: str, layout: ColumnLayout) -> BoolArray:
+        catalog = self.signal_map.catalog
+        rules = {rule.name: rule for rule in catalog.signals}
+        wanted = [
+            scorer in (rules[name].scorers if name in rules else catalog.default_rule.scorers)
+            for name in layout.signal_names
+        ]
+        return np.asarray(wanted, dtype=bool)[layout.signal]
+
+    def inject_xids(self, events: Iterable[XidEvent]) -> None:
+        """XIDs seen outside the frames (the kernel log): they join the next ``step``'s
+        ``xids`` and force their node's alert exactly like XIDs found in the data."""
+        self._injected.extend(events)
+
+    # -- one tick ---------------------------------------------------------------------------
+    def step(self, frame: Frame) -> TickResult:
+        t = frame.time
+        if self.signal_map.sync(t) or self._layout is None:
+            self._refresh_layout()
+        layout, entities = self._layout, self._entities
+        assert layout is not None
+        assert entities is not None
+        x = self.signal_map.compute(t, frame.values)
+        observed = ~np.isnan(x)
+        scores = self.scoring.run(t, x)
+        fused = fuse(
+            scores,
+            self._applies,
+            self._weights,
+            observed,
+            layout,
+            entities,
+            self.params.fusion,
+            self.common_mode,
+            t,
+            (self._storm_columns, x[self._storm_columns] > 0.0),
+        )
+
+        n_nodes = len(layout.node_names)
+        # An entity is seen unless all its columns are unobserved; counted over the few
+        # unobserved columns (weighted bincounts over every column cost ~0.1 ms a tick).
+        unseen = np.flatnonzero(~observed)
+        node_seen = np.bincount(layout.node[unseen], minlength=n_nodes) < entities.node_size
+        unseen_gpu = entities.gpu_entity[unseen]
+        gpu_seen = (
+            np.bincount(unseen_gpu[unseen_gpu >= 0], minlength=len(entities.gpu_node))
+            < entities.gpu_size
+        )
+        gpu_score = np.where(gpu_seen, fused.gpu_score, np.nan)
+        alert_score = fused.node_score.copy()
+        if entities.gpu_node.size:
+            np.maximum.at(alert_score, entities.gpu_node, fused.gpu_score)
+
+        xid_events = (*self.xid_extractor.update(t, frame.values), *self._injected)
+        self._injected = []
+        if self.params.alert_on_xid:
+            for ev in xid_events:
+                if is_failure(ev, self.xid_catalog) and ev.node in layout.node_names:
+                    node = layout.node_names.index(ev.node)
+                    self._xid_until[node] = t + self.params.xid_hold_s
+                    self._xid_signal[node] = f"xid_{ev.xid}"
+                    self._xid_gpu[node] = ev.gpu
+        held = (self._xid_until[:n_nodes] >= t) if self.params.alert_on_xid else np.zeros(0, bool)
+        alert_score = np.where(node_seen, alert_score, np.nan)
+        if self.params.bridge_missed_tick:
+            alert_score[self._incomplete(fused.column_z, unseen, layout)] = np.nan
+        self._prev_t = t
+
+        changes = self.episodes.update(t, alert_score, held)
+        ended = tuple(
+            self._end(n, t, start, peak)
+            for n, start, peak in zip(
+                changes.ended.tolist(),
+                changes.ended_start.tolist(),
+                changes.ended_peak.tolist(),
+                strict=True,
+            )
+        )
+        for node in changes.opened.tolist():  # a new episode: no evidence yet
+            self._peak_signals.pop(node, None)
+            self._peak_gpu.pop(node, None)
+        for node in changes.new_peak.tolist():
+            self._record_peak(node, fused.column_z, layout, entities, t)
+        started = tuple(self._start(n, t) for n in changes.started.tolist())
+        incidents = tuple(
+            Incident(t, None, layout.signal_names[sig], int(cnt), int(node_seen.sum()))
+            for sig, cnt in zip(
+                fused.common_mode_signals.tolist(), fused.common_mode_nodes.tolist(), strict=True
+            )
+        )
+        return TickResult(
+            time=t,
+            node_names=layout.node_names,
+            node_score=alert_score,
+            xid_held=np.resize(held, n_nodes) if held.size else np.zeros(n_nodes, dtype=bool),
+            gpu_node=entities.gpu_node,
+            gpu_label=entities.gpu_label,
+            gpu_score=gpu_score,
+            started=started,
+            ended=ended,
+            xids=xid_events,
+            incidents=incidents,
+            column_z=fused.column_z,
+        )
+
+    def _incomplete(self, column_z: FloatArray, unseen: IntArray, layout: ColumnLayout) -> IntArray:
+        """Nodes whose tick is incomplete (see ``PipelineParams.bridge_missed_tick``): a
+        column unobserved now that was observed on the previous tick with evidence."""
+        prev_z, self._prev_z = self._prev_z, column_z  # fuse returns a fresh array each tick
+        unseen = unseen[unseen < prev_z.shape[0]]  # columns added this tick: no evidence yet
+        carried = unseen[prev_z[unseen] > self.params.fusion.z0]
+        if carried.size:
+            carried = carried[self.signal_map.last_observed[carried] == self._prev_t]
+        nodes: IntArray = np.unique(layout.node[carried])
+        return nodes
+
+    def _record_peak(
+        self,
+        node: int,
+        column_z: FloatArray,
+        layout: ColumnLayout,
+        entities: EntityMap,
+        t: float,
+    ) -> None:
+        """Remember the evidence at a new peak. An XID hold (score 1) keeps the precursor
+        evidence the episode already had and adds the XID behind it."""
+        if self._xid_until[node] >= t and node in self._xid_signal:
+            xid = self._xid_signal[node]
+            before = tuple(s for s in self._peak_signals.get(node, ()) if not s.startswith("xid_"))
+            self._peak_signals[node] = (*before, xid)
+            if not before:
+                self._peak_gpu[node] = self._xid_gpu.get(node)
+            return
+        top = top_signals(
+            column_z, self._node_columns[node], layout, self.params.top_k, self.params.fusion.z0
+        )
+        names: list[str] = []
+        for col, _ in top:
+            name = layout.signal_names[int(layout.signal[col])]
+            if name not in names:
+                names.append(name)
+        self._peak_signals[node] = tuple(names)
+        gpu_entity = int(entities.gpu_entity[top[0][0]]) if top else -1
+        self._peak_gpu[node] = entities.gpu_label[gpu_entity] if gpu_entity >= 0 else None
+
+    def _alert(
+        self, node: int, end: float | None, start: float | None = None, peak: float | None = None
+    ) -> Alert:
+        assert self._layout is not None
+        return Alert(
+            node=self._layout.node_names[node],
+            gpu=self._peak_gpu.get(node),
+            start=float(self.episodes.start[node]) if start is None else start,
+            end=end,
+            peak_score=float(self.episodes.peak[node]) if peak is None else peak,
+            signals=self._peak_signals.get(node, ()),
+        )
+
+    def _start(self, node: int, t: float) -> Alert:
+        alert = self._alert(node, None)
+        self._open[node] = alert
+        return alert
+
+    def _end(self, node: int, t: float, start: float, peak: float) -> Alert:
+        self._open.pop(node, None)
+        return self._alert(node, t, start, peak)
+
+    def open_alerts(self) -> list[Alert]:
+        """Alerts still firing, with their current peak evidence."""
+        return [self._alert(node, None) for node in sorted(self._open)]
+
+    def evidence(self, tick: TickResult, k: int | None = None) -> list[SignalScore]:
+        """The top ``k`` signals (above the fusion's z0) of every node with a positive score at
+        ``tick``: what the daemon exports as ``detector_signal_score``. Computed on demand, so
+        replay does not pay for it."""
+        layout, entities = self._layout, self._entities
+        if layout is None or entities is None or tick.column_z.shape[0] != len(layout):
+            return []
+        k = self.params.top_k if k is None else k
+        out: list[SignalScore] = []
+        scores = np.nan_to_num(tick.node_score, nan=0.0)
+        for node in np.flatnonzero(scores > 0).tolist():
+            columns = self._node_columns[node]
+            for col, z in top_signals(tick.column_z, columns, layout, k, self.params.fusion.z0):
+                gpu_entity = int(entities.gpu_entity[col])
+                gpu = entities.gpu_label[gpu_entity] if gpu_entity >= 0 else None
+                name = layout.signal_names[int(layout.signal[col])]
+                out.append(SignalScore(layout.node_names[node], gpu, name, z))
+        return out
+
+    def lead_signals(self, tick: TickResult) -> np.ndarray:
+        """Per node of ``tick``: the signal id (``layout.signal_names``) of its strongest
+        column above the fusion's z0, -1 where none contributed evidence. What calibration
+        credits or blames for an alert without re-scoring."""
+        layout = self._layout
+        n_nodes = len(tick.node_names)
+        lead = np.full(n_nodes, -1, dtype=np.int32)
+        if layout is None or tick.column_z.shape[0] != len(layout):
+            return lead
+        live = np.flatnonzero(tick.column_z > self.params.fusion.z0)
+        if live.size:
+            # strongest first within each node; the first row per node is its leader
+            order = np.lexsort((-tick.column_z[live], layout.node[live]))
+            nodes = layout.node[live[order]]
+            first = np.flatnonzero(np.r_[True, nodes[1:] != nodes[:-1]])
+            lead[nodes[first]] = layout.signal[live[order[first]]]
+        return lead
+
+
+STATE_VERSION = 1
+
+
+def pipeline_state(pipeline: Pipeline) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Everything a restart needs to carry on without re-warming: (arrays, JSON metadata).
+
+    The series index is saved in column order, so restoring it rebuilds the same signal
+    columns, which the scorers' arrays are aligned to."""
+    p = pipeline
+    arrays: dict[str, np.ndarray] = {}
+    parts: dict[str, dict[str, np.ndarray]] = {
+        "signals": p.signal_map.state_dict(),
+        "xids": p.xid_extractor.state_dict(),
+        "episodes": p.episodes.state_dict(),
+        "common_mode": p.common_mode.state_dict(),
+        **{f"scorer.{s.name}": s.state_dict() for s in p.scorers},
+    }
+    for prefix, part in parts.items():
+        arrays.update({f"{prefix}/{key}": value for key, value in part.items()})
+    arrays["pipeline/xid_until"] = p._xid_until.copy()
+    arrays["pipeline/prev_z"] = p._prev_z.copy()
+    meta: dict[str, Any] = {
+        "version": STATE_VERSION,
+        "series": [
+            [i.metric, [list(kv) for kv in i.labels], i.node, i.gpu, [list(kv) for kv in i.context]]
+            for i in p.index.infos
+        ],
+        "node_names": list(p.signal_map.layout.node_names) if len(p.index) else [],
+        "open": {str(n): [a.start, a.peak_score] for n, a in p._open.items()},
+        "peak_signals": {str(n): list(v) for n, v in p._peak_signals.items()},
+        "peak_gpu": {str(n): v for n, v in p._peak_gpu.items()},
+        "xid_signal": {str(n): v for n, v in p._xid_signal.items()},
+        "xid_gpu": {str(n): v for n, v in p._xid_gpu.items()},
+        "prev_t": p._prev_t if math.isfinite(p._prev_t) else None,
+    }
+    return arrays, meta
+
+
+def restore_pipeline(
+    pipeline: Pipeline, arrays: dict[str, np.ndarray], meta: dict[str, Any]
+) -> None:
+    """Load ``pipeline_state`` output into a freshly built pipeline with an empty index.
+
+    Raises ValueError (with what is wrong) for a state of another version or shape; callers
+    treat that as "start clean"."""
+    p = pipeline
+    if meta.get("version") != STATE_VERSION:
+        raise ValueError(f"state version {meta.get('version')!r}, expected {STATE_VERSION}")
+    if len(p.index):
+        raise ValueError("restore needs a pipeline whose series index is still empty")
+    infos = [
+        SeriesInfo(
+            column,
+            metric,
+            tuple((k, v) for k, v in labels),
+            node,
+            gpu,
+            tuple((k, v) for k, v in ctx),
+        )
+        for column, (metric, labels, node, gpu, ctx) in enumerate(meta["series"])
+    ]
+    p.index.extend_from(infos)
+    p.signal_map.sync()
+    p._refresh_layout()
+
+    def part(prefix: str) -> dict[str, np.ndarray]:
+        return {k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith(prefix + "/")}
+
+    p.signal_map.load_state_dict(part("signals"))
+    p.xid_extractor.load_state_dict(part("xids"))
+    p.episodes.load_state_dict(part("episodes"))
+    for scorer in p.scorers:
+        scorer.load_state_dict(part(f"scorer.{scorer.name}"))
+    until = arrays.get("pipeline/xid_until")
+    if until is not None:
+        n = min(until.shape[0], p._xid_until.shape[0])
+        p._xid_until[:n] = until[:n]
+    p._prev_z = arrays.get("pipeline/prev_z", np.zeros(0)).copy()
+    p.common_mode.load_state_dict(part("common_mode"))
+    prev_t = meta.get("prev_t")
+    p._prev_t = -math.inf if prev_t is None else float(prev_t)
+    p._peak_signals = {int(n): tuple(v) for n, v in meta.get("peak_signals", {}).items()}
+    p._peak_gpu = {int(n): v for n, v in meta.get("peak_gpu", {}).items()}
+    p._xid_signal = {int(n): v for n, v in meta.get("xid_signal", {}).items()}
+    p._xid_gpu = {int(n): v for n, v in meta.get("xid_gpu", {}).items()}
+    p._open = {int(n): p._alert(int(n), None) for n in meta.get("open", {})}

@@ -1,0 +1,410 @@
+"""``detector replay``: recorded data (or the built-in simulated cluster) through the very same
+pipeline, on the data's own clock, as fast as the machine allows; then a report.
+
+Also the engine behind ``detector calibrate``: it records every node's alert score per tick so
+thresholds can be tried without re-scoring.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import time as wallclock
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+
+from ..errors import DumpError, EventsError
+from ..evaluation import Evaluation, evaluate
+from ..ingest import DumpStats, load_array, load_events, place_events, read_dump
+from ..model import Alert, FloatArray, Frame, Labels, SampleBatch, XidEvent
+from ..pipeline import EpisodeParams, Episodes, Pipeline, TickResult, dedupe_episodes, is_failure
+from ..series import SeriesIndex, frames_from_batches, normalize
+from ..sim import SimulatedCluster, with_pod
+from .progress import ProgressSink
+
+INCIDENT_GAP_S = 900.0  # this long without a common-mode signal ends a cluster incident
+
+
+@dataclass
+class ReplayResult:
+    """Everything a replay produced."""
+
+    start: float
+    end: float
+    ticks: int
+    series: int
+    alerts: list[Alert]
+    failures: list[XidEvent]  # failure XIDs (events file + dump), deduped
+    all_xids: list[XidEvent]  # every XID episode seen, failures or not
+    incidents: int
+    evaluation: Evaluation
+    wall_s: float
+    node_names: tuple[str, ...] = ()
+    times: FloatArray = field(default_factory=lambda: np.zeros(0))
+    node_scores: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
+    xid_held: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool))
+    # per tick and node: id in signal_names of the strongest signal, -1 where none (recorded)
+    lead_signal: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int32))
+    signal_names: tuple[str, ...] = ()
+    threshold: float = float("nan")  # the alert threshold the pipeline ran with
+    signal_weights: dict[str, float] = field(default_factory=dict)  # calibrated multipliers
+    dropped: int = 0  # series labels.drop kept out of the index
+    pod_named: list[str] = field(default_factory=list)  # nodes named by a dcgm-exporter pod
+    # the rules' named, scored signals the data fed, and those it did not (in rules order)
+    signals_found: tuple[str, ...] = ()
+    signals_missing: tuple[str, ...] = ()
+    # nodes whose GPUs ran more than one workload at once (GPU peers by workload)
+    split_nodes: tuple[str, ...] = ()
+    # nodes whose unlabelled GPUs co-movement told apart (labels.gpu_workload_comovement)
+    inferred_split_nodes: tuple[str, ...] = ()
+    # nodes with an unlabelled GPU co-movement judged alone (no GPU peers)
+    alone_nodes: tuple[str, ...] = ()
+    # set when nodes running different jobs were judged against each other (no cohort labels)
+    cohort_advice: str = ""
+
+
+class ScoreRecorder:
+    """Keeps every node's alert score, XID hold and leading signal per tick (for calibration
+    and reports)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.rows: list[FloatArray] = []
+        self.held: list[np.ndarray] = []
+        self.leads: list[np.ndarray] = []
+
+    def add(self, tick: TickResult, lead: np.ndarray) -> None:
+        self.times.append(tick.time)
+        self.rows.append(tick.node_score.astype(np.float32))
+        self.held.append(tick.xid_held.copy())
+        self.leads.append(lead)
+
+    def matrix(self, n_nodes: int) -> tuple[FloatArray, np.ndarray, np.ndarray]:
+        """(scores, xid-held mask, leading signal id or -1), ticks x nodes."""
+        out = np.full((len(self.rows), n_nodes), np.nan, dtype=np.float32)
+        held = np.zeros((len(self.rows), n_nodes), dtype=bool)
+        leads = np.full((len(self.rows), n_nodes), -1, dtype=np.int32)
+        for i, (row, h, lead) in enumerate(zip(self.rows, self.held, self.leads, strict=True)):
+            out[i, : row.shape[0]] = row
+            held[i, : h.shape[0]] = h
+            leads[i, : lead.shape[0]] = lead
+        return out.astype(np.float64), held, leads
+
+
+class ScoresCsv:
+    """``--scores-out``: time,node,gpu,score for every entity and tick (node rows: empty gpu)."""
+
+    def __init__(self, path: Path) -> None:
+        # Lives across many ticks; closed by close().
+        if path.suffix == ".gz":
+            self._fh: IO[str] = gzip.open(path, "wt", newline="")  # noqa: SIM115
+        else:
+            self._fh = path.open("w", newline="")
+        self._writer = csv.writer(self._fh)
+        self._writer.writerow(["time", "node", "gpu", "score"])
+
+    def add(self, tick: TickResult) -> None:
+        t = f"{tick.time:.3f}"
+        rows: list[tuple[str, str, str, str]] = []
+        for node, score in zip(tick.node_names, tick.node_score.tolist(), strict=False):
+            if score == score:  # not NaN
+                rows.append((t, node, "", f"{score:.4f}"))
+        for node_id, gpu, score in zip(
+            tick.gpu_node.tolist(), tick.gpu_label, tick.gpu_score.tolist(), strict=False
+        ):
+            if score == score:
+                rows.append((t, tick.node_names[node_id], gpu, f"{score:.4f}"))
+        self._writer.writerows(rows)
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def dump_frames(
+    paths: Sequence[Path],
+    index: SeriesIndex,
+    step_s: float | None,
+    *,
+    on_span: Callable[[float, float], None] | None = None,
+) -> Iterator[Frame]:
+    """Frames of a recorded dump (any supported format), in time order. ``on_span(first,
+    last)`` is called with the dump's sample time range as soon as the reader knows it (a
+    cached dump, which is the default: before the first frame); never if it cannot know."""
+    stats = DumpStats()
+    batches = read_dump(list(paths), index, stats=stats)
+    if on_span is not None:
+        batches = _announce_span(batches, stats, on_span)
+    return frames_from_batches(batches, lambda: len(index), step_s)
+
+
+def _announce_span(
+    batches: Iterator[SampleBatch], stats: DumpStats, on_span: Callable[[float, float], None]
+) -> Iterator[SampleBatch]:
+    # Once the first batch is out the dump is parsed; if it went through the cache, the sorted
+    # times lie on disk (memory-mapped), so first and last cost two reads, not a second pass.
+    for i, batch in enumerate(batches):
+        if i == 0 and stats.cache_dir is not None:
+            times = load_array(stats.cache_dir / "times.npy")
+            if times.shape[0]:
+                on_span(float(times[0]), float(times[-1]))
+        yield batch
+
+
+def simulated_frames(cluster: SimulatedCluster, index: SeriesIndex) -> Iterator[Frame]:
+    """Frames of the simulated cluster, its series placed into ``index`` columns. On a shared
+    node (``Scenario.shared_nodes``), and on every node with a pod per GPU
+    (``Scenario.pod_per_gpu``), each GPU's pod is scheduled on the index as it changes, as a
+    dump of the same cluster carries it (``SeriesIndex.schedule_context``)."""
+    series = cluster.series()
+    columns = np.array([index.add(name, labels) for name, labels in series], dtype=np.int64)
+    pods = _SimulatedPods(cluster, series, columns, index)
+    # A fresh index maps the cluster's series onto columns 0..n-1 in order; the simulator's
+    # vectors (a new array every tick) are then already the frames.
+    identity = bool(np.array_equal(columns, np.arange(columns.shape[0])))
+    for k, (t, values) in enumerate(cluster.frames()):
+        pods.schedule(k, t)
+        if identity and len(index) == values.shape[0]:
+            yield Frame(t, values)
+            continue
+        frame = np.full(len(index), np.nan)
+        kept = columns >= 0  # -1: a series labels.drop keeps out
+        frame[columns[kept]] = values[kept]
+        yield Frame(t, frame)
+
+
+class _SimulatedPods:
+    """The pods of the GPUs a replay follows (``SimulatedCluster.followed_pods``: the shared
+    nodes', every node's with a pod per GPU), scheduled on the index when they change: the
+    context each of the GPU's series then carries."""
+
+    def __init__(
+        self,
+        cluster: SimulatedCluster,
+        series: Sequence[tuple[str, Labels]],
+        columns: np.ndarray,
+        index: SeriesIndex,
+    ) -> None:
+        self.cluster, self.series, self.columns, self.index = cluster, series, columns, index
+        self.followed = cluster.pod_gpu_series()
+        self.last: dict[tuple[int, int], str | None] = {}
+
+    def schedule(self, k: int, t: float) -> None:
+        for where, pod in self.cluster.followed_pods(k).items():
+            if where in self.last and self.last[where] == pod:
+                continue
+            self.last[where] = pod
+            for col in self.followed[where]:
+                column = int(self.columns[col])
+                if column < 0:
+                    continue
+                name, labels = self.series[col]
+                spelled = with_pod(labels, pod)
+                context = normalize(name, spelled, self.index.rules, self.index.hosts)[4]
+                self.index.schedule_context(t, column, context)
+
+
+def run_replay(
+    pipeline: Pipeline,
+    frames: Iterator[Frame],
+    *,
+    events: Sequence[XidEvent] = (),
+    horizon_s: float = 3600.0,
+    grace_s: float = 300.0,
+    scores_out: Path | None = None,
+    record_scores: bool = False,
+    progress: ProgressSink | None = None,
+    expected_span: tuple[float, float] | None = None,
+    source: str = "replay",
+) -> ReplayResult:
+    """Drive ``frames`` through ``pipeline``; evaluate alerts against ``events`` + data XIDs.
+    ``progress`` hears every tick's time (and ``expected_span`` when given) and is closed
+    whether the replay ends or is interrupted. Fewer than two ticks span no time to evaluate:
+    DumpError naming ``source`` (the dump files, or the simulated cluster)."""
+    began = wallclock.perf_counter()
+    alerts: list[Alert] = []
+    data_xids: list[XidEvent] = []
+    incidents = 0
+    recorder = ScoreRecorder() if record_scores else None
+    writer = ScoresCsv(scores_out) if scores_out is not None else None
+    start = end = float("nan")
+    ticks = 0
+    last_incident = -np.inf  # last tick on which any signal moved cluster-wide
+    if progress is not None and expected_span is not None:
+        progress.set_span(*expected_span)
+    try:
+        for frame in frames:
+            tick = pipeline.step(frame)
+            if ticks == 0:
+                start = tick.time
+            end = tick.time
+            ticks += 1
+            alerts.extend(tick.ended)
+            data_xids.extend(tick.xids)
+            if tick.incidents:
+                # one cluster incident until no signal has moved cluster-wide for the gap
+                if tick.time - last_incident > INCIDENT_GAP_S:
+                    incidents += 1
+                last_incident = tick.time
+            if recorder is not None:
+                recorder.add(tick, pipeline.lead_signals(tick))
+            if writer is not None:
+                writer.add(tick)
+            if progress is not None:
+                progress.update(tick.time)
+        if progress is not None:
+            progress.close(complete=True)
+    finally:
+        if progress is not None:  # interrupted: end the bar's line before any message
+            progress.close()
+        if writer is not None:
+            writer.close()
+    alerts.extend(pipeline.open_alerts())
+    alerts.sort(key=lambda a: (a.start, a.node))
+    catalog = pipeline.xid_catalog
+    hosts = pipeline.index.hosts  # events naming a node by its address: by its host name
+    named = [replace(ev, node=hosts.get(ev.node, ev.node)) for ev in events] if hosts else events
+    named = place_events(named, pipeline.index.infos)  # short host names, GPU UUIDs and PCI ids
+    all_xids = dedupe_episodes([*named, *data_xids], catalog)
+    failures = [ev for ev in all_xids if is_failure(ev, catalog)]
+    if ticks < 2:
+        when = wallclock.strftime("%Y-%m-%d %H:%M:%S UTC", wallclock.gmtime(start if ticks else 0))
+        found = "no samples" if ticks == 0 else f"one tick of data (at {when})"
+        raise DumpError(f"{source}: {found}; a replay needs samples at two times at least")
+    evaluation = evaluate(
+        alerts,
+        all_xids,
+        start=start,
+        end=end,
+        horizon_s=horizon_s,
+        grace_s=grace_s,
+        is_failure=set(failures).__contains__,  # as evaluate_at_threshold
+    )
+    node_names = pipeline.signal_map.layout.node_names if ticks else ()
+    result = ReplayResult(
+        start=start,
+        end=end,
+        ticks=ticks,
+        series=len(pipeline.index),
+        dropped=pipeline.index.dropped,
+        pod_named=list(pipeline.index.pod_named),
+        alerts=alerts,
+        failures=failures,
+        all_xids=all_xids,
+        incidents=incidents,
+        evaluation=evaluation,
+        wall_s=wallclock.perf_counter() - began,
+        node_names=node_names,
+        threshold=pipeline.params.episodes.threshold,
+        signal_weights=dict(pipeline.params.signal_weights),
+    )
+    result.signals_found, result.signals_missing = signal_coverage(pipeline)
+    result.split_nodes = tuple(sorted(pipeline.signal_map.teams.split_nodes))
+    result.inferred_split_nodes = tuple(sorted(pipeline.signal_map.teams.inferred_split_nodes))
+    result.alone_nodes = tuple(sorted(pipeline.signal_map.teams.alone_nodes))
+    result.cohort_advice = pipeline.signal_map.teams.cohort_advice()
+    if recorder is not None:
+        result.times = np.asarray(recorder.times)
+        result.node_scores, result.xid_held, result.lead_signal = recorder.matrix(len(node_names))
+        result.signal_names = pipeline.signal_map.layout.signal_names
+    return result
+
+
+def alerts_at_threshold(
+    times: FloatArray,
+    scores: FloatArray,
+    node_names: Sequence[str],
+    params: EpisodeParams,
+    held: np.ndarray | None = None,
+    leads: tuple[np.ndarray, Sequence[str]] | None = None,
+) -> list[Alert]:
+    """Re-run alert episodes over recorded node scores (calibration: no re-scoring needed);
+    ``held`` (ticks x nodes) marks where a failure XID forced the alert. With ``leads`` (the
+    recorded leading-signal ids, ticks x nodes, and their names) each alert names the signal
+    that led at its peak, as the pipeline's alerts do; XID-held ticks keep the precursor."""
+    episodes = Episodes(params, scores.shape[1])
+    alerts: list[Alert] = []
+    peak_signal: dict[int, tuple[str, ...]] = {}
+    for i in range(times.shape[0]):
+        t = float(times[i])
+        changes = episodes.update(t, scores[i], None if held is None else held[i])
+        for node, start, peak in zip(
+            changes.ended.tolist(),
+            changes.ended_start.tolist(),
+            changes.ended_peak.tolist(),
+            strict=True,
+        ):
+            alerts.append(Alert(node_names[node], None, start, t, peak, peak_signal.get(node, ())))
+        if leads is None:
+            continue
+        ids, names = leads
+        for node in changes.opened.tolist():
+            peak_signal.pop(node, None)
+        for node in changes.new_peak.tolist():
+            lead = int(ids[i, node])
+            if lead >= 0 and (held is None or not held[i, node]):
+                peak_signal[node] = (names[lead],)
+    for node in episodes.firing().tolist():
+        alerts.append(
+            Alert(
+                node_names[node],
+                None,
+                float(episodes.start[node]),
+                None,
+                float(episodes.peak[node]),
+                peak_signal.get(node, ()),
+            )
+        )
+    return alerts
+
+
+def evaluate_at_threshold(
+    result: ReplayResult, params: EpisodeParams, horizon_s: float, grace_s: float
+) -> Evaluation:
+    """The evaluation a replay would have had with other episode parameters (no re-scoring);
+    its alerts name their leading signal when the replay recorded them."""
+    leads = (result.lead_signal, result.signal_names) if result.lead_signal.size else None
+    alerts = alerts_at_threshold(
+        result.times, result.node_scores, result.node_names, params, result.xid_held, leads
+    )
+    failures = set(result.failures)
+    return evaluate(
+        alerts,
+        result.all_xids,
+        start=result.start,
+        end=result.end,
+        horizon_s=horizon_s,
+        grace_s=grace_s,
+        is_failure=failures.__contains__,
+    )
+
+
+def signal_coverage(pipeline: Pipeline) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Which of the rules' named, scored signals have a column (the data fed them) and which
+    do not: a dcgm-exporter on its default field list lacks the ECC, NVLink-error and
+    violation counters, the precursors of several XIDs."""
+    present = set(pipeline.signal_map.signal_names)
+    named = [
+        rule.name
+        for rule in pipeline.signal_map.catalog.signals
+        if rule.truth is None and rule.scorers and rule.transform != "presence"
+    ]
+    return tuple(n for n in named if n in present), tuple(n for n in named if n not in present)
+
+
+def load_event_files(paths: Sequence[Path]) -> list[XidEvent]:
+    """The events of every ``--events`` path; a directory is its visible files, sorted by
+    name (not recursive), e.g. one kernel log per node named after it."""
+    events: list[XidEvent] = []
+    for path in paths:
+        files = [path]
+        if path.is_dir():
+            files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+            if not files:
+                raise EventsError(f"{path}: an events directory holding no file")
+        for file in files:
+            events.extend(load_events(file))
+    return events

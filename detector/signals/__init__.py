@@ -1,0 +1,5 @@
+"""detector.signals"""
+
+from .map import SignalMap
+
+__all__ = ["SignalMap"]
