@@ -37,8 +37,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from detector.config.load import load_config
-from detector.pipeline.build import build_pipeline, episode_params
-from detector.pipeline.episodes import EpisodeParams
+from detector.loop.episodes import EpisodeParams
+from detector.loop import TickLoop, episode_params
 from detector.replay.fitting import Fitted, fit_calibration, fit_threshold
 from detector.replay.run import ReplayResult, evaluate_at_threshold, run_replay, simulated_frames
 from detector.series.index import SeriesIndex
@@ -64,9 +64,9 @@ def replay_seed(
     cluster = SimulatedCluster(scenario_for(seed, days, nodes, **overrides))
     config = load_config(None, env=dict(env or {}))
     index = SeriesIndex(LabelRules.from_config(config.labels))  # as `detector replay` builds it
-    pipeline = build_pipeline(config, index, signal_weights=weights)
+    loop = TickLoop.from_config(config, index, signal_weights=weights)
     return run_replay(
-        pipeline, simulated_frames(cluster, index), events=cluster.events(), record_scores=True
+        loop, simulated_frames(cluster, index), events=cluster.events(), record_scores=True
     )
 
 
@@ -123,7 +123,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     config = load_config(None, env={})
-    base = episode_params(config, config.alerts.resolve_threshold(None))
+    base = episode_params(config)
     rows: list[dict[str, object]] = []
     held_out: float | None = None
     fitted: Fitted | None = None

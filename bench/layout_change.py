@@ -23,7 +23,7 @@ from replay_bench import scenario
 
 from detector.config.load import load_config
 from detector.model import ColumnLayout, Frame
-from detector.pipeline.build import build_pipeline
+from detector.loop import TickLoop
 from detector.pipeline.tick import TickResult
 from detector.replay.run import run_replay, simulated_frames
 from detector.series.index import SeriesIndex
@@ -39,7 +39,7 @@ def main() -> None:
     sc = scenario(args.days, None, args.seed)
     cluster = SimulatedCluster(sc)
     index = SeriesIndex()
-    pipeline = build_pipeline(load_config(None, {}), index)
+    pipeline = TickLoop.from_config(load_config(None, {}), index)
     ordinary: list[float] = []
     changed: list[float] = []
     step: Callable[[Frame], TickResult] = pipeline.step

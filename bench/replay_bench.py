@@ -5,7 +5,7 @@
     python bench/replay_bench.py --days 0.25 --stages   # where a tick's CPU goes
 
 What runs is what ``detector replay --days N`` runs: ``SimulatedCluster(Scenario.demo())`` with
-``days`` (and ``--nodes``/``--seed``) overridden, ``build_pipeline`` with the default config,
+``days`` (and ``--nodes``/``--seed``) overridden, ``TickLoop.from_config`` with the default config,
 ``simulated_frames`` and ``run_replay`` (scoring, fusion, alerts, evaluation). Times are CPU
 seconds of this process (``time.process_time``; the shared machine's load shows up in wall
 time, far less in CPU time) and wall seconds beside them.
@@ -29,7 +29,7 @@ from typing import Any
 
 from detector.config.load import load_config
 from detector.model import Frame
-from detector.pipeline.build import build_pipeline
+from detector.loop import TickLoop
 from detector.pipeline.tick import Pipeline
 from detector.replay.run import run_replay, simulated_frames
 from detector.series.index import SeriesIndex
@@ -118,17 +118,17 @@ def run_pipeline(sc: Scenario, stages: bool) -> Run:
     start = time.process_time()
     cluster = SimulatedCluster(sc)
     index = SeriesIndex()
-    pipeline = build_pipeline(load_config(None, {}), index)
+    loop = TickLoop.from_config(load_config(None, {}), index)
     frames: Iterator[Frame] = simulated_frames(cluster, index)
     run.setup_cpu = time.process_time() - start
     counter: Seconds = collections.defaultdict(float)
     if stages:
-        instrument(pipeline, counter)
+        instrument(loop.pipeline, counter)
         frames = timed_frames(frames, counter)
     marks: list[float] = []
     frames = mark_first(frames, marks, counter)
     start, wall = time.process_time(), time.perf_counter()
-    result = run_replay(pipeline, frames, events=cluster.events())
+    result = run_replay(loop, frames, events=cluster.events())
     end = time.process_time()
     first = marks[0] if marks else end
     run.first_cpu, run.cpu = first - start, end - first

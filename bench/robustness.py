@@ -54,8 +54,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from detection import replay_seed
 
 from detector.config.load import load_config
-from detector.pipeline.build import episode_params
-from detector.pipeline.episodes import EpisodeParams
+from detector.loop.episodes import EpisodeParams
+from detector.loop import episode_params
 from detector.replay.fitting import fit_threshold
 from detector.replay.run import ReplayResult, evaluate_at_threshold
 
@@ -173,7 +173,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     config = load_config(None, env={})
-    base = episode_params(config, config.alerts.resolve_threshold(None))
+    base = episode_params(config)
     chosen = {k: v for k, v in CONDITIONS.items() if not args.only or k in args.only}
     held: EpisodeParams | None = None
     listed: list[str] = []

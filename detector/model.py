@@ -96,6 +96,11 @@ class XidEvent:
     end: float | None = None
     source: str = ""  # "events-file", "dump", "kmsg", "kernel-log", ...
     pci: str | None = None  # a kernel log's PCI bus id, until replay maps it to ``gpu``
+    # The driver's or exporter's text (kernel log line, DCGM err_msg): an XID 154's recovery
+    # action is named there, and decides whether it is a failure (``pipeline.is_failure``).
+    # Not part of the event's identity (equality, hashing): the same XID from two sources is
+    # one event whatever text each carries.
+    message: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True, slots=True)

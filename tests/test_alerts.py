@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -13,11 +14,10 @@ import numpy as np
 import pytest
 
 from detector.alerting.queue import Backoff, CoalescingQueue
-from detector.alerting.sender import AlertSender
+from detector.alerting.sender import AlertSender, AlertStats
 from detector.config.schema import AlertsConfig
 from detector.loop.policy import AlertPolicy, Notification
 from detector.model import Alert, Incident
-from detector.pipeline.tick import TickResult
 
 T0 = 1_700_000_000.0
 RESEND = 60.0
@@ -51,25 +51,45 @@ class FakeAlertmanager:
         return [a for post in self.posts for a in post]
 
 
+@dataclass(frozen=True)
+class Tick:
+    """What the policy reads of a tick: its time, the nodes with data, what ended."""
+
+    time: float
+    nodes: int
+    ended: tuple[Alert, ...]
+    incidents: tuple[Incident, ...]
+
+
 def tick(
     t: float,
     nodes: int = 10,
     ended: Sequence[Alert] = (),
     incidents: Sequence[Incident] = (),
-) -> TickResult:
-    return TickResult(
-        time=t,
-        node_names=tuple(f"n{i}" for i in range(nodes)),
-        node_score=np.zeros(nodes),
-        xid_held=np.zeros(nodes, dtype=bool),
-        gpu_node=np.zeros(0, dtype=np.int64),
-        gpu_label=(),
-        gpu_score=np.zeros(0),
-        started=(),
-        ended=tuple(ended),
-        xids=(),
-        incidents=tuple(incidents),
-    )
+) -> Tick:
+    return Tick(t, nodes, tuple(ended), tuple(incidents))
+
+
+class Channel:
+    """The tick loop's policy feeding the sender, as the daemon wires them: the policy
+    decides each tick's notifications, the sender queues them (none in shadow mode)."""
+
+    def __init__(self, policy: AlertPolicy, sender: AlertSender) -> None:
+        self.policy, self.sender = policy, sender
+        self.deliver, self.run, self.aclose = sender.deliver, sender.run, sender.aclose
+
+    def update(
+        self, tick: Tick, open_alerts: Sequence[Alert], muted_nodes: Collection[str] = ()
+    ) -> list[Notification]:
+        notes = self.policy.update(
+            tick.time, tick.nodes, open_alerts, tick.ended, tick.incidents, muted_nodes
+        )
+        if not self.policy.shadow:
+            self.sender.queue(notes)
+        return notes
+
+    def stats(self) -> AlertStats:
+        return self.sender.stats(self.policy)
 
 
 def alert(node: str, start: float = T0, signals: tuple[str, ...] = ("gpu_temp",)) -> Alert:
@@ -82,7 +102,7 @@ def make(
     queue_limit: int = 10_000,
     backoff: Backoff | None = None,
     **policy: Any,
-) -> tuple[AlertSender, list[httpx.AsyncClient]]:
+) -> tuple[Channel, list[httpx.AsyncClient]]:
     """A sender posting to one fake Alertmanager per ``ams`` (one client, routed by host);
     ``policy`` are AlertPolicy settings (resend every RESEND unless given)."""
     by_host = {f"am{i}": am for i, am in enumerate(ams)}
@@ -95,14 +115,14 @@ def make(
     policy.setdefault("resend_interval_s", RESEND)
     sender = AlertSender(
         urls,
-        policy=AlertPolicy(**policy),
+        resend_interval_s=policy["resend_interval_s"],
         client=client,
         queue_limit=queue_limit,
         clock=clock,
         backoff=backoff,
         rng=random.Random(0),
     )
-    return sender, [client]
+    return Channel(AlertPolicy(**policy), sender), [client]
 
 
 async def test_firing_then_resolved_reaches_alertmanager_with_labels_and_ends_at() -> None:
@@ -392,8 +412,9 @@ def test_from_config_wires_every_setting() -> None:
         resend_interval_s=30,
     )
     sender = AlertSender.from_config(cfg, client=httpx.AsyncClient())
-    assert ["http://am:9093"] == list(sender.stats().alertmanagers)  # no password in names
-    policy = sender.policy
+    policy = AlertPolicy.from_config(cfg)
+    assert ["http://am:9093"] == list(sender.stats(policy).alertmanagers)  # no password
+    assert 30.0 == sender.resend_interval_s
     assert (True, "c9", 30.0) == (policy.shadow, policy.cluster, policy.resend_interval_s)
     assert frozenset({"x"}) == policy.suppress_signals
 
@@ -415,7 +436,7 @@ async def test_real_http_alertmanager_receives_alerts() -> None:
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    sender = AlertSender([f"http://127.0.0.1:{port}"], clock=FakeClock())
+    sender = Channel(AlertPolicy(), AlertSender([f"http://127.0.0.1:{port}"], clock=FakeClock()))
     try:
         sender.update(tick(T0), [alert("n7")])
         await sender.deliver()
@@ -438,7 +459,7 @@ async def test_run_delivers_queued_updates_until_stopped() -> None:
         return httpx.Response(200)
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-        sender = AlertSender(["http://am:9093"], client=client)
+        sender = Channel(AlertPolicy(), AlertSender(["http://am:9093"], client=client))
         stop = asyncio.Event()
         task = asyncio.create_task(sender.run(stop))
         await asyncio.sleep(0)  # the task is now waiting: nothing pending

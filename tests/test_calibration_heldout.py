@@ -7,8 +7,8 @@ import dataclasses
 from collections.abc import Mapping
 
 from detector.config.load import load_config
-from detector.pipeline.build import build_pipeline
-from detector.pipeline.episodes import EpisodeParams
+from detector.loop import TickLoop
+from detector.loop.episodes import EpisodeParams
 from detector.replay.fitting import fit_calibration, fit_threshold
 from detector.replay.run import ReplayResult, evaluate_at_threshold, run_replay, simulated_frames
 from detector.series.index import SeriesIndex
@@ -25,7 +25,7 @@ def history(
     )
     cluster = SimulatedCluster(scenario)
     index = SeriesIndex()
-    pipeline = build_pipeline(load_config(None, env={}), index, signal_weights=weights)
+    pipeline = TickLoop.from_config(load_config(None, env={}), index, signal_weights=weights)
     frames = simulated_frames(cluster, index)
     return run_replay(pipeline, frames, events=cluster.events(), record_scores=True)
 

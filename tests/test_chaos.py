@@ -21,7 +21,7 @@ from chaos.harness import SPEED, config
 
 from detector.config.load import Config
 from detector.ingest.parse import parse_exposition
-from detector.pipeline.tick import TickResult
+from detector.loop import LoopTick as TickResult
 from detector.service.daemon import Daemon, run_daemon
 
 TICKS = 18

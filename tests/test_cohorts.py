@@ -14,8 +14,8 @@ import pytest
 from detector.cli.main import main
 from detector.config.load import load_config
 from detector.config.rules import load_signal_rules
+from detector.loop import TickLoop
 from detector.model import Frame, Labels
-from detector.pipeline.build import build_pipeline
 from detector.pipeline.tick import Pipeline
 from detector.series.index import SeriesIndex
 from detector.series.labels import LabelRules
@@ -170,7 +170,7 @@ def cluster(cohort_labels: list[str]) -> tuple[Pipeline, dict[str, int]]:
     config = load_config(None, env={})
     labels = config.labels.model_copy(update={"cohort_labels": cohort_labels})
     index = SeriesIndex(LabelRules.from_config(labels))
-    pipeline = build_pipeline(config.model_copy(update={"labels": labels}), index)
+    pipeline = TickLoop.from_config(config.model_copy(update={"labels": labels}), index)
     jobs = {"n1": "a", "n2": "a", "n3": "a", "n4": "b"}
     cols = {n: index.add(MEM, node_series(n, training_job=j)) for n, j in jobs.items()}
     return pipeline, cols
@@ -182,7 +182,7 @@ def alerted(pipeline: Pipeline, cols: dict[str, int], dips: dict[str, range]) ->
     rng = np.random.default_rng(3)
     nodes: set[str] = set()
     for k in range(240):
-        values = np.full(len(pipeline.index), np.nan)
+        values = np.full(len(pipeline.pipeline.pipeline.index), np.nan)
         for node, col in cols.items():
             level = 0.6 if k in dips.get(node, range(0)) else 1.0
             values[col] = level * 1e12 + rng.normal(0.0, 2e9)
@@ -263,7 +263,7 @@ def test_a_node_that_changes_jobs_is_judged_against_its_new_jobs_nodes() -> None
         config = load_config(None, env={})
         labels = config.labels.model_copy(update={"cohort_labels": ["training_job"]})
         index = SeriesIndex(LabelRules.from_config(labels))
-        pipeline = build_pipeline(config.model_copy(update={"labels": labels}), index)
+        pipeline = TickLoop.from_config(config.model_copy(update={"labels": labels}), index)
         jobs = {"n1": "a", "n2": "a", "n3": "a", "n4": "b", "n5": "b", "n6": "b"}
         moved = {"n3": "b", "n6": "a"}
         cols = {n: index.add(MEM, node_series(n, training_job=j)) for n, j in jobs.items()}
@@ -294,7 +294,7 @@ def test_a_node_whose_dcgm_target_is_relabelled_raises_no_health_alert() -> None
     config = load_config(None, env={})
     labels = config.labels.model_copy(update={"cohort_labels": ["training_job"]})
     index = SeriesIndex(LabelRules.from_config(labels))
-    pipeline = build_pipeline(config.model_copy(update={"labels": labels}), index)
+    pipeline = TickLoop.from_config(config.model_copy(update={"labels": labels}), index)
     metrics = ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK")
 
     def gpus(node: str, job: str) -> list[int]:
@@ -333,22 +333,24 @@ def test_a_relabelled_node_keeps_its_columns_and_their_history() -> None:
         config = load_config(None, env={})
         labels = config.labels.model_copy(update={"cohort_labels": ["training_job"]})
         index = SeriesIndex(LabelRules.from_config(labels))
-        pipeline = build_pipeline(config.model_copy(update={"labels": labels}), index)
+        pipeline = TickLoop.from_config(config.model_copy(update={"labels": labels}), index)
         jobs = {"n1": "a-1", "n2": "a-1", "n3": "a-1", "n4": "b-2", "n5": "b-2", "n6": "b-2"}
         cols = {n: index.add(MEM, node_series(n, training_job=j)) for n, j in jobs.items()}
         rng = np.random.default_rng(7)
         nodes: set[str] = set()
         for k in range(140):
             if k == 100:
-                width = len(pipeline.signal_map)
+                width = len(pipeline.pipeline.signal_map)
                 cols["n3"] = index.add(MEM, node_series("n3", training_job="b-2"))
             values = np.full(len(index), np.nan)
             for node, col in cols.items():
                 level = 0.6 if k in dips.get(node, range(0)) else 1.0
                 values[col] = level * 1e12 + rng.normal(0.0, 2e9)
             nodes |= {a.node for a in pipeline.step(Frame(T0 + STEP * k, values)).started}
-        assert width == len(pipeline.signal_map)  # the new series took no column of its own
-        assert {"b-2"} == cohort_of(pipeline.signal_map, "n3")
+        assert width == len(
+            pipeline.pipeline.signal_map
+        )  # the new series took no column of its own
+        assert {"b-2"} == cohort_of(pipeline.pipeline.signal_map, "n3")
         return nodes, pipeline, cols
 
     soon = range(102, 110)
@@ -356,9 +358,9 @@ def test_a_relabelled_node_keeps_its_columns_and_their_history() -> None:
     assert {"n3"} == caught
     assert set() == run({"n3": soon, "n4": soon, "n5": soon})[0]
     # the signal column reads the new series, also after a save and restore
-    signals = pipeline.signal_map
+    signals = pipeline.pipeline.signal_map
     column = int(np.flatnonzero(signals.series_columns() == cols["n3"])[0])
-    restored = SignalMap(load_signal_rules(), pipeline.index)
+    restored = SignalMap(load_signal_rules(), pipeline.pipeline.index)
     restored.load_state_dict(signals.state_dict())
     assert cols["n3"] == restored.series_columns()[column]
     assert signals._prev_value[column] == restored._prev_value[column]
@@ -378,5 +380,5 @@ def test_a_pipeline_refuses_an_index_that_ignores_the_configs_labels() -> None:
         labels = config.labels.model_copy(update=update)
         configured = config.model_copy(update={"labels": labels})
         with pytest.raises(ValueError, match=name):
-            build_pipeline(configured, SeriesIndex())
-        build_pipeline(configured, SeriesIndex(LabelRules.from_config(labels)))  # accepted
+            TickLoop.from_config(configured, SeriesIndex())
+        TickLoop.from_config(configured, SeriesIndex(LabelRules.from_config(labels)))  # accepted

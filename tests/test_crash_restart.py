@@ -19,9 +19,9 @@ from chaos.cluster_process import ClusterProcess
 from chaos.crash import crash_cluster, crash_daemon, kill_loop, ready, wait_for
 
 from detector.alerting.sender import AlertSender
+from detector.loop import LoopTick as TickResult
 from detector.loop.policy import AlertPolicy
 from detector.model import Alert
-from detector.pipeline.tick import TickResult
 from detector.service.state import FORMAT_VERSION, load_state, save_state
 
 

@@ -17,8 +17,9 @@ import yaml
 from detector.config.load import load_config
 from detector.config.rules import load_signal_rules
 from detector.errors import ConfigError
+from detector.loop import TickLoop
 from detector.model import Alert, FloatArray, Frame, Labels
-from detector.pipeline.build import build_pipeline
+from detector.pipeline import build_pipeline
 from detector.pipeline.tick import Pipeline
 from detector.replay.run import simulated_frames
 from detector.series.index import SeriesIndex
@@ -176,7 +177,7 @@ def deviant_run(
 
 
 def pipeline_for(node: Node, **params: object) -> Pipeline:
-    pipeline = build_pipeline(load_config(None, env={}), node.index)
+    pipeline = TickLoop.from_config(load_config(None, env={}), node.index)
     pipeline.params = replace(pipeline.params, **params)  # type: ignore[arg-type]
     return pipeline
 
@@ -256,7 +257,7 @@ def test_a_one_tick_spike_before_a_lost_scrape_does_not_alert() -> None:
 def alerts_of(scenario: Scenario) -> list[tuple[str, tuple[str, ...]]]:
     cluster = SimulatedCluster(scenario)
     index = SeriesIndex()
-    pipeline = build_pipeline(load_config(None, env={}), index)
+    pipeline = TickLoop.from_config(load_config(None, env={}), index)
     return [
         (a.node, a.signals)
         for frame in simulated_frames(cluster, index)
@@ -293,7 +294,7 @@ def test_a_failing_gpu_next_to_cached_scrapes_is_caught_before_its_xid(
     scenario = replace(CLUSTER, days=0.25, failures=(spec,), xid45_on_teardown=False, **cadence)
     cluster = SimulatedCluster(scenario)
     index = SeriesIndex()
-    pipeline = build_pipeline(load_config(None, env={}), index)
+    pipeline = TickLoop.from_config(load_config(None, env={}), index)
     first = None
     for frame in simulated_frames(cluster, index):
         for alert in pipeline.step(frame).started:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from detector.pipeline.episodes import COOLING, FIRING, OK, PENDING, EpisodeParams, Episodes
+from detector.loop.episodes import COOLING, FIRING, OK, PENDING, EpisodeParams, Episodes
 
 PARAMS = EpisodeParams(
     threshold=0.8, clear_ratio=0.5, min_duration_s=60.0, cooldown_s=300.0, clear_duration_s=0.0

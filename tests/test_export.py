@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from detector.alerting.sender import AlertStats, DeliveryStats
 from detector.evaluation.accounting import AccountingSnapshot
+from detector.loop import LoopTick
 from detector.model import Alert, XidEvent
 from detector.pipeline.tick import TickResult
 from detector.service.entity_stats import NodeScoreStats
@@ -21,21 +22,31 @@ T0 = 1_700_000_000.0
 PROMTOOL = "/usr/bin/promtool"
 
 
-def tick(t: float, scores: list[float], gpu_scores: list[float] | None = None) -> TickResult:
+def tick(t: float, scores: list[float], gpu_scores: list[float] | None = None) -> LoopTick:
     n = len(scores)
     gpus = gpu_scores or []
-    return TickResult(
+    xids = (XidEvent(t, "n0", "1", 79), XidEvent(t, "n0", "1", 13))
+    scored = TickResult(
         time=t,
         node_names=tuple(f"n{i}" for i in range(n)),
         node_score=np.array(scores, dtype=float),
-        xid_held=np.zeros(n, dtype=bool),
         gpu_node=np.zeros(len(gpus), dtype=np.int64),
         gpu_label=tuple(str(g) for g in range(len(gpus))),
         gpu_score=np.array(gpus, dtype=float),
-        started=(Alert("n0", "1", t, None, 0.9, ("xid_79",)),),
-        ended=(),
-        xids=(XidEvent(t, "n0", "1", 79), XidEvent(t, "n0", "1", 13)),
+        xids=xids,
         incidents=(),
+    )
+    alert = Alert("n0", "1", t, None, 0.9, ("xid_79",))
+    return LoopTick(
+        scores=scored,
+        started=(alert,),
+        ended=(),
+        ended_sent=(),
+        notifications=(),
+        notified=(alert,),
+        xids=xids,
+        new_failures=(),
+        detections=(),
     )
 
 

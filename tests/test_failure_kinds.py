@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from detector.config.load import load_config
+from detector.loop import TickLoop
 from detector.model import Alert, FloatArray, Frame
-from detector.pipeline.build import build_pipeline
 from detector.series.index import SeriesIndex
 
 T0 = 1_700_000_000.0
@@ -47,7 +47,7 @@ def run(plant: Plant | None = None, gpus: int = GPUS) -> list[Alert]:
             for key, metric in {**GAUGES, **COUNTERS, **VIOLATION}.items():
                 columns[(key, node, gpu)] = index.add(metric, labels)
         columns[("up", node, -1)] = index.add("up", (("instance", f"node{node}:9400"),))
-    pipeline = build_pipeline(load_config(None, env={}), index)
+    pipeline = TickLoop.from_config(load_config(None, env={}), index)
     rng = np.random.default_rng(0)
     counts = {key: np.zeros((NODES, gpus)) for key in COUNTERS}
     throttled = np.zeros((NODES, gpus))
@@ -193,7 +193,7 @@ def test_vanished_telemetry_is_caught(what: str) -> None:
 def test_evidence_names_the_planted_column() -> None:
     """Pipeline.evidence lists what drives a node's score: the drifting GPU's temperature."""
     index = SeriesIndex()
-    pipeline = build_pipeline(load_config(None, env={}), index)
+    pipeline = TickLoop.from_config(load_config(None, env={}), index)
     labels = [(("Hostname", "n1"), ("gpu", str(g))) for g in range(4)]
     cols = [index.add("DCGM_FI_DEV_GPU_TEMP", lab) for lab in labels]
     rng = np.random.default_rng(1)
@@ -205,6 +205,6 @@ def test_evidence_names_the_planted_column() -> None:
             values[cols[2]] += 20.0
         tick = pipeline.step(Frame(T0 + STEP * k, values))
     assert tick is not None
-    found = pipeline.evidence(tick)
+    found = pipeline.pipeline.evidence(tick.scores)
     assert [("n1", "2", "gpu_temp")] == [(e.node, e.gpu, e.signal) for e in found]
     assert found[0].score > 3.0

@@ -9,12 +9,15 @@ from collections.abc import Mapping
 import numpy as np
 import pytest
 
+from detector.config import load_xid_catalog
 from detector.config.load import load_config
+from detector.evaluation import LiveAccounting
 from detector.evaluation.calibration import CalibrationPoint, calibrate, calibration_from_result
 from detector.evaluation.matching import evaluate
+from detector.loop import AlertPolicy, Decisions, Recording, TickLoop
+from detector.loop.episodes import EpisodeParams
 from detector.model import Frame, XidEvent
 from detector.pipeline.build import build_pipeline
-from detector.pipeline.episodes import EpisodeParams
 from detector.pipeline.tick import Pipeline, TickResult
 from detector.replay.fitting import (
     WEIGHT_FIT_FP_FACTOR,
@@ -22,7 +25,7 @@ from detector.replay.fitting import (
     fit_threshold,
     signal_hits,
 )
-from detector.replay.run import ReplayResult, alerts_at_threshold
+from detector.replay.run import ReplayResult
 from detector.series.index import SeriesIndex
 
 T0 = 1_700_000_000.0
@@ -64,8 +67,8 @@ def test_calibrated_weight_scales_the_fused_column_scores_of_its_signal() -> Non
     assert np.max(a[-1].column_z) > 5.0
     np.testing.assert_allclose(b[-1].column_z, 0.5 * a[-1].column_z)
     assert b[-1].node_score[2] < a[-1].node_score[2]
-    lead = plain.lead_signals(a[-1])
-    names = plain.signal_map.layout.signal_names
+    lead, _ = plain.lead_signals(a[-1])
+    names = plain.signal_names
     assert [-1, -1] == lead[:2].tolist()
     assert "gpu_temp" == names[int(lead[2])]
 
@@ -79,7 +82,7 @@ def test_build_pipeline_takes_weights_from_the_file_unless_given() -> None:
     )
     config = load_config(None, env={})
     assert {"gpu_temp": 0.5} == build_pipeline(config, SeriesIndex(), cal).params.signal_weights
-    assert 0.7 == build_pipeline(config, SeriesIndex(), cal).params.episodes.threshold
+    assert 0.7 == TickLoop.from_config(config, SeriesIndex(), cal).threshold
     replaced = build_pipeline(config, SeriesIndex(), cal, signal_weights={})
     assert {} == replaced.params.signal_weights
     assert {} == build_pipeline(config, SeriesIndex()).params.signal_weights
@@ -91,7 +94,11 @@ def _history(
     """A recorded replay built by hand: one tick per minute."""
     times = T0 + 60.0 * np.arange(scores.shape[0])
     nodes = tuple(f"node{i}" for i in range(scores.shape[1]))
-    alerts = alerts_at_threshold(times, scores, nodes, BASE)
+    recording = Recording.from_arrays(times, scores, leads, names, nodes)
+    decisions = Decisions(
+        load_xid_catalog(), episodes=BASE, policy=AlertPolicy(), accounting=LiveAccounting()
+    )
+    alerts = recording.decide(decisions.fresh(BASE)).alerts
     return ReplayResult(
         start=float(times[0]),
         end=float(times[-1]),
@@ -109,6 +116,8 @@ def _history(
         xid_held=np.zeros(scores.shape, dtype=bool),
         lead_signal=leads,
         signal_names=names,
+        recording=recording,
+        decisions=decisions,
     )
 
 
@@ -139,9 +148,9 @@ def _planted(noisy_fp: int, temp_tp: int, *, temp_lead_min: int = 30) -> ReplayR
 def test_alerts_at_threshold_name_the_signal_that_led_at_their_peak() -> None:
     """Re-thresholded alerts carry the recorded leading signal of their peak tick."""
     h = _planted(noisy_fp=2, temp_tp=1)
-    alerts = alerts_at_threshold(
-        h.times, h.node_scores, h.node_names, BASE, h.xid_held, (h.lead_signal, NAMES)
-    )
+    assert h.recording is not None
+    assert h.decisions is not None
+    alerts = h.recording.decide(h.decisions.fresh(BASE)).alerts
     assert {("noisy_counter",), ("gpu_temp",)} == {a.signals for a in alerts}
 
 

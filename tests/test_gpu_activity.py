@@ -14,8 +14,8 @@ import pytest
 
 from detector.cli.main import main
 from detector.config.load import load_config
+from detector.loop import TickLoop
 from detector.model import SeriesInfo
-from detector.pipeline.build import build_pipeline
 from detector.replay.run import run_replay, simulated_frames
 from detector.series.index import SeriesIndex
 from detector.series.labels import LabelRules, normalize
@@ -220,7 +220,7 @@ def test_the_simulators_shared_nodes_raise_no_alert_without_labels() -> None:
         config = load_config(None, env=env)
         index = SeriesIndex(LabelRules.from_config(config.labels))
         frames = simulated_frames(SimulatedCluster(scenario), index)
-        alerts[signal] = run_replay(build_pipeline(config, index), frames).alerts
+        alerts[signal] = run_replay(TickLoop.from_config(config, index), frames).alerts
     assert [] == alerts["gpu_util"]
     assert {a.gpu for a in alerts[""]} <= {"6", "7"}  # the side GPUs
     assert alerts[""]

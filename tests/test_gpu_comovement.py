@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from detector.config.load import load_config
+from detector.loop import TickLoop
 from detector.model import GPU_ALONE, SeriesInfo
-from detector.pipeline.build import build_pipeline
 from detector.replay.run import ReplayResult, run_replay, simulated_frames
 from detector.replay.summary import summary_lines
 from detector.series.index import SeriesIndex
@@ -288,7 +288,7 @@ def _replay(scenario: Scenario, comovement: str) -> ReplayResult:
     config = load_config(None, env=env)
     index = SeriesIndex(LabelRules.from_config(config.labels))
     cluster = SimulatedCluster(scenario)
-    return run_replay(build_pipeline(config, index), simulated_frames(cluster, index))
+    return run_replay(TickLoop.from_config(config, index), simulated_frames(cluster, index))
 
 
 def test_a_replay_tells_apart_the_jobs_of_shared_nodes_without_labels() -> None:

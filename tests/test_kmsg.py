@@ -139,7 +139,7 @@ def test_kernel_xid_lands_on_the_gpu_named_by_dcgm_pci_bus_id() -> None:
         XidEvent(100.0, "node-02", None, 48, source="kmsg"),
         XidEvent(100.0, "node-02", None, 12028, source="kmsg-sxid"),
     ] == events
-    assert "GPU has fallen off the bus." == mapper.messages[events[0]]
+    assert "GPU has fallen off the bus." == events[0].message
 
 
 def test_single_node_index_is_used_when_host_name_differs() -> None:

@@ -33,9 +33,9 @@ from detector.config.schema import DEFAULT_THRESHOLD
 from detector.ingest.dumps.read import read_dump
 from detector.ingest.scrape import Scraper
 from detector.ingest.targets import make_target
+from detector.loop import LoopTick as TickResult
+from detector.loop import TickLoop
 from detector.model import ColumnLayout, FloatArray, Frame
-from detector.pipeline.build import build_pipeline
-from detector.pipeline.tick import TickResult
 from detector.scorers.changepoint import ChangePoint
 from detector.scorers.zscore import RobustZScore
 from detector.series.frame import frames_from_batches
@@ -184,7 +184,7 @@ class Fleet:
             self.counters.append((self.index.add(COUNTERS[1], target), node, 20.0))
         self.totals = np.zeros(len(self.counters))
         self.last_t: float | None = None
-        self.pipeline = build_pipeline(load_config(None, env={}), self.index)
+        self.pipeline = TickLoop.from_config(load_config(None, env={}), self.index)
 
     def frame(self, t: float, reboot: int | None = None) -> Frame:
         """One tick's values; ``reboot``: that node's counters restart from zero. Counters
@@ -233,7 +233,7 @@ def test_hours_long_gap_raises_no_alert_storm(gap_hours: int) -> None:
     before = fleet.run(ticks(T0, 240))
     after = fleet.run(ticks(T0 + 240 * STEP + gap_hours * HOUR, 240))
     assert [] == alerts_started(before + after)
-    assert [] == fleet.pipeline.open_alerts()
+    assert [] == fleet.loop.open_alerts()
     assert bool(np.isfinite(scores(after)).all())
     assert float(scores(after[1:]).max()) < DEFAULT_THRESHOLD
 

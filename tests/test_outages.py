@@ -27,7 +27,7 @@ from chaos.harness import SimClock, config, free_port, quiet_scenario, restored_
 from chaos.servers import ChaosFarm
 
 from detector.logs import configure_logging
-from detector.pipeline.tick import TickResult
+from detector.loop import LoopTick as TickResult
 from detector.service.daemon import Daemon, run_daemon
 from detector.sim import FailureSpec, serve
 

@@ -10,8 +10,8 @@ import numpy as np
 
 from detector.config.load import load_config
 from detector.config.rules import load_signal_rules, load_xid_catalog
+from detector.loop import TickLoop
 from detector.model import Alert, FloatArray, Frame
-from detector.pipeline.build import build_pipeline
 from detector.pipeline.tick import Pipeline, TickResult
 from detector.series.index import SeriesIndex
 from detector.series.labels import LabelRules
@@ -44,7 +44,7 @@ class Cluster:
         self.index = SeriesIndex(self.rules)
         for node in self.nodes:
             self.add_node(node)
-        self.pipeline = build_pipeline(load_config(None, env={}), self.index)
+        self.pipeline = TickLoop.from_config(load_config(None, env={}), self.index)
         self.rng = np.random.default_rng(0)
         self.retransmissions = dict.fromkeys(self.nodes, 0.0)
 
@@ -111,7 +111,7 @@ def test_quiet_cluster_raises_no_alert() -> None:
     ticks = cluster.run()
     assert [] == started(ticks)
     assert all(not t.incidents and not t.xids for t in ticks)
-    threshold = cluster.pipeline.params.episodes.threshold
+    threshold = cluster.pipeline.threshold
     assert float(np.nanmax([t.node_score for t in ticks])) < threshold
 
 
@@ -134,8 +134,11 @@ def test_gpu_score_is_highest_on_the_heating_gpu() -> None:
     """At the end of the ramp the heating GPU has the top GPU score and its node the top node
     score."""
     last = Cluster().run(plant=ramp_gpu_temp(node=2, gpu=1, begin=150))[-1]
-    hottest = int(np.nanargmax(last.gpu_score))
-    assert ("node2", "1") == (last.node_names[last.gpu_node[hottest]], last.gpu_label[hottest])
+    hottest = int(np.nanargmax(last.scores.gpu_score))
+    assert ("node2", "1") == (
+        last.node_names[last.scores.gpu_node[hottest]],
+        last.scores.gpu_label[hottest],
+    )
     assert "node2" == last.node_names[int(np.nanargmax(last.node_score))]
 
 
@@ -206,7 +209,7 @@ def test_silent_node_scores_nan_and_does_not_alert() -> None:
     last = ticks[-1]
     assert np.isnan(last.node_score[last.node_names.index("node5")])
     node5 = last.node_names.index("node5")
-    assert np.all(np.isnan(last.gpu_score[last.gpu_node == node5]))
+    assert np.all(np.isnan(last.scores.gpu_score[last.scores.gpu_node == node5]))
     assert np.all(np.isfinite(last.node_score[:node5]))
     assert [] == started(ticks)
 
@@ -230,7 +233,8 @@ def test_alert_names_gpu_by_its_label_when_labels_are_uuids() -> None:
     assert [("node2", "GPU-2-1")] == [(a.node, a.gpu) for a in started(ticks)]
     last = ticks[-1]
     owners = {
-        label: last.node_names[n] for n, label in zip(last.gpu_node, last.gpu_label, strict=True)
+        label: last.node_names[n]
+        for n, label in zip(last.scores.gpu_node, last.scores.gpu_label, strict=True)
     }
     assert all(owner == f"node{label.split('-')[1]}" for label, owner in owners.items())
 
@@ -241,4 +245,4 @@ def test_open_alerts_lists_firing_alerts_with_their_evidence() -> None:
     cluster.run(plant=ramp_gpu_temp(node=3, gpu=2, begin=150))
     (alert,) = cluster.pipeline.open_alerts()
     assert ("node3", "2", None) == (alert.node, alert.gpu, alert.end)
-    assert alert.peak_score >= cluster.pipeline.params.episodes.threshold
+    assert alert.peak_score >= cluster.pipeline.threshold

@@ -1,4 +1,5 @@
-"""Pipeline state: a restart restores every stage, so scores continue as if nothing happened."""
+"""Tick loop state: a restart restores every stage, so scores and alerts continue as if nothing
+happened."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import numpy as np
 import pytest
 
 from detector.config.load import load_config
+from detector.loop import TickLoop
 from detector.model import Frame
-from detector.pipeline.build import build_pipeline
-from detector.pipeline.tick import Pipeline, pipeline_state, restore_pipeline
+from detector.pipeline import Pipeline
 from detector.replay.run import simulated_frames
 from detector.series.index import SeriesIndex
 from detector.series.labels import LabelRules
@@ -36,24 +37,24 @@ def test_restored_pipeline_continues_exactly_like_the_original(changes: dict[str
     config = load_config(None, env={})
     index = SeriesIndex()
     frames = list(simulated_frames(small_cluster(**changes), index))
-    original = build_pipeline(config, index)
+    original = TickLoop.from_config(config, index)
     half = len(frames) // 2
     for frame in frames[:half]:
         original.step(frame)
-    arrays, meta = pipeline_state(original)
+    arrays, meta = original.state_dict()
     meta = json.loads(json.dumps(meta))  # what a state file holds
-    restored = build_pipeline(config, SeriesIndex())
-    restore_pipeline(restored, {k: v.copy() for k, v in arrays.items()}, meta)
-    assert [i.metric for i in index.infos] == [i.metric for i in restored.index.infos]
+    restored = TickLoop.from_config(config, SeriesIndex())
+    restored.load_state_dict({k: v.copy() for k, v in arrays.items()}, meta)
+    assert [i.metric for i in index.infos] == [i.metric for i in restored.pipeline.index.infos]
     peak = 0.0
     for frame in frames[half:]:
         a = original.step(Frame(frame.time, frame.values.copy()))
         b = restored.step(Frame(frame.time, frame.values.copy()))
         assert np.array_equal(a.node_score, b.node_score, equal_nan=True)
-        assert np.array_equal(a.gpu_score, b.gpu_score, equal_nan=True)
+        assert np.array_equal(a.scores.gpu_score, b.scores.gpu_score, equal_nan=True)
         assert a.started == b.started
         assert a.ended == b.ended
-        peak = max(peak, float(np.nanmax(a.gpu_score)))
+        peak = max(peak, float(np.nanmax(a.scores.gpu_score)))
     assert 6 == len(a.node_names)
     assert peak > 0.0  # the comparison covered real scores, not an empty pipeline
 
@@ -61,11 +62,11 @@ def test_restored_pipeline_continues_exactly_like_the_original(changes: dict[str
 def test_restore_refuses_another_version() -> None:
     """A state of another version is refused with a reason (the daemon then starts clean)."""
     config = load_config(None, env={})
-    pipeline = build_pipeline(config, SeriesIndex())
-    arrays, meta = pipeline_state(pipeline)
-    meta["version"] = 99
+    pipeline = TickLoop.from_config(config, SeriesIndex())
+    arrays, meta = pipeline.state_dict()
+    meta["pipeline"]["version"] = 99
     with pytest.raises(ValueError, match="version"):
-        restore_pipeline(build_pipeline(config, SeriesIndex()), arrays, meta)
+        TickLoop.from_config(config, SeriesIndex()).load_state_dict(arrays, meta)
 
 
 def test_a_restart_keeps_the_gpu_jobs_co_movement_told_apart() -> None:
@@ -78,21 +79,19 @@ def test_a_restart_keeps_the_gpu_jobs_co_movement_told_apart() -> None:
     index = SeriesIndex(rules)
     cluster = small_cluster(days=0.3, shared_nodes=2)
     frames = list(simulated_frames(cluster, index))
-    original = build_pipeline(config, index)
+    original = TickLoop.from_config(config, index)
     half = len(frames) // 2
     for frame in frames[:half]:
         original.step(frame)
-    assert original.signal_map.teams.inferred_split_nodes  # groups to carry over
-    arrays, meta = pipeline_state(original)
-    restored = build_pipeline(config, SeriesIndex(rules))
-    restore_pipeline(
-        restored, {k: v.copy() for k, v in arrays.items()}, json.loads(json.dumps(meta))
-    )
+    assert original.pipeline.teams().inferred_split_nodes  # groups to carry over
+    arrays, meta = original.state_dict()
+    restored = TickLoop.from_config(config, SeriesIndex(rules))
+    restored.load_state_dict({k: v.copy() for k, v in arrays.items()}, json.loads(json.dumps(meta)))
     for frame in frames[half:]:
         a = original.step(Frame(frame.time, frame.values.copy()))
         b = restored.step(Frame(frame.time, frame.values.copy()))
-        assert np.array_equal(a.gpu_score, b.gpu_score, equal_nan=True)
-        assert _teams(original) == _teams(restored)
+        assert np.array_equal(a.scores.gpu_score, b.scores.gpu_score, equal_nan=True)
+        assert _teams(original.pipeline) == _teams(restored.pipeline)
 
 
 def _teams(pipeline: Pipeline) -> set[frozenset[int]]:

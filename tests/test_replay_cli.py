@@ -19,8 +19,8 @@ from detector.config.load import load_config
 from detector.evaluation.calibration import CalibrationPoint, calibrate, calibration_from_result
 from detector.ingest.dumps.read import write_openmetrics
 from detector.ingest.events import write_events
+from detector.loop import TickLoop
 from detector.model import Sample, XidEvent
-from detector.pipeline.build import build_pipeline
 from detector.series.index import SeriesIndex
 
 T0 = 1_700_000_010.0  # a multiple of the 30 s step: sample times are tick times
@@ -172,8 +172,8 @@ def test_calibrate_writes_a_file_that_load_and_replay_accept(
     assert 0 < calibration.threshold <= 1
     assert 1.0 == calibration.fp_budget_per_day
     assert f"calibration written to {out}" in capsys.readouterr().out
-    pipeline = build_pipeline(load_config(None, env={}), SeriesIndex(), calibration)
-    assert calibration.threshold == pipeline.params.episodes.threshold
+    pipeline = TickLoop.from_config(load_config(None, env={}), SeriesIndex(), calibration)
+    assert calibration.threshold == pipeline.threshold
     report = tmp_path / "report.json"
     replay = ["replay", str(dump), "--calibration", str(out), "--report-json", str(report)]
     assert 0 == main([*replay, "--quiet"])

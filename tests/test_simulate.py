@@ -20,8 +20,8 @@ from detector.cli.main import main
 from detector.config.load import load_config
 from detector.errors import ConfigError
 from detector.ingest.dumps.read import read_dump
+from detector.loop import TickLoop
 from detector.model import FloatArray, Frame
-from detector.pipeline.build import build_pipeline
 from detector.replay.run import run_replay, simulated_frames
 from detector.series.frame import frames_from_batches
 from detector.series.index import SeriesIndex
@@ -162,7 +162,7 @@ def test_a_gpu_that_fell_off_the_bus_returns_without_a_second_xid() -> None:
     assert cluster.failures[0].vanish
     assert cluster.failures[0].repair_end < cluster.scenario.duration_s
     index = SeriesIndex()
-    pipeline = build_pipeline(load_config(None, env={}), index)
+    pipeline = TickLoop.from_config(load_config(None, env={}), index)
     result = run_replay(pipeline, simulated_frames(cluster, index), events=cluster.events())
     xid79 = [f for f in result.failures if f.xid == 79]
     assert [("node-02", "3")] == [(f.node, f.gpu) for f in xid79]
@@ -522,11 +522,11 @@ def _teams(
     not); ``env``: config overrides."""
     config = load_config(None, env=env)
     index = SeriesIndex(rules=LabelRules.from_config(config.labels))
-    pipeline = build_pipeline(config, index)
+    pipeline = TickLoop.from_config(config, index)
     out = []
     for frame in frames_of(index):
         pipeline.step(frame)
-        layout = pipeline.signal_map.layout
+        layout = pipeline.pipeline.signal_map.layout
         temp = np.flatnonzero(layout.signal == layout.signal_names.index("gpu_temp"))
         groups: dict[int, set[tuple[str, int]]] = {}
         for col in temp.tolist():

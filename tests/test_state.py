@@ -14,8 +14,7 @@ import pytest
 from detector.config.load import load_config
 from detector.errors import StateError
 from detector.logs import configure_logging
-from detector.pipeline.build import build_pipeline
-from detector.pipeline.tick import pipeline_state, restore_pipeline
+from detector.loop import TickLoop
 from detector.replay.run import simulated_frames
 from detector.series.index import SeriesIndex
 from detector.service.state import FORMAT_VERSION, load_state, save_state
@@ -64,21 +63,22 @@ def test_saved_state_loads_back_identical(tmp_path: Path) -> None:
 
 
 def test_real_pipeline_state_restores_through_the_file(tmp_path: Path) -> None:
-    """pipeline_state -> file -> restore_pipeline gives the same open alerts and columns."""
+    """TickLoop.state_dict -> file -> load_state_dict gives the same open alerts and
+    columns."""
     scenario = dataclasses.replace(Scenario.demo(), nodes=3, days=0.05, failure_count=0, seed=1)
     config = load_config(None, env={})
     index = SeriesIndex()
-    pipeline = build_pipeline(config, index)
+    loop = TickLoop.from_config(config, index)
     for frame in simulated_frames(SimulatedCluster(scenario), index):
-        pipeline.step(frame)
-    arrays, meta = pipeline_state(pipeline)
-    save_state(tmp_path / "s.npz", arrays, {"pipeline": meta})
+        loop.step(frame)
+    arrays, meta = loop.state_dict()
+    save_state(tmp_path / "s.npz", arrays, {"loop": meta})
     loaded = load_state(tmp_path / "s.npz")
     assert loaded is not None
-    restored = build_pipeline(config, SeriesIndex())
-    restore_pipeline(restored, loaded[0], loaded[1]["pipeline"])
-    assert index.infos == restored.index.infos
-    assert pipeline.open_alerts() == restored.open_alerts()
+    restored = TickLoop.from_config(config, SeriesIndex())
+    restored.load_state_dict(loaded[0], loaded[1]["loop"])
+    assert index.infos == restored.pipeline.index.infos
+    assert loop.open_alerts() == restored.open_alerts()
 
 
 def test_save_replaces_atomically_and_leaves_no_temporary(tmp_path: Path) -> None:

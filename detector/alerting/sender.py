@@ -1,11 +1,11 @@
-"""Alertmanager delivery: the policy's notifications POSTed to every configured Alertmanager.
+"""Alertmanager delivery: the tick loop's notifications POSTed to every configured Alertmanager.
 
 Contract:
 
-- ``AlertSender.update(tick, open_alerts, muted_nodes)`` runs the policy
-  (``detector.alerting.policy``: labels, severity, resend, storm breaker, suppression,
-  maintenance) once per tick and queues its notifications for EVERY Alertmanager. It does no
-  I/O. In shadow mode everything is computed and counted but nothing is queued.
+- ``AlertSender.queue(notifications)`` queues the notifications the tick loop's policy decided
+  this tick (``detector.loop.AlertPolicy``: labels, severity, resend, storm breaker,
+  suppression, maintenance) for EVERY Alertmanager. It does no I/O. In shadow mode the daemon
+  queues nothing.
 - ``await deliver()`` makes at most one attempt per Alertmanager that has pending updates and
   whose backoff has elapsed, concurrently: ``POST <url>/api/v2/alerts`` with a JSON list.
   Firing alerts get ``endsAt = now + 4 x resend_interval_s`` stamped at send time (so an update
@@ -15,14 +15,13 @@ Contract:
   coalescing, drop-oldest) keeps the latest state of every alert meanwhile. A 4xx other than
   408/429 means Alertmanager will never take the batch: it is dropped, not retried.
 - Write-ahead (``write_ahead`` True, the daemon sets it when it keeps a state file): updates
-  queued by ``update`` are ``held`` (not delivered) until ``release()``, which the daemon
+  queued by ``queue`` are ``held`` (not delivered) until ``release()``, which the daemon
   calls once the state holding them is saved. So whatever reached Alertmanager is in the
   state file, and a crash between a send and the next save cannot make a restarted daemon
   detect the same episode again and send it with a second startsAt.
-- ``state_dict()`` / ``load_state_dict()``: the policy's tracking and every Alertmanager's
-  pending updates as JSON-able data (keyed by the URL without credentials), so a crash loses
-  neither an undelivered update nor the memory of what was sent (a restarted daemon then
-  resolves what ended meanwhile, and never re-labels an episode Alertmanager already has).
+- ``state_dict()`` / ``load_state_dict()``: every Alertmanager's pending updates as JSON-able
+  data (keyed by the URL without credentials), so a crash loses no undelivered update (the
+  policy's memory of what was sent is the tick loop's state).
 - httpx errors and bad statuses become ``AlertDeliveryError`` in ``_post`` (the one boundary);
   ``deliver`` logs and counts them and never raises. URLs are logged and labelled without
   their user:password part.
@@ -34,20 +33,17 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
-import numpy as np
 
 from ..config import AlertsConfig
 from ..errors import AlertDeliveryError
 from ..logs import get_logger
 from ..loop import AlertPolicy, Notification
-from ..model import Alert
-from ..pipeline import TickResult
 from .queue import Backoff, CoalescingQueue
 
 __all__ = ["AlertSender", "AlertStats", "DeliveryStats"]
@@ -119,14 +115,13 @@ def _iso(t: float) -> str:
 
 
 class AlertSender:
-    """See the module docstring. ``policy`` None: ``AlertPolicy()`` defaults (``from_config``
-    builds it from the config). ``client`` None: an owned client, closed by ``aclose``."""
+    """See the module docstring. ``client`` None: an owned client, closed by ``aclose``."""
 
     def __init__(
         self,
         urls: Sequence[str],
         *,
-        policy: AlertPolicy | None = None,
+        resend_interval_s: float = 60.0,
         client: httpx.AsyncClient | None = None,
         queue_limit: int = 10_000,
         clock: Callable[[], float] = time.time,
@@ -135,7 +130,7 @@ class AlertSender:
         batch_size: int = 1000,
         rng: random.Random | None = None,
     ) -> None:
-        self.policy = policy or AlertPolicy()
+        self.resend_interval_s = resend_interval_s
         self.clock = clock
         self.timeout_s = timeout_s
         self.backoff = backoff or Backoff()
@@ -158,73 +153,56 @@ class AlertSender:
         *,
         client: httpx.AsyncClient | None = None,
         clock: Callable[[], float] = time.time,
-        is_failure_xid: Callable[[int], bool] | None = None,
     ) -> AlertSender:
-        """A sender for ``config.alerts`` (pass ``XidCatalog.is_failure`` as is_failure_xid)."""
-        policy = AlertPolicy(
+        """A sender to ``config.alertmanager_urls``."""
+        return cls(
+            config.alertmanager_urls,
             resend_interval_s=config.resend_interval_s,
-            cluster=config.cluster,
-            runbook_url=config.runbook_url,
-            shadow=config.shadow,
-            storm_fraction=config.storm.fraction,
-            storm_window_s=config.storm.window_s,
-            suppress_xids=config.suppress_xids,
-            suppress_signals=config.suppress_signals,
-            is_failure_xid=is_failure_xid,
+            client=client,
+            clock=clock,
         )
-        return cls(config.alertmanager_urls, policy=policy, client=client, clock=clock)
 
-    def update(
-        self,
-        tick: TickResult,
-        open_alerts: Sequence[Alert],
-        muted_nodes: Collection[str] = frozenset(),
-    ) -> list[Notification]:
-        """Run the policy for this tick and queue its notifications; returns them."""
-        n_nodes = int(np.count_nonzero(~np.isnan(tick.node_score)))
-        notes = self.policy.update(
-            tick.time, n_nodes, open_alerts, tick.ended, tick.incidents, muted_nodes
-        )
-        if notes and not self.policy.shadow:
-            for target in self._targets:
-                for note in notes:
-                    target.queue.put(note)
-            if self.write_ahead:
-                self.held = True
-            else:
-                self._wake.set()
-        return notes
+    def queue(self, notes: Sequence[Notification]) -> None:
+        """Queue this tick's notifications for every Alertmanager (no I/O)."""
+        if not notes:
+            return
+        for target in self._targets:
+            for note in notes:
+                target.queue.put(note)
+        if self.write_ahead:
+            self.held = True
+        else:
+            self._wake.set()
 
     def release(self) -> None:
-        """Deliver what ``update`` held (write-ahead: call once the state is saved)."""
+        """Deliver what ``queue`` held (write-ahead: call once the state is saved)."""
         if self.held:
             self.held = False
             self._wake.set()
 
-    def stats(self) -> AlertStats:
+    def stats(self, policy: AlertPolicy) -> AlertStats:
+        """Delivery counters per Alertmanager with ``policy``'s suppressions and firing."""
         for target in self._targets:
             target.stats.dropped_alerts = target.queue.dropped
             target.stats.queued = len(target.queue)
         return AlertStats(
             alertmanagers={t.name: t.stats for t in self._targets},
-            suppressed=dict(self.policy.suppressed),
-            firing={s: self.policy.firing.get(s, 0) for s in ("critical", "warning")},
-            shadow=self.policy.shadow,
+            suppressed=dict(policy.suppressed),
+            firing={s: policy.firing.get(s, 0) for s in ("critical", "warning")},
+            shadow=policy.shadow,
         )
 
     def state_dict(self) -> dict[str, Any]:
-        """Policy tracking and pending updates per Alertmanager (see module docstring)."""
+        """Pending updates per Alertmanager (see the module docstring)."""
         return {
-            "policy": self.policy.state_dict(),
             "pending": {t.name: [_note_state(n) for n in t.queue.pending()] for t in self._targets},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict`` output; pending updates of Alertmanagers no longer
-        configured are dropped. Raises KeyError/TypeError/ValueError when malformed (the
-        policy is then left as it was; queues may hold part of the pending updates)."""
+        configured are dropped. Raises KeyError/TypeError/ValueError when malformed (queues
+        may then hold part of the pending updates)."""
         pending = {name: [_note_from(n) for n in notes] for name, notes in state["pending"].items()}
-        self.policy.load_state_dict(state["policy"])
         for target in self._targets:
             for note in pending.get(target.name, []):
                 target.queue.put(note)
@@ -251,7 +229,7 @@ class AlertSender:
             self._wake.clear()  # before delivering: an update queued meanwhile wakes us again
             await self.deliver()
             due = self.next_due()
-            wait = self.policy.resend_interval_s if due is None else max(0.05, due - self.clock())
+            wait = self.resend_interval_s if due is None else max(0.05, due - self.clock())
             waiters = [asyncio.ensure_future(e.wait()) for e in (self._wake, stop)]
             await asyncio.wait(waiters, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
             for w in waiters:
@@ -299,7 +277,7 @@ class AlertSender:
             raise kind(f"alertmanager {target.name}: HTTP {code}: {response.text[:200]!r}")
 
     def _payload(self, note: Notification, now: float) -> dict[str, object]:
-        ends = note.ends_at if note.ends_at is not None else now + 4 * self.policy.resend_interval_s
+        ends = note.ends_at if note.ends_at is not None else now + 4 * self.resend_interval_s
         return {
             "labels": dict(note.labels),
             "annotations": dict(note.annotations),

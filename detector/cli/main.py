@@ -40,8 +40,8 @@ from ..errors import ConfigError, DetectorError
 from ..evaluation import CalibrationResult, calibration_from_result, describe_weights
 from ..ingest import run_record
 from ..logs import configure_logging
+from ..loop import TickLoop, episode_params
 from ..model import XidEvent
-from ..pipeline import build_pipeline, episode_params
 from ..replay import (
     Fitted,
     ProgressBar,
@@ -92,7 +92,7 @@ def _replay(
 ) -> tuple[ReplayResult, str]:
     """One replay of the dump (or the built-in cluster) with what the caller loaded once."""
     index = _index(config)
-    pipeline = build_pipeline(config, index, calibration, signal_weights=signal_weights)
+    loop = TickLoop.from_config(config, index, calibration, signal_weights=signal_weights)
     span: tuple[float, float] | None = None
     bar = ProgressBar.for_stream(quiet=args.quiet)  # None unless stderr is a terminal
     if args.dump:
@@ -111,7 +111,7 @@ def _replay(
             f"{scenario.days:g} days, seed {scenario.seed})"
         )
     result = run_replay(
-        pipeline,
+        loop,
         frames,
         events=events,
         horizon_s=config.evaluation.horizon_s,
@@ -169,7 +169,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
     # The threshold in force without a calibration file: a candidate, and where the history
     # cannot tell thresholds apart, the one calibration stays nearest to.
-    base = episode_params(config, config.alerts.resolve_threshold(None))
+    base = episode_params(config)
     fitted = fit_calibration(
         replay,
         base,

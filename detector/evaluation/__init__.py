@@ -1,6 +1,6 @@
 """detector.evaluation"""
 
-from .accounting import AccountingSnapshot, LiveAccounting
+from .accounting import AccountingSnapshot, Detection, LiveAccounting
 from .calibration import (
     CalibrationPoint,
     CalibrationResult,
@@ -17,6 +17,7 @@ __all__ = [
     "AccountingSnapshot",
     "CalibrationPoint",
     "CalibrationResult",
+    "Detection",
     "Evaluation",
     "FailureRow",
     "LiveAccounting",

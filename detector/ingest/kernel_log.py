@@ -91,6 +91,7 @@ def _event(xid: KernelXid, seconds: float, node: str, where: str) -> XidEvent:
         xid.xid,
         source=f"{SOURCE}-sxid" if xid.sxid else SOURCE,
         pci=None if xid.sxid else xid.pci,
+        message=xid.message,
     )
 
 

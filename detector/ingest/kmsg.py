@@ -55,7 +55,6 @@ _NAME = re.compile(r"^name\s*=\s*(?P<name>[^,]*?)\s*(?:,\s*|$)")
 # a journal export record's line (``journalctl -o export``): KEY=value, the kernel's text in MESSAGE
 EXPORT_FIELD = re.compile(r"^(?P<key>[A-Z_][A-Z0-9_]*)=(?P<value>.*)$")
 READ_LIMIT = 1 << 20  # bytes per poll, so a flood of log lines cannot stall a tick
-MESSAGES_KEPT = 1024  # recent events' kernel text (alerts and accounting look them up)
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +247,6 @@ class KernelXids:
         self._synced = 0
         self._gpus: dict[tuple[str, str], str] = {}  # (node, pci or other name) -> gpu label
         self._nodes: set[str] = set()
-        self.messages: dict[XidEvent, str] = {}  # kernel text of each event, for alerts
 
     def _sync(self) -> None:
         new = self.index.infos[self._synced :]
@@ -277,11 +275,7 @@ class KernelXids:
             if parsed.sxid:
                 gpu = None  # the PCI id is the NVSwitch's
             source = "kmsg-sxid" if parsed.sxid else "kmsg"
-            event = XidEvent(t, node, gpu, parsed.xid, source=source)
-            self.messages[event] = parsed.message
-            while len(self.messages) > MESSAGES_KEPT:
-                del self.messages[next(iter(self.messages))]
-            out.append(event)
+            out.append(XidEvent(t, node, gpu, parsed.xid, source=source, message=parsed.message))
             _log.warning(
                 "kernel XID",
                 node=node,

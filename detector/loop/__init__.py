@@ -1,5 +1,29 @@
-"""detector.loop"""
+"""The one tick loop that ``run``, ``replay`` and ``calibrate`` drive (tickloop.py): the
+pipeline's scores -> XIDs judged -> alert episodes (alerts.py, episodes.py) -> the alert
+policy's notifications (policy.py) -> live accounting; and the recording that lets
+calibration decide again at other thresholds (recording.py). No I/O."""
 
-from .policy import AlertPolicy, Notification
+from .alerts import AlertChanges, Evidence, NodeAlerts
+from .episodes import EpisodeParams, Episodes
+from .policy import FAILURE_ALERT, INCIDENT_ALERT, AlertPolicy, Notification, xid_codes
+from .recording import Decided, Recording
+from .tickloop import Decisions, LoopTick, TickLoop, episode_params
 
-__all__ = ["AlertPolicy", "Notification"]
+__all__ = [
+    "FAILURE_ALERT",
+    "INCIDENT_ALERT",
+    "AlertChanges",
+    "AlertPolicy",
+    "Decided",
+    "Decisions",
+    "EpisodeParams",
+    "Episodes",
+    "Evidence",
+    "LoopTick",
+    "NodeAlerts",
+    "Notification",
+    "Recording",
+    "TickLoop",
+    "episode_params",
+    "xid_codes",
+]

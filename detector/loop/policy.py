@@ -39,6 +39,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..config import AlertsConfig
 from ..model import Alert, Incident, Labels
 
 FAILURE_ALERT = "GPUFailureSuspected"
@@ -144,6 +145,38 @@ class AlertPolicy:
         self._incidents: dict[str, _Tracked] = {}
         self._storm: _Tracked | None = None
         self._starts: deque[tuple[float, str]] = deque()
+
+    @classmethod
+    def from_config(
+        cls, config: AlertsConfig, is_failure_xid: Callable[[int], bool] | None = None
+    ) -> AlertPolicy:
+        """The policy ``config.alerts`` describes (pass ``XidCatalog.is_failure``)."""
+        return cls(
+            resend_interval_s=config.resend_interval_s,
+            cluster=config.cluster,
+            runbook_url=config.runbook_url,
+            shadow=config.shadow,
+            storm_fraction=config.storm.fraction,
+            storm_window_s=config.storm.window_s,
+            suppress_xids=config.suppress_xids,
+            suppress_signals=config.suppress_signals,
+            is_failure_xid=is_failure_xid,
+        )
+
+    def settings(self) -> dict[str, Any]:
+        """The constructor's arguments: ``AlertPolicy(**p.settings())`` is a fresh copy."""
+        return {
+            "resend_interval_s": self.resend_interval_s,
+            "cluster": self.cluster,
+            "runbook_url": self.runbook_url,
+            "shadow": self.shadow,
+            "storm_fraction": self.storm_fraction,
+            "storm_window_s": self.storm_window_s,
+            "storm_min_nodes": self.storm_min_nodes,
+            "suppress_xids": self.suppress_xids,
+            "suppress_signals": self.suppress_signals,
+            "is_failure_xid": self.is_failure_xid,
+        }
 
     def update(
         self,

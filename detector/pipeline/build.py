@@ -1,7 +1,6 @@
 """The production pipeline from a config: its rules, one scorer per scorer name they use (with
-the config's parameters), the alert threshold (config, calibration file or the uncalibrated
-default), signal weights and the alert episodes. The daemon, replay, calibration and the
-benches build their pipelines here."""
+the config's parameters) and the signal weights (the calibration file's or those being tried).
+The tick loop (``detector.loop.TickLoop.from_config``) builds its pipeline here."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ from ..config import Calibration, Config, load_signal_rules, load_xid_catalog
 from ..scorers import ChangePoint, CountBurst, PeerDeviation, RobustZScore, Scorer
 from ..scorers import build as build_scorer
 from ..series import LabelRules, SeriesIndex
-from .episodes import EpisodeParams
 from .fusion import FusionParams
 from .tick import Pipeline, PipelineParams
 
@@ -23,14 +21,13 @@ def build_pipeline(
     *,
     signal_weights: Mapping[str, float] | None = None,
 ) -> Pipeline:
-    """The production pipeline for ``config``: built-in or configured rules, one scorer for
-    every scorer name the rules use (parameters from ``config.scoring``), and the alert
-    threshold from (in order) the config, the calibration file, 0.6 (uncalibrated: about one
-    signal at 8 sigma, or three at 5). Signal weights multiply the rules' fusion weights:
-    ``signal_weights`` when given (calibration trying weights it fits), else the calibration
-    file's, else none. ``index`` must label series as ``config.labels`` says (cohort and GPU
-    workload labels, pods' owners: ``LabelRules.from_config``), or this raises ValueError: a
-    pipeline whose index ignored them would compare nodes and GPUs the config keeps apart."""
+    """The production pipeline for ``config``: built-in or configured rules and one scorer
+    for every scorer name the rules use (parameters from ``config.scoring``). Signal weights
+    multiply the rules' fusion weights: ``signal_weights`` when given (calibration trying
+    weights it fits), else the calibration file's, else none. ``index`` must label series as
+    ``config.labels`` says (cohort and GPU workload labels, pods' owners:
+    ``LabelRules.from_config``), or this raises ValueError: a pipeline whose index ignored them
+    would compare nodes and GPUs the config keeps apart."""
     wanted_rules = LabelRules.from_config(config.labels)
     for name in (
         "cohort_labels", "workload_labels", "pod_owner", "workload_comovement", "activity_signal"
@@ -61,36 +58,14 @@ def build_pipeline(
     scorers = [
         configured[name]() if name in configured else build_scorer(name) for name in sorted(wanted)
     ]
-    threshold = config.alerts.resolve_threshold(
-        calibration.threshold if calibration is not None else None
-    )
-    al = config.alerts
     file_weights = (calibration.signal_weights if calibration is not None else None) or {}
     params = PipelineParams(
         fusion=FusionParams(
             common_mode_fraction=sc.common_mode_fraction,
             common_mode_window_s=sc.common_mode_window_s,
         ),
-        episodes=episode_params(config, threshold),
         top_k=sc.top_k,
-        alert_on_xid=al.alert_on_xid,
-        xid_hold_s=al.xid_hold_s,
         repeat_hold_s=sc.repeat_hold_s,
         signal_weights=dict(signal_weights if signal_weights is not None else file_weights),
     )
     return Pipeline(index, signals, xids, scorers, params)
-
-
-def episode_params(config: Config, threshold: float) -> EpisodeParams:
-    """The alert episodes ``config.alerts`` asks for, at ``threshold`` (the one place the
-    daemon, replay, calibration and the benches build them from the config)."""
-    al = config.alerts
-    return EpisodeParams(
-        threshold,
-        al.clear_ratio,
-        al.min_duration_s,
-        al.cooldown_s,
-        clear_duration_s=al.clear_duration_s,
-        restart_after_s=config.evaluation.horizon_s,
-        min_observations=al.min_observations,
-    )

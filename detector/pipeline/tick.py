@@ -1,22 +1,22 @@
-"""One tick of the detector, no I/O: frame -> signals -> scorers -> fusion -> episodes.
+"""One tick of scoring, no I/O: frame -> signals -> scorers -> fusion -> alert scores.
 
-The same object serves the live daemon (wall clock) and replay (the data's clock). The caller
-owns the series index (ingest fills it) and hands over one ``Frame`` per tick.
+The same object serves the live daemon (wall clock) and replay (the data's clock), driven by
+the shared tick loop (``detector.loop.TickLoop``), which decides alerts from what ``step``
+returns. The caller owns the series index (ingest fills it) and hands over one ``Frame`` per
+tick.
 
-Alerting is per node: a node's alert score is the larger of its node-level fused score and its
-GPUs' fused scores, and an alert names the GPU that dominated its peak (or none). A failure XID
-seen in the data (the sticky DCGM gauge) holds the node's alert for ``xid_hold_s``, so operators
-are told about it even without a precursor: the alert is forced (whatever the threshold;
-calibration tunes the statistical threshold only) and names ``xid_<code>``. A node whose tick
-misses a column that carried evidence on the previous tick (a lost or cached scrape, an exporter
-on a slower cadence) scores NaN for that tick, so its alert state neither ends nor advances
-(``PipelineParams.bridge_missed_tick``).
+A node's alert score is the larger of its node-level fused score and its GPUs' fused scores;
+``peak_evidence`` names the signals and the GPU that dominate a node at a tick. XIDs the data
+shows (the sticky DCGM gauge) are returned with the tick for the loop to judge. A node whose
+tick misses a column that carried evidence on the previous tick (a lost or cached scrape, an
+exporter on a slower cadence) scores NaN for that tick, so its alert state neither ends nor
+advances (``PipelineParams.bridge_missed_tick``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +24,6 @@ import numpy as np
 
 from ..config import SignalCatalog, XidCatalog
 from ..model import (
-    Alert,
     BoolArray,
     ColumnLayout,
     FloatArray,
@@ -38,18 +37,14 @@ from ..model import (
 from ..scorers import Scorer, touch, update_columns
 from ..series import SeriesIndex
 from ..signals import SignalMap
-from .episodes import EpisodeParams, Episodes
 from .fusion import CommonMode, EntityMap, FusionParams, fuse, storm_columns, top_signals
-from .xids import XidExtractor, is_failure
+from .xids import XidExtractor
 
 
 @dataclass(frozen=True, slots=True)
 class PipelineParams:
     fusion: FusionParams = field(default_factory=FusionParams)
-    episodes: EpisodeParams = field(default_factory=EpisodeParams)
     top_k: int = 5
-    alert_on_xid: bool = True
-    xid_hold_s: float = 300.0
     # A node tick is incomplete (alert score NaN: episodes keep their state) when a column that
     # carried evidence on the previous tick is unobserved on this one (a lost or cached scrape,
     # an exporter on a slower cadence): no new sample is no evidence that the node recovered,
@@ -68,13 +63,10 @@ class TickResult:
     time: float
     node_names: tuple[str, ...]
     node_score: FloatArray  # per node alert score in [0, 1]; NaN: nothing sent, or incomplete
-    xid_held: BoolArray  # per node: a failure XID forces its alert this tick
     gpu_node: np.ndarray  # per GPU entity: node id
     gpu_label: tuple[str, ...]  # per GPU entity: gpu label
     gpu_score: FloatArray  # per GPU entity in [0, 1]; NaN when the GPU sent nothing
-    started: tuple[Alert, ...]
-    ended: tuple[Alert, ...]
-    xids: tuple[XidEvent, ...]
+    xids: tuple[XidEvent, ...]  # XIDs the data showed this tick (the DCGM gauge)
     incidents: tuple[Incident, ...]
     column_z: FloatArray = field(default_factory=lambda: np.zeros(0))  # fused per-column scores
 
@@ -112,7 +104,7 @@ class ScorerStage:
 
 
 class Pipeline:
-    """Composes the stages; see the module docstring."""
+    """Composes the scoring stages; see the module docstring."""
 
     def __init__(
         self,
@@ -128,20 +120,12 @@ class Pipeline:
         self.signal_map = SignalMap(signals, index, repeat_hold_s=self.params.repeat_hold_s)
         self.xid_extractor = XidExtractor(index, xids)
         self.scoring = ScorerStage(scorers)
-        self.episodes = Episodes(self.params.episodes)
         self._layout: ColumnLayout | None = None
         self._entities: EntityMap | None = None
         self._applies: dict[str, BoolArray] = {}
         self._storm_columns = np.zeros(0, dtype=np.int64)  # fusion.storm_columns, per layout
         self._node_columns: list[np.ndarray] = []
         self._weights = np.zeros(0)
-        self._xid_until = np.zeros(0)
-        self._xid_signal: dict[int, str] = {}
-        self._xid_gpu: dict[int, str | None] = {}
-        self._peak_signals: dict[int, tuple[str, ...]] = {}
-        self._peak_gpu: dict[int, str | None] = {}
-        self._open: dict[int, Alert] = {}
-        self._injected: list[XidEvent] = []
         self._prev_z = np.zeros(0)  # the previous tick's fused column scores
         self.common_mode = CommonMode()  # each (signal, node) excursion's onset
         self._prev_t = -np.inf  # the previous tick's time
@@ -149,6 +133,11 @@ class Pipeline:
     @property
     def scorers(self) -> list[Scorer]:
         return self.scoring.scorers
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        """The nodes the data has named so far, in node-id order (ids never change)."""
+        return self.signal_map.layout.node_names if len(self.index) else ()
 
     # -- layout -----------------------------------------------------------------------------
     def _refresh_layout(self) -> None:
@@ -166,9 +155,6 @@ class Pipeline:
         calibrated = self.params.signal_weights
         factor = np.array([calibrated.get(name, 1.0) for name in layout.signal_names])
         self._weights = self.signal_map.weights * factor[layout.signal]
-        grow = len(layout.node_names) - self._xid_until.shape[0]
-        if grow > 0:
-            self._xid_until = np.concatenate((self._xid_until, np.full(grow, -np.inf)))
 
     def _scorer_mask(self, scorer: str, layout: ColumnLayout) -> BoolArray:
         catalog = self.signal_map.catalog
@@ -178,11 +164,6 @@ class Pipeline:
             for name in layout.signal_names
         ]
         return np.asarray(wanted, dtype=bool)[layout.signal]
-
-    def inject_xids(self, events: Iterable[XidEvent]) -> None:
-        """XIDs seen outside the frames (the kernel log): they join the next ``step``'s
-        ``xids`` and force their node's alert exactly like XIDs found in the data."""
-        self._injected.extend(events)
 
     # -- one tick ---------------------------------------------------------------------------
     def step(self, frame: Frame) -> TickResult:
@@ -222,38 +203,10 @@ class Pipeline:
         alert_score = fused.node_score.copy()
         if entities.gpu_node.size:
             np.maximum.at(alert_score, entities.gpu_node, fused.gpu_score)
-
-        xid_events = (*self.xid_extractor.update(t, frame.values), *self._injected)
-        self._injected = []
-        if self.params.alert_on_xid:
-            for ev in xid_events:
-                if is_failure(ev, self.xid_catalog) and ev.node in layout.node_names:
-                    node = layout.node_names.index(ev.node)
-                    self._xid_until[node] = t + self.params.xid_hold_s
-                    self._xid_signal[node] = f"xid_{ev.xid}"
-                    self._xid_gpu[node] = ev.gpu
-        held = (self._xid_until[:n_nodes] >= t) if self.params.alert_on_xid else np.zeros(0, bool)
         alert_score = np.where(node_seen, alert_score, np.nan)
         if self.params.bridge_missed_tick:
             alert_score[self._incomplete(fused.column_z, unseen, layout)] = np.nan
         self._prev_t = t
-
-        changes = self.episodes.update(t, alert_score, held)
-        ended = tuple(
-            self._end(n, t, start, peak)
-            for n, start, peak in zip(
-                changes.ended.tolist(),
-                changes.ended_start.tolist(),
-                changes.ended_peak.tolist(),
-                strict=True,
-            )
-        )
-        for node in changes.opened.tolist():  # a new episode: no evidence yet
-            self._peak_signals.pop(node, None)
-            self._peak_gpu.pop(node, None)
-        for node in changes.new_peak.tolist():
-            self._record_peak(node, fused.column_z, layout, entities, t)
-        started = tuple(self._start(n, t) for n in changes.started.tolist())
         incidents = tuple(
             Incident(t, None, layout.signal_names[sig], int(cnt), int(node_seen.sum()))
             for sig, cnt in zip(
@@ -264,13 +217,10 @@ class Pipeline:
             time=t,
             node_names=layout.node_names,
             node_score=alert_score,
-            xid_held=np.resize(held, n_nodes) if held.size else np.zeros(n_nodes, dtype=bool),
             gpu_node=entities.gpu_node,
             gpu_label=entities.gpu_label,
             gpu_score=gpu_score,
-            started=started,
-            ended=ended,
-            xids=xid_events,
+            xids=tuple(self.xid_extractor.update(t, frame.values)),
             incidents=incidents,
             column_z=fused.column_z,
         )
@@ -286,60 +236,28 @@ class Pipeline:
         nodes: IntArray = np.unique(layout.node[carried])
         return nodes
 
-    def _record_peak(
-        self,
-        node: int,
-        column_z: FloatArray,
-        layout: ColumnLayout,
-        entities: EntityMap,
-        t: float,
-    ) -> None:
-        """Remember the evidence at a new peak. An XID hold (score 1) keeps the precursor
-        evidence the episode already had and adds the XID behind it."""
-        if self._xid_until[node] >= t and node in self._xid_signal:
-            xid = self._xid_signal[node]
-            before = tuple(s for s in self._peak_signals.get(node, ()) if not s.startswith("xid_"))
-            self._peak_signals[node] = (*before, xid)
-            if not before:
-                self._peak_gpu[node] = self._xid_gpu.get(node)
-            return
+    # -- evidence ---------------------------------------------------------------------------
+    def peak_evidence(self, tick: TickResult, node: int) -> tuple[tuple[str, ...], str | None]:
+        """The signals (strongest first, at most ``top_k``, each named once) and the GPU of
+        the strongest column that give ``node`` its score at ``tick``; ((), None) when no
+        column contributed evidence. What an alert names at its peak."""
+        layout, entities = self._layout, self._entities
+        if layout is None or entities is None or tick.column_z.shape[0] != len(layout):
+            return (), None
         top = top_signals(
-            column_z, self._node_columns[node], layout, self.params.top_k, self.params.fusion.z0
+            tick.column_z,
+            self._node_columns[node],
+            layout,
+            self.params.top_k,
+            self.params.fusion.z0,
         )
         names: list[str] = []
         for col, _ in top:
             name = layout.signal_names[int(layout.signal[col])]
             if name not in names:
                 names.append(name)
-        self._peak_signals[node] = tuple(names)
         gpu_entity = int(entities.gpu_entity[top[0][0]]) if top else -1
-        self._peak_gpu[node] = entities.gpu_label[gpu_entity] if gpu_entity >= 0 else None
-
-    def _alert(
-        self, node: int, end: float | None, start: float | None = None, peak: float | None = None
-    ) -> Alert:
-        assert self._layout is not None
-        return Alert(
-            node=self._layout.node_names[node],
-            gpu=self._peak_gpu.get(node),
-            start=float(self.episodes.start[node]) if start is None else start,
-            end=end,
-            peak_score=float(self.episodes.peak[node]) if peak is None else peak,
-            signals=self._peak_signals.get(node, ()),
-        )
-
-    def _start(self, node: int, t: float) -> Alert:
-        alert = self._alert(node, None)
-        self._open[node] = alert
-        return alert
-
-    def _end(self, node: int, t: float, start: float, peak: float) -> Alert:
-        self._open.pop(node, None)
-        return self._alert(node, t, start, peak)
-
-    def open_alerts(self) -> list[Alert]:
-        """Alerts still firing, with their current peak evidence."""
-        return [self._alert(node, None) for node in sorted(self._open)]
+        return tuple(names), entities.gpu_label[gpu_entity] if gpu_entity >= 0 else None
 
     def evidence(self, tick: TickResult, k: int | None = None) -> list[SignalScore]:
         """The top ``k`` signals (above the fusion's z0) of every node with a positive score at
@@ -360,108 +278,136 @@ class Pipeline:
                 out.append(SignalScore(layout.node_names[node], gpu, name, z))
         return out
 
-    def lead_signals(self, tick: TickResult) -> np.ndarray:
+    def lead_signals(self, tick: TickResult) -> tuple[IntArray, IntArray]:
         """Per node of ``tick``: the signal id (``layout.signal_names``) of its strongest
-        column above the fusion's z0, -1 where none contributed evidence. What calibration
-        credits or blames for an alert without re-scoring."""
-        layout = self._layout
+        column above the fusion's z0, -1 where none contributed evidence, and that column's
+        GPU entity (-1: node-level or none). What calibration records to name an alert's
+        evidence without re-scoring."""
+        layout, entities = self._layout, self._entities
         n_nodes = len(tick.node_names)
-        lead = np.full(n_nodes, -1, dtype=np.int32)
-        if layout is None or tick.column_z.shape[0] != len(layout):
-            return lead
+        lead: IntArray = np.full(n_nodes, -1, dtype=np.int64)
+        lead_gpu: IntArray = np.full(n_nodes, -1, dtype=np.int64)
+        if layout is None or entities is None or tick.column_z.shape[0] != len(layout):
+            return lead, lead_gpu
         live = np.flatnonzero(tick.column_z > self.params.fusion.z0)
         if live.size:
             # strongest first within each node; the first row per node is its leader
             order = np.lexsort((-tick.column_z[live], layout.node[live]))
             nodes = layout.node[live[order]]
             first = np.flatnonzero(np.r_[True, nodes[1:] != nodes[:-1]])
-            lead[nodes[first]] = layout.signal[live[order[first]]]
-        return lead
+            columns = live[order[first]]
+            lead[nodes[first]] = layout.signal[columns]
+            lead_gpu[nodes[first]] = entities.gpu_entity[columns]
+        return lead, lead_gpu
 
+    # -- what the drivers report ------------------------------------------------------------
+    @property
+    def signal_names(self) -> tuple[str, ...]:
+        """Signal ids of ``lead_signals`` -> names (the current layout's)."""
+        return self.signal_map.layout.signal_names if len(self.index) else ()
 
-STATE_VERSION = 1
+    def signal_coverage(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Which of the rules' named, scored signals have a column (the data fed them) and
+        which do not: a dcgm-exporter on its default field list lacks the ECC, NVLink-error
+        and violation counters, the precursors of several XIDs."""
+        present = set(self.signal_map.signal_names)
+        named = [
+            rule.name
+            for rule in self.signal_map.catalog.signals
+            if rule.truth is None and rule.scorers and rule.transform != "presence"
+        ]
+        return tuple(n for n in named if n in present), tuple(n for n in named if n not in present)
 
-
-def pipeline_state(pipeline: Pipeline) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """Everything a restart needs to carry on without re-warming: (arrays, JSON metadata).
-
-    The series index is saved in column order, so restoring it rebuilds the same signal
-    columns, which the scorers' arrays are aligned to."""
-    p = pipeline
-    arrays: dict[str, np.ndarray] = {}
-    parts: dict[str, dict[str, np.ndarray]] = {
-        "signals": p.signal_map.state_dict(),
-        "xids": p.xid_extractor.state_dict(),
-        "episodes": p.episodes.state_dict(),
-        "common_mode": p.common_mode.state_dict(),
-        **{f"scorer.{s.name}": s.state_dict() for s in p.scorers},
-    }
-    for prefix, part in parts.items():
-        arrays.update({f"{prefix}/{key}": value for key, value in part.items()})
-    arrays["pipeline/xid_until"] = p._xid_until.copy()
-    arrays["pipeline/prev_z"] = p._prev_z.copy()
-    meta: dict[str, Any] = {
-        "version": STATE_VERSION,
-        "series": [
-            [i.metric, [list(kv) for kv in i.labels], i.node, i.gpu, [list(kv) for kv in i.context]]
-            for i in p.index.infos
-        ],
-        "node_names": list(p.signal_map.layout.node_names) if len(p.index) else [],
-        "open": {str(n): [a.start, a.peak_score] for n, a in p._open.items()},
-        "peak_signals": {str(n): list(v) for n, v in p._peak_signals.items()},
-        "peak_gpu": {str(n): v for n, v in p._peak_gpu.items()},
-        "xid_signal": {str(n): v for n, v in p._xid_signal.items()},
-        "xid_gpu": {str(n): v for n, v in p._xid_gpu.items()},
-        "prev_t": p._prev_t if math.isfinite(p._prev_t) else None,
-    }
-    return arrays, meta
-
-
-def restore_pipeline(
-    pipeline: Pipeline, arrays: dict[str, np.ndarray], meta: dict[str, Any]
-) -> None:
-    """Load ``pipeline_state`` output into a freshly built pipeline with an empty index.
-
-    Raises ValueError (with what is wrong) for a state of another version or shape; callers
-    treat that as "start clean"."""
-    p = pipeline
-    if meta.get("version") != STATE_VERSION:
-        raise ValueError(f"state version {meta.get('version')!r}, expected {STATE_VERSION}")
-    if len(p.index):
-        raise ValueError("restore needs a pipeline whose series index is still empty")
-    infos = [
-        SeriesInfo(
-            column,
-            metric,
-            tuple((k, v) for k, v in labels),
-            node,
-            gpu,
-            tuple((k, v) for k, v in ctx),
+    def teams(self) -> TeamReport:
+        """How GPUs and nodes were grouped into peers (for summaries and logs)."""
+        teams = self.signal_map.teams
+        return TeamReport(
+            split_nodes=tuple(sorted(teams.split_nodes)),
+            inferred_split_nodes=tuple(sorted(teams.inferred_split_nodes)),
+            alone_nodes=tuple(sorted(teams.alone_nodes)),
+            cohort_advice=teams.cohort_advice(),
         )
-        for column, (metric, labels, node, gpu, ctx) in enumerate(meta["series"])
-    ]
-    p.index.extend_from(infos)
-    p.signal_map.sync()
-    p._refresh_layout()
 
-    def part(prefix: str) -> dict[str, np.ndarray]:
-        return {k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith(prefix + "/")}
+    # -- state ------------------------------------------------------------------------------
+    def state_dict(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Everything a restart needs to carry on without re-warming: (arrays, JSON metadata).
 
-    p.signal_map.load_state_dict(part("signals"))
-    p.xid_extractor.load_state_dict(part("xids"))
-    p.episodes.load_state_dict(part("episodes"))
-    for scorer in p.scorers:
-        scorer.load_state_dict(part(f"scorer.{scorer.name}"))
-    until = arrays.get("pipeline/xid_until")
-    if until is not None:
-        n = min(until.shape[0], p._xid_until.shape[0])
-        p._xid_until[:n] = until[:n]
-    p._prev_z = arrays.get("pipeline/prev_z", np.zeros(0)).copy()
-    p.common_mode.load_state_dict(part("common_mode"))
-    prev_t = meta.get("prev_t")
-    p._prev_t = -math.inf if prev_t is None else float(prev_t)
-    p._peak_signals = {int(n): tuple(v) for n, v in meta.get("peak_signals", {}).items()}
-    p._peak_gpu = {int(n): v for n, v in meta.get("peak_gpu", {}).items()}
-    p._xid_signal = {int(n): v for n, v in meta.get("xid_signal", {}).items()}
-    p._xid_gpu = {int(n): v for n, v in meta.get("xid_gpu", {}).items()}
-    p._open = {int(n): p._alert(int(n), None) for n in meta.get("open", {})}
+        The series index is saved in column order, so restoring it rebuilds the same signal
+        columns, which the scorers' arrays are aligned to."""
+        arrays: dict[str, np.ndarray] = {}
+        parts: dict[str, dict[str, np.ndarray]] = {
+            "signals": self.signal_map.state_dict(),
+            "xids": self.xid_extractor.state_dict(),
+            "common_mode": self.common_mode.state_dict(),
+            **{f"scorer.{s.name}": s.state_dict() for s in self.scorers},
+        }
+        for prefix, part in parts.items():
+            arrays.update({f"{prefix}/{key}": value for key, value in part.items()})
+        arrays["pipeline/prev_z"] = self._prev_z.copy()
+        meta: dict[str, Any] = {
+            "version": STATE_VERSION,
+            "series": [
+                [
+                    i.metric,
+                    [list(kv) for kv in i.labels],
+                    i.node,
+                    i.gpu,
+                    [list(kv) for kv in i.context],
+                ]
+                for i in self.index.infos
+            ],
+            "node_names": list(self.node_names),
+            "prev_t": self._prev_t if math.isfinite(self._prev_t) else None,
+        }
+        return arrays, meta
+
+    def load_state_dict(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
+        """Load ``state_dict`` output into a freshly built pipeline with an empty index.
+
+        Raises ValueError (with what is wrong) for a state of another version or shape;
+        callers treat that as "start clean"."""
+        if meta.get("version") != STATE_VERSION:
+            raise ValueError(f"state version {meta.get('version')!r}, expected {STATE_VERSION}")
+        if len(self.index):
+            raise ValueError("restore needs a pipeline whose series index is still empty")
+        infos = [
+            SeriesInfo(
+                column,
+                metric,
+                tuple((k, v) for k, v in labels),
+                node,
+                gpu,
+                tuple((k, v) for k, v in ctx),
+            )
+            for column, (metric, labels, node, gpu, ctx) in enumerate(meta["series"])
+        ]
+        self.index.extend_from(infos)
+        self.signal_map.sync()
+        self._refresh_layout()
+        self.signal_map.load_state_dict(_part(arrays, "signals"))
+        self.xid_extractor.load_state_dict(_part(arrays, "xids"))
+        for scorer in self.scorers:
+            scorer.load_state_dict(_part(arrays, f"scorer.{scorer.name}"))
+        self._prev_z = arrays.get("pipeline/prev_z", np.zeros(0)).copy()
+        self.common_mode.load_state_dict(_part(arrays, "common_mode"))
+        prev_t = meta.get("prev_t")
+        self._prev_t = -math.inf if prev_t is None else float(prev_t)
+
+
+@dataclass(frozen=True, slots=True)
+class TeamReport:
+    """How peers were grouped: nodes whose GPUs ran more than one workload (GPU peers by
+    workload), nodes whose unlabelled GPUs co-movement told apart, nodes with a GPU judged
+    alone, and the advice when nodes of different jobs were judged against each other."""
+
+    split_nodes: tuple[str, ...] = ()
+    inferred_split_nodes: tuple[str, ...] = ()
+    alone_nodes: tuple[str, ...] = ()
+    cohort_advice: str = ""
+
+
+STATE_VERSION = 2  # 2: alert episodes moved to the tick loop's state
+
+
+def _part(arrays: Mapping[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    return {k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith(prefix + "/")}

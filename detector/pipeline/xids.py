@@ -64,7 +64,6 @@ class XidExtractor:
         self._columns_arr = np.zeros(0, dtype=np.int64)
         self._gauge = np.zeros(0, dtype=bool)
         self._node_watched = np.zeros(0, dtype=bool)
-        self.messages: dict[XidEvent, str] = {}  # err_msg of events that carried one
 
     def _label_code_of(self, info: SeriesInfo) -> int:
         labels = dict(info.labels + info.context)
@@ -159,15 +158,10 @@ class XidExtractor:
                 return None  # a count without an xid label names no code
             code = int(value)
         gpu = info.gpu or None
-        event = (
-            XidEvent(t, info.node, gpu, code, source="dcgm")
-            if gap_start is None
-            else XidEvent(gap_start, info.node, gpu, code, end=t, source=GAP_SOURCE)
-        )
         message = dict(info.context).get("err_msg", "")
-        if message:
-            self.messages[event] = message
-        return event
+        if gap_start is None:
+            return XidEvent(t, info.node, gpu, code, source="dcgm", message=message)
+        return XidEvent(gap_start, info.node, gpu, code, end=t, source=GAP_SOURCE, message=message)
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Last observed values by series column and the watched nodes."""
@@ -208,12 +202,14 @@ class XidExtractor:
         self._refresh_watched()
 
 
-def is_failure(event: XidEvent, catalog: XidCatalog, message: str = "") -> bool:
-    """Whether the event counts as a GPU failure; a 154 message's recovery action decides."""
+def is_failure(event: XidEvent, catalog: XidCatalog) -> bool:
+    """Whether the event counts as a GPU failure: the one rule for XIDs of every source (the
+    DCGM gauge, the kernel log, an events file). An XID 154's recovery action, named in its
+    ``message``, decides."""
     rule = catalog.get(event.xid)
     if rule is None:
         return catalog.unknown.failure
-    action = rule.action_in(message)
+    action = rule.action_in(event.message)
     return rule.failure if action is None else action.failure
 
 
@@ -285,4 +281,12 @@ class _Episode:
     def event(self) -> XidEvent:
         head = self.head
         end = head.end if self.last == head.time else max(self.last, head.end or self.last)
-        return XidEvent(head.time, head.node, head.gpu, head.xid, end=end, source=head.source)
+        return XidEvent(
+            head.time,
+            head.node,
+            head.gpu,
+            head.xid,
+            end=end,
+            source=head.source,
+            message=head.message,
+        )

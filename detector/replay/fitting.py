@@ -36,7 +36,7 @@ from ..evaluation import (
     caught,
     fit_signal_weights,
 )
-from ..pipeline import EpisodeParams
+from ..loop import EpisodeParams
 from .run import ReplayResult, evaluate_at_threshold
 
 WEIGHT_FIT_FP_FACTOR = 10.0  # looser operating point whose alerts the weights learn from

@@ -1,8 +1,12 @@
-"""``detector replay``: recorded data (or the built-in simulated cluster) through the very same
-pipeline, on the data's own clock, as fast as the machine allows; then a report.
+"""``detector replay``: recorded data (or the built-in simulated cluster) through the shared tick
+loop (``detector.loop.TickLoop``), on the data's own clock, as fast as the machine allows; then
+a report.
 
-Also the engine behind ``detector calibrate``: it records every node's alert score per tick so
-thresholds can be tried without re-scoring.
+The replay is ``run`` on another clock: the same loop decides alerts, XID forcing, the alert
+policy and cluster incidents. XIDs of an events file join the loop at their time as the kernel
+log's do in ``run`` (forcing their node's alert); the report counts the alerts ``run`` would
+have notified Alertmanager of. Also the engine behind ``detector calibrate``: with
+``record_scores`` it keeps a ``Recording`` so thresholds can be tried without re-scoring.
 """
 
 from __future__ import annotations
@@ -18,15 +22,14 @@ from typing import IO
 import numpy as np
 
 from ..errors import DumpError, EventsError
-from ..evaluation import Evaluation, evaluate
+from ..evaluation import AccountingSnapshot, Evaluation, evaluate
 from ..ingest import DumpStats, load_array, load_events, place_events, read_dump
+from ..loop import Decisions, EpisodeParams, Notification, Recording, TickLoop
 from ..model import Alert, FloatArray, Frame, Labels, SampleBatch, XidEvent
-from ..pipeline import EpisodeParams, Episodes, Pipeline, TickResult, dedupe_episodes, is_failure
+from ..pipeline import TickResult, dedupe_episodes, is_failure
 from ..series import SeriesIndex, frames_from_batches, normalize
 from ..sim import SimulatedCluster, with_pod
 from .progress import ProgressSink
-
-INCIDENT_GAP_S = 900.0  # this long without a common-mode signal ends a cluster incident
 
 
 @dataclass
@@ -40,7 +43,7 @@ class ReplayResult:
     alerts: list[Alert]
     failures: list[XidEvent]  # failure XIDs (events file + dump), deduped
     all_xids: list[XidEvent]  # every XID episode seen, failures or not
-    incidents: int
+    incidents: int  # cluster incidents (GPUClusterIncident alerts) the policy opened
     evaluation: Evaluation
     wall_s: float
     node_names: tuple[str, ...] = ()
@@ -65,34 +68,11 @@ class ReplayResult:
     alone_nodes: tuple[str, ...] = ()
     # set when nodes running different jobs were judged against each other (no cohort labels)
     cohort_advice: str = ""
-
-
-class ScoreRecorder:
-    """Keeps every node's alert score, XID hold and leading signal per tick (for calibration
-    and reports)."""
-
-    def __init__(self) -> None:
-        self.times: list[float] = []
-        self.rows: list[FloatArray] = []
-        self.held: list[np.ndarray] = []
-        self.leads: list[np.ndarray] = []
-
-    def add(self, tick: TickResult, lead: np.ndarray) -> None:
-        self.times.append(tick.time)
-        self.rows.append(tick.node_score.astype(np.float32))
-        self.held.append(tick.xid_held.copy())
-        self.leads.append(lead)
-
-    def matrix(self, n_nodes: int) -> tuple[FloatArray, np.ndarray, np.ndarray]:
-        """(scores, xid-held mask, leading signal id or -1), ticks x nodes."""
-        out = np.full((len(self.rows), n_nodes), np.nan, dtype=np.float32)
-        held = np.zeros((len(self.rows), n_nodes), dtype=bool)
-        leads = np.full((len(self.rows), n_nodes), -1, dtype=np.int32)
-        for i, (row, h, lead) in enumerate(zip(self.rows, self.held, self.leads, strict=True)):
-            out[i, : row.shape[0]] = row
-            held[i, : h.shape[0]] = h
-            leads[i, : lead.shape[0]] = lead
-        return out.astype(np.float64), held, leads
+    notifications: list[Notification] = field(default_factory=list)  # what Alertmanager got
+    accounting: AccountingSnapshot | None = None  # the loop's live accounting at the end
+    # with record_scores: the ticks as the decisions saw them, and decisions to fork from
+    recording: Recording | None = None
+    decisions: Decisions | None = None
 
 
 class ScoresCsv:
@@ -208,7 +188,7 @@ class _SimulatedPods:
 
 
 def run_replay(
-    pipeline: Pipeline,
+    loop: TickLoop,
     frames: Iterator[Frame],
     *,
     events: Sequence[XidEvent] = (),
@@ -220,39 +200,38 @@ def run_replay(
     expected_span: tuple[float, float] | None = None,
     source: str = "replay",
 ) -> ReplayResult:
-    """Drive ``frames`` through ``pipeline``; evaluate alerts against ``events`` + data XIDs.
+    """Drive ``frames`` through ``loop``; evaluate the notified alerts against ``events`` +
+    the data's XIDs. ``events`` join the loop at their time (module docstring).
     ``progress`` hears every tick's time (and ``expected_span`` when given) and is closed
     whether the replay ends or is interrupted. Fewer than two ticks span no time to evaluate:
     DumpError naming ``source`` (the dump files, or the simulated cluster)."""
     began = wallclock.perf_counter()
+    pipeline = loop.pipeline
     alerts: list[Alert] = []
+    notes: list[Notification] = []
     data_xids: list[XidEvent] = []
-    incidents = 0
-    recorder = ScoreRecorder() if record_scores else None
+    recording = Recording() if record_scores else None
     writer = ScoresCsv(scores_out) if scores_out is not None else None
+    feed = _EventFeed(events, pipeline.index, loop.decisions.alerts.xid_hold_s)
     start = end = float("nan")
     ticks = 0
-    last_incident = -np.inf  # last tick on which any signal moved cluster-wide
     if progress is not None and expected_span is not None:
         progress.set_span(*expected_span)
     try:
         for frame in frames:
-            tick = pipeline.step(frame)
+            tick = loop.step(frame, xids=feed.due(frame.time))
             if ticks == 0:
                 start = tick.time
             end = tick.time
             ticks += 1
-            alerts.extend(tick.ended)
-            data_xids.extend(tick.xids)
-            if tick.incidents:
-                # one cluster incident until no signal has moved cluster-wide for the gap
-                if tick.time - last_incident > INCIDENT_GAP_S:
-                    incidents += 1
-                last_incident = tick.time
-            if recorder is not None:
-                recorder.add(tick, pipeline.lead_signals(tick))
+            alerts.extend(tick.ended_sent)
+            notes.extend(tick.notifications)
+            data_xids.extend(tick.scores.xids)
+            if recording is not None:
+                held = loop.decisions.alerts.held(tick.time, len(tick.scores.node_names))
+                recording.add(tick, pipeline, held)
             if writer is not None:
-                writer.add(tick)
+                writer.add(tick.scores)
             if progress is not None:
                 progress.update(tick.time)
         if progress is not None:
@@ -262,13 +241,10 @@ def run_replay(
             progress.close()
         if writer is not None:
             writer.close()
-    alerts.extend(pipeline.open_alerts())
+    alerts.extend(loop.open_sent_alerts())
     alerts.sort(key=lambda a: (a.start, a.node))
     catalog = pipeline.xid_catalog
-    hosts = pipeline.index.hosts  # events naming a node by its address: by its host name
-    named = [replace(ev, node=hosts.get(ev.node, ev.node)) for ev in events] if hosts else events
-    named = place_events(named, pipeline.index.infos)  # short host names, GPU UUIDs and PCI ids
-    all_xids = dedupe_episodes([*named, *data_xids], catalog)
+    all_xids = dedupe_episodes([*feed.placed(events), *data_xids], catalog)
     failures = [ev for ev in all_xids if is_failure(ev, catalog)]
     if ticks < 2:
         when = wallclock.strftime("%Y-%m-%d %H:%M:%S UTC", wallclock.gmtime(start if ticks else 0))
@@ -283,7 +259,7 @@ def run_replay(
         grace_s=grace_s,
         is_failure=set(failures).__contains__,  # as evaluate_at_threshold
     )
-    node_names = pipeline.signal_map.layout.node_names if ticks else ()
+    teams = pipeline.teams()
     result = ReplayResult(
         start=start,
         end=end,
@@ -294,85 +270,69 @@ def run_replay(
         alerts=alerts,
         failures=failures,
         all_xids=all_xids,
-        incidents=incidents,
+        incidents=loop.decisions.incidents.opened,
         evaluation=evaluation,
         wall_s=wallclock.perf_counter() - began,
-        node_names=node_names,
-        threshold=pipeline.params.episodes.threshold,
+        node_names=pipeline.node_names,
+        threshold=loop.threshold,
         signal_weights=dict(pipeline.params.signal_weights),
+        split_nodes=teams.split_nodes,
+        inferred_split_nodes=teams.inferred_split_nodes,
+        alone_nodes=teams.alone_nodes,
+        cohort_advice=teams.cohort_advice,
+        notifications=notes,
+        accounting=loop.accounting.snapshot(end),
     )
-    result.signals_found, result.signals_missing = signal_coverage(pipeline)
-    result.split_nodes = tuple(sorted(pipeline.signal_map.teams.split_nodes))
-    result.inferred_split_nodes = tuple(sorted(pipeline.signal_map.teams.inferred_split_nodes))
-    result.alone_nodes = tuple(sorted(pipeline.signal_map.teams.alone_nodes))
-    result.cohort_advice = pipeline.signal_map.teams.cohort_advice()
-    if recorder is not None:
-        result.times = np.asarray(recorder.times)
-        result.node_scores, result.xid_held, result.lead_signal = recorder.matrix(len(node_names))
-        result.signal_names = pipeline.signal_map.layout.signal_names
+    result.signals_found, result.signals_missing = pipeline.signal_coverage()
+    if recording is not None:
+        result.recording, result.decisions = recording, loop.decisions
+        result.times, result.node_scores, result.xid_held, result.lead_signal = recording.matrices()
+        result.signal_names = tuple(recording.signal_names)
     return result
 
 
-def alerts_at_threshold(
-    times: FloatArray,
-    scores: FloatArray,
-    node_names: Sequence[str],
-    params: EpisodeParams,
-    held: np.ndarray | None = None,
-    leads: tuple[np.ndarray, Sequence[str]] | None = None,
-) -> list[Alert]:
-    """Re-run alert episodes over recorded node scores (calibration: no re-scoring needed);
-    ``held`` (ticks x nodes) marks where a failure XID forced the alert. With ``leads`` (the
-    recorded leading-signal ids, ticks x nodes, and their names) each alert names the signal
-    that led at its peak, as the pipeline's alerts do; XID-held ticks keep the precursor."""
-    episodes = Episodes(params, scores.shape[1])
-    alerts: list[Alert] = []
-    peak_signal: dict[int, tuple[str, ...]] = {}
-    for i in range(times.shape[0]):
-        t = float(times[i])
-        changes = episodes.update(t, scores[i], None if held is None else held[i])
-        for node, start, peak in zip(
-            changes.ended.tolist(),
-            changes.ended_start.tolist(),
-            changes.ended_peak.tolist(),
-            strict=True,
-        ):
-            alerts.append(Alert(node_names[node], None, start, t, peak, peak_signal.get(node, ())))
-        if leads is None:
-            continue
-        ids, names = leads
-        for node in changes.opened.tolist():
-            peak_signal.pop(node, None)
-        for node in changes.new_peak.tolist():
-            lead = int(ids[i, node])
-            if lead >= 0 and (held is None or not held[i, node]):
-                peak_signal[node] = (names[lead],)
-    for node in episodes.firing().tolist():
-        alerts.append(
-            Alert(
-                node_names[node],
-                None,
-                float(episodes.start[node]),
-                None,
-                float(episodes.peak[node]),
-                peak_signal.get(node, ()),
-            )
+class _EventFeed:
+    """An events file's XIDs, handed to the loop at their time as ``run`` gets the kernel
+    log's: each at the first tick at or after it, unless that tick comes later than
+    ``hold_s`` after it (a gap in the data: its alert would have ended by then). Events name
+    nodes as the data does once mapped (host names, GPU UUIDs and PCI ids: ``place``)."""
+
+    def __init__(self, events: Sequence[XidEvent], index: SeriesIndex, hold_s: float) -> None:
+        self._events = sorted(events, key=lambda e: e.time)
+        self._next = 0
+        self._index = index
+        self._hold_s = hold_s
+        self._last = -np.inf
+
+    def due(self, t: float) -> list[XidEvent]:
+        events, i = self._events, self._next
+        out: list[XidEvent] = []
+        while i < len(events) and events[i].time <= t:
+            if events[i].time > self._last and t - events[i].time <= self._hold_s:
+                out.append(events[i])
+            i += 1
+        self._next, self._last = i, t
+        return self.placed(out) if out else out
+
+    def placed(self, events: Sequence[XidEvent]) -> list[XidEvent]:
+        hosts = self._index.hosts  # events naming a node by its address: by its host name
+        named = (
+            [replace(ev, node=hosts.get(ev.node, ev.node)) for ev in events] if hosts else events
         )
-    return alerts
+        return place_events(named, self._index.infos)  # short host names, GPU UUIDs, PCI ids
 
 
 def evaluate_at_threshold(
     result: ReplayResult, params: EpisodeParams, horizon_s: float, grace_s: float
 ) -> Evaluation:
-    """The evaluation a replay would have had with other episode parameters (no re-scoring);
-    its alerts name their leading signal when the replay recorded them."""
-    leads = (result.lead_signal, result.signal_names) if result.lead_signal.size else None
-    alerts = alerts_at_threshold(
-        result.times, result.node_scores, result.node_names, params, result.xid_held, leads
-    )
+    """The evaluation a replay recorded with ``record_scores`` would have had with other
+    episode parameters: the loop's decisions re-run over the recording (no re-scoring)."""
+    if result.recording is None or result.decisions is None:
+        raise ValueError("the replay recorded no scores (record_scores=True needed)")
+    decided = result.recording.decide(result.decisions.fresh(params))
     failures = set(result.failures)
     return evaluate(
-        alerts,
+        decided.alerts,
         result.all_xids,
         start=result.start,
         end=result.end,
@@ -380,19 +340,6 @@ def evaluate_at_threshold(
         grace_s=grace_s,
         is_failure=failures.__contains__,
     )
-
-
-def signal_coverage(pipeline: Pipeline) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Which of the rules' named, scored signals have a column (the data fed them) and which
-    do not: a dcgm-exporter on its default field list lacks the ECC, NVLink-error and
-    violation counters, the precursors of several XIDs."""
-    present = set(pipeline.signal_map.signal_names)
-    named = [
-        rule.name
-        for rule in pipeline.signal_map.catalog.signals
-        if rule.truth is None and rule.scorers and rule.transform != "presence"
-    ]
-    return tuple(n for n in named if n in present), tuple(n for n in named if n not in present)
 
 
 def load_event_files(paths: Sequence[Path]) -> list[XidEvent]:

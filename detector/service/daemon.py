@@ -3,8 +3,10 @@ alerts, count detections, export metrics, keep state across restarts.
 
 One tick (every ``scrape.interval_s`` of wall time, started on a fixed schedule):
     targets -> scrape (whole round bounded by ``scrape.timeout_s``: one slow target never
-    delays the tick) -> frame -> kernel-log XIDs injected -> ``Pipeline.step`` -> alerts
-    (``AlertSender.update``; delivery runs in its own task) -> accounting -> export.
+    delays the tick) -> frame -> ``TickLoop.step`` with the kernel log's XIDs and the nodes
+    under maintenance (scores, XIDs judged, alert episodes, the alert policy, accounting:
+    the very loop ``replay`` and ``calibrate`` drive) -> its notifications queued for
+    Alertmanager (``AlertSender.queue``; delivery runs in its own task) -> export.
 A tick that overruns the interval skips the missed slots instead of bunching up.
 
 Lifecycle: build the index and pipeline (threshold from ``calibration.path`` when set), restore
@@ -42,19 +44,10 @@ from .. import jit
 from ..alerting import AlertSender
 from ..config import Config, load_calibration, load_config
 from ..errors import DetectorError, StateError
-from ..evaluation import LiveAccounting
 from ..ingest import KernelXids, KmsgFollower, Scraper, ScrapeRound, TargetSource
 from ..logs import configure_logging, get_logger
-from ..model import Frame, XidEvent
-from ..pipeline import (
-    Pipeline,
-    TickResult,
-    build_pipeline,
-    dedupe_episodes,
-    is_failure,
-    pipeline_state,
-    restore_pipeline,
-)
+from ..loop import LoopTick, TickLoop
+from ..model import Frame
 from ..series import LabelRules, SeriesIndex
 from .entity_stats import NodeScoreStats
 from .export import Exporter
@@ -126,38 +119,34 @@ class Daemon:
         self.calibration = (
             load_calibration(config.calibration.path) if config.calibration.path else None
         )
-        self._fresh_pipeline()
+        self._fresh_loop()
         self.targets = TargetSource(config)
         self.scraper = Scraper.from_config(config.scrape, client)
-        catalog = self.pipeline.xid_catalog
-        self.alerts = AlertSender.from_config(
-            config.alerts, client=client, clock=clock, is_failure_xid=catalog.is_failure
-        )
+        self.alerts = AlertSender.from_config(config.alerts, client=client, clock=clock)
         self.alerts.write_ahead = config.state.path is not None
         self.stats = DaemonStats()
         self.exporter = Exporter(top_k=config.scoring.top_k)
-        self.accounting = LiveAccounting(config.evaluation.horizon_s, config.evaluation.grace_s)
         self.node_stats = NodeScoreStats()
         self.exporter.node_stats = self.node_stats
-        self._recent_xids: list[XidEvent] = []
         self.kmsg = kmsg
         if kmsg is None and config.kmsg.enabled:
             self.kmsg = KmsgFollower(config.kmsg.path)
         self.server: Server | None = None  # set by run_daemon once listening
         self.last_round: ScrapeRound | None = None
-        self.last_tick: TickResult | None = None
+        self.last_tick: LoopTick | None = None
         self._last_time = float("-inf")
         self._last_save = float("-inf")
         self._cohorts_advised = False  # the cohort advice is logged once a process
         self._splits_told: set[str] = set()  # nodes logged as split by co-movement
         self._alone_told: set[str] = set()  # nodes logged with a GPU co-movement judged alone
 
-    def _fresh_pipeline(self) -> None:
+    def _fresh_loop(self) -> None:
         self.index = SeriesIndex(
             LabelRules.from_config(self.config.labels),
             capacity=self.config.scrape.max_series_total,
         )
-        self.pipeline: Pipeline = build_pipeline(self.config, self.index, self.calibration)
+        self.loop = TickLoop.from_config(self.config, self.index, self.calibration)
+        self.pipeline = self.loop.pipeline
         self.kernel = KernelXids(self.index, self.config.node_name or socket.gethostname())
 
     def _advise_cohorts(self) -> None:
@@ -166,7 +155,7 @@ class Daemon:
         whose peers are its own GPUs: nothing to advise."""
         if self._cohorts_advised or self.config.mode == "agent":
             return
-        advice = self.pipeline.signal_map.teams.cohort_advice()
+        advice = self.pipeline.teams().cohort_advice
         if advice:
             self._cohorts_advised = True
             _log.warning("nodes of different jobs share one cohort", advice=advice)
@@ -175,12 +164,12 @@ class Daemon:
         """Once a process per node: its unlabelled GPUs were told apart into jobs by how their
         power moves (gpu_comovement.py), or one was judged alone, so the operator sees why
         its GPU peers changed."""
-        teams = self.pipeline.signal_map.teams
+        teams = self.pipeline.teams()
         for nodes, told, what in (
             (teams.inferred_split_nodes, self._splits_told, "GPUs of different jobs told apart"),
             (teams.alone_nodes, self._alone_told, "GPUs moving with no job judged alone"),
         ):
-            new = nodes - told
+            new = set(nodes) - told
             if new:
                 told |= new
                 _log.info(
@@ -191,41 +180,35 @@ class Daemon:
 
     # -- state ------------------------------------------------------------------------------
     def restore(self) -> bool:
-        """Load ``state.path`` into the fresh pipeline; False (clean start) when unusable."""
+        """Load ``state.path`` into the fresh loop; False (clean start) when unusable."""
         path = self.config.state.path
         loaded = load_state(path) if path is not None else None
         if loaded is None:
             return False
         arrays, meta = loaded
         try:
-            restore_pipeline(self.pipeline, arrays, meta.get("pipeline", {}))
+            self.loop.load_state_dict(arrays, meta["loop"])
         except (ValueError, KeyError, TypeError, IndexError) as exc:
             _log.warning(
                 "state file does not fit this build, starting clean",
                 path=str(path),
                 reason=str(exc),
             )
-            self._fresh_pipeline()  # a half-restored pipeline is worse than none
+            self._fresh_loop()  # a half-restored loop is worse than none
             return False
-        alerts = meta.get("alerts")
-        if isinstance(alerts, dict):
+        delivery = meta.get("delivery")
+        if isinstance(delivery, dict):
             try:
-                self.alerts.load_state_dict(alerts)
+                self.alerts.load_state_dict(delivery)
             except (KeyError, TypeError, ValueError) as exc:  # resend from scratch
                 _log.warning("alert delivery state unusable", path=str(path), reason=str(exc))
-        accounting = meta.get("accounting")
-        if isinstance(accounting, dict):
-            try:
-                self.accounting.load_state_dict(accounting)
-            except ValueError as exc:  # numbers restart from zero; scoring state is kept
-                _log.warning("accounting state unusable", path=str(path), reason=str(exc))
         daemon = meta.get("daemon", {})
         self._last_time = float(daemon.get("last_time", float("-inf")))
         _log.info(
             "state restored",
             path=str(path),
             series=len(self.index),
-            open_alerts=len(self.pipeline.open_alerts()),
+            open_alerts=len(self.loop.open_alerts()),
         )
         return True
 
@@ -236,11 +219,10 @@ class Daemon:
     def state_snapshot(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """The state to save. Take it on the event loop's thread: alert delivery runs there
         and changes the pending queues."""
-        arrays, pipeline_meta = pipeline_state(self.pipeline)
+        arrays, loop_meta = self.loop.state_dict()
         meta: dict[str, Any] = {
-            "pipeline": pipeline_meta,
-            "alerts": self.alerts.state_dict(),
-            "accounting": self.accounting.state_dict(),
+            "loop": loop_meta,
+            "delivery": self.alerts.state_dict(),
             "daemon": {"last_time": self._last_time, "ticks": self.stats.ticks},
         }
         return arrays, meta
@@ -266,7 +248,7 @@ class Daemon:
         return time.monotonic() - self._last_save >= self.config.state.save_interval_s
 
     # -- one tick ---------------------------------------------------------------------------
-    async def tick(self) -> TickResult:
+    async def tick(self) -> LoopTick:
         """Scrape, score, alert; returns the pipeline's result for this tick."""
         began = time.perf_counter()
         now = self.clock()
@@ -292,10 +274,9 @@ class Daemon:
                     reason=result.error.reason,
                     detail=result.error.detail,
                 )
-        kernel: list[XidEvent] = []
+        kernel = []
         if self.kmsg is not None:
             kernel = self.kernel.events(self.kmsg.poll(), now)
-            self.pipeline.inject_xids(kernel)
             self.stats.kmsg_xids += len(kernel)
         work_began = time.perf_counter()  # exported tick duration: scoring, scrape excluded
         frame = round_.frame
@@ -303,11 +284,11 @@ class Daemon:
             grown = np.full(len(self.index), np.nan)
             grown[: frame.values.shape[0]] = frame.values
             frame = Frame(frame.time, grown)
-        tick = self.pipeline.step(frame)
+        tick = self.loop.step(frame, xids=kernel, muted=self._muted_nodes())
         self.last_tick = tick
-        self.alerts.update(tick, self.pipeline.open_alerts(), self._muted_nodes())
-        self.accounting.update(now, tick.started, self._new_failures(tick.xids, now))
-        for alert in tick.started:
+        if not self.loop.policy.shadow:
+            self.alerts.queue(tick.notifications)
+        for alert in tick.notified:
             _log.warning(
                 "alert firing",
                 node=alert.node,
@@ -315,11 +296,11 @@ class Daemon:
                 peak_score=round(alert.peak_score, 3),
                 signals=list(alert.signals),
             )
-        for alert in tick.ended:
+        for alert in tick.ended_sent:
             _log.info("alert resolved", node=alert.node, gpu=alert.gpu)
         self._advise_cohorts()
         self._tell_inferred_splits()
-        for node in self.node_stats.update(tick.node_names, tick.node_score):
+        for node in self.node_stats.update(tick.scores.node_names, tick.scores.node_score):
             _log.info("node score level rose", node=node)
         self._export(tick, round_, now, time.perf_counter() - work_began)
         elapsed = time.perf_counter() - began
@@ -340,10 +321,10 @@ class Daemon:
         )
         return tick
 
-    def _export(self, tick: TickResult, round_: ScrapeRound, now: float, work_s: float) -> None:
+    def _export(self, tick: LoopTick, round_: ScrapeRound, now: float, work_s: float) -> None:
         exporter = self.exporter
         exporter.observe_tick(tick, work_s)
-        exporter.observe_signals(self.pipeline.evidence(tick))
+        exporter.observe_signals(self.pipeline.evidence(tick.scores))
         exporter.observe_scrapes(
             {
                 _public_url(r.target.url): (
@@ -354,8 +335,8 @@ class Daemon:
             }
         )
         exporter.observe_series(len(self.index), self.index.refused, self.index.dropped)
-        exporter.set_alert_stats(self.alerts.stats())
-        exporter.set_accounting(self.accounting.snapshot(now))
+        exporter.set_alert_stats(self.alerts.stats(self.loop.policy))
+        exporter.set_accounting(self.loop.accounting.snapshot(now))
 
     def _muted_nodes(self) -> frozenset[str]:
         """Nodes whose target carries the maintenance label (any value): they send nothing."""
@@ -365,23 +346,6 @@ class Daemon:
         return frozenset(
             t.node for t in self.targets.current() if any(k == label for k, _ in t.labels)
         )
-
-    def _new_failures(self, events: tuple[XidEvent, ...], now: float) -> list[XidEvent]:
-        """Failure XIDs that start a new episode. The same failure can arrive twice (the DCGM
-        gauge names the GPU, the kernel log may not): accounting is per node, so episodes
-        are keyed by node and code."""
-        catalog = self.pipeline.xid_catalog
-        window = catalog.episode_window_s
-        failing = [  # end kept: an XID the gauge showed after a gap matches until then
-            XidEvent(e.time, e.node, None, e.xid, end=e.end, source=e.source)
-            for e in events
-            if is_failure(e, catalog, self.kernel.messages.get(e, ""))
-        ]
-        self._recent_xids = [e for e in self._recent_xids if now - e.time <= window]
-        before = {(e.node, e.xid, e.time) for e in dedupe_episodes(self._recent_xids, catalog)}
-        self._recent_xids.extend(failing)
-        after = dedupe_episodes(self._recent_xids, catalog)
-        return [e for e in after if (e.node, e.xid, e.time) not in before]
 
     async def aclose(self) -> None:
         await self.scraper.aclose()
@@ -400,7 +364,7 @@ async def run_daemon(
     handle_signals: bool = True,
     shutdown_timeout_s: float = 10.0,
     kmsg: KmsgFollower | None = None,
-    on_tick: Callable[[Daemon, TickResult], None] | None = None,
+    on_tick: Callable[[Daemon, LoopTick], None] | None = None,
     port: int | None = None,
 ) -> None:
     """Run until ``stop`` is set (or SIGTERM/SIGINT when ``handle_signals``); see the module
@@ -435,7 +399,7 @@ async def run_daemon(
             mode=config.mode,
             state=str(config.state.path),
             kmsg=daemon.kmsg is not None,
-            threshold=daemon.pipeline.params.episodes.threshold,
+            threshold=daemon.loop.threshold,
             signal_weights=len(daemon.pipeline.params.signal_weights),
             # interpreted: no executable memory for numba (MemoryDenyWriteExecute), ~800x slower
             scorer_kernels="compiled" if jit.COMPILED else "interpreted",

@@ -35,6 +35,7 @@ from prometheus_client.metrics_core import (
 
 from ..alerting import AlertStats
 from ..evaluation import AccountingSnapshot
+from ..loop import LoopTick
 from ..model import SignalScore
 from ..pipeline import TickResult
 from .entity_stats import NodeScoreStats
@@ -101,9 +102,9 @@ class Exporter:
         self.node_stats: NodeScoreStats | None = None  # read when scraped
         self.registry.register(self)
 
-    def observe_tick(self, tick: TickResult, duration_s: float) -> None:
+    def observe_tick(self, tick: LoopTick, duration_s: float) -> None:
         """The latest scores; alerts started and XIDs seen are added to their counters."""
-        self._tick = tick
+        self._tick = tick.scores
         self._alerts_total += len(tick.started)
         self._xids.update(ev.xid for ev in tick.xids)
         self._tick_hist.observe(duration_s)
