@@ -37,8 +37,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from detector.config.load import load_config
-from detector.loop.episodes import EpisodeParams
 from detector.loop import TickLoop, episode_params
+from detector.loop.episodes import EpisodeParams
 from detector.replay.fitting import Fitted, fit_calibration, fit_threshold
 from detector.replay.run import ReplayResult, evaluate_at_threshold, run_replay, simulated_frames
 from detector.series.index import SeriesIndex

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from replay_bench import scenario
 
 from detector.config.load import load_config
-from detector.model import ColumnLayout, Frame
 from detector.loop import TickLoop
+from detector.model import ColumnLayout, Frame
 from detector.pipeline.tick import TickResult
 from detector.replay.run import run_replay, simulated_frames
 from detector.series.index import SeriesIndex

@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from detector.config.load import load_config
-from detector.model import Frame
 from detector.loop import TickLoop
+from detector.model import Frame
 from detector.pipeline.tick import Pipeline
 from detector.replay.run import run_replay, simulated_frames
 from detector.series.index import SeriesIndex
@@ -134,8 +134,8 @@ def run_pipeline(sc: Scenario, stages: bool) -> Run:
     run.first_cpu, run.cpu = first - start, end - first
     run.wall = time.perf_counter() - wall
     run.ticks, run.series, run.alerts = result.ticks, result.series, len(result.alerts)
-    run.columns = len(pipeline.signal_map)
-    run.scored = sum(len(idx) for idx in pipeline.scoring.subsets.values())
+    run.columns = len(loop.pipeline.signal_map)
+    run.scored = sum(len(idx) for idx in loop.pipeline.scoring.subsets.values())
     run.stages = dict(counter)
     return run
 

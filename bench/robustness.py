@@ -54,8 +54,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from detection import replay_seed
 
 from detector.config.load import load_config
-from detector.loop.episodes import EpisodeParams
 from detector.loop import episode_params
+from detector.loop.episodes import EpisodeParams
 from detector.replay.fitting import fit_threshold
 from detector.replay.run import ReplayResult, evaluate_at_threshold
 
