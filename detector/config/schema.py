@@ -390,6 +390,23 @@ class KmsgConfig(_Section):
     path: Path = Path("/dev/kmsg")
 
 
+class RecordConfig(_Section):
+    """What ``detector run`` scraped, written as it scored it: the dumps ``detector replay``
+    reads back (the same files ``detector record`` writes). ``dir`` None: not written."""
+
+    dir: Path | None = Field(
+        default=None,
+        description="directory for OpenMetrics dumps of every scrape round run scored; "
+        "null: none written",
+    )
+    rotate_bytes: int = Field(
+        default=256 * 1024 * 1024, gt=0, description="a dump file is closed at this size"
+    )
+    rotate_s: float = Field(
+        default=3600.0, gt=0, description="a dump file is closed this long after its first scrape"
+    )
+
+
 class LoggingConfig(_Section):
     """Log level and format (JSON lines for machines, console for people)."""
 
@@ -419,6 +436,7 @@ class Config(_Section):
     state: StateConfig = Field(default_factory=StateConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     kmsg: KmsgConfig = Field(default_factory=KmsgConfig)
+    record: RecordConfig = Field(default_factory=RecordConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
     def scrapes_nothing(self) -> bool:

@@ -5,7 +5,7 @@ from .dumps.store import load_array
 from .dumps.writer import OpenMetricsWriter
 from .events import load_events, place_events
 from .kmsg import KernelXids, KmsgFollower
-from .record import run_record
+from .record import RoundRecorder, run_record
 from .scrape import Scraper, ScrapeRound
 from .targets import TargetSource
 
@@ -14,6 +14,7 @@ __all__ = [
     "KernelXids",
     "KmsgFollower",
     "OpenMetricsWriter",
+    "RoundRecorder",
     "ScrapeRound",
     "Scraper",
     "TargetSource",

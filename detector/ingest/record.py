@@ -41,7 +41,14 @@ from .parse import split_series
 from .scrape import HEALTH_METRICS, Scraper, TargetScrape
 from .targets import Target, TargetSource
 
-__all__ = ["DEFAULT_ROTATE_BYTES", "DEFAULT_ROTATE_S", "TargetScraper", "record", "run_record"]
+__all__ = [
+    "DEFAULT_ROTATE_BYTES",
+    "DEFAULT_ROTATE_S",
+    "RoundRecorder",
+    "TargetScraper",
+    "record",
+    "run_record",
+]
 
 DEFAULT_ROTATE_BYTES = 256 * 1024 * 1024
 DEFAULT_ROTATE_S = 3600.0
@@ -95,10 +102,65 @@ class _Segment:
             out = Exposition(exp.source, relabeled, exp.values, exp.timestamps, exp.types)
             self.writer.add_exposition(out, default_time=now)
             self.bytes += sum(map(len, relabeled)) + _LINE_OVERHEAD * len(relabeled)
-        health = (1.0 if result.up else 0.0, result.duration_s, float(result.samples))
+
+    def add_health(
+        self, target_labels: Labels, health: tuple[float, float, float], now: float
+    ) -> None:
+        """``up``, ``scrape_duration_seconds`` and ``scrape_samples_scraped`` of a target."""
         for metric, value in zip(_HEALTH_TYPES, health, strict=True):
             self.writer.add(Sample(metric, target_labels, value, now))
         self.bytes += 3 * (len(series_text("up", target_labels)) + _LINE_OVERHEAD)
+
+
+class RoundRecorder:
+    """Scrape rounds into rotating OpenMetrics dumps (module docstring): ``record`` and
+    ``detector run`` (``record.dir``) write what they scraped through this one writer."""
+
+    def __init__(
+        self,
+        out_dir: Path,
+        *,
+        rotate_bytes: int = DEFAULT_ROTATE_BYTES,
+        rotate_s: float = DEFAULT_ROTATE_S,
+        prefix: str = "detector-record",
+    ) -> None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self.out_dir, self.prefix = out_dir, prefix
+        self.rotate_bytes, self.rotate_s = rotate_bytes, rotate_s
+        self.files: list[Path] = []
+        self._keys: dict[tuple[Labels, str], str] = {}
+        self._segment: _Segment | None = None
+
+    def add(self, results: Sequence[TargetScrape], now: float) -> None:
+        """Write one round, stamped ``now`` (samples without their own timestamp)."""
+        if not results:
+            return
+        if self._segment is None:
+            self._segment = _Segment(self.out_dir, self.prefix, len(self.files), now)
+        health: dict[Labels, tuple[float, float, float]] = {}
+        for result in results:
+            self._segment.add(result, now, self._keys)
+            # Targets of one label set share their health series: combined as the scrape's
+            # frame combines them (ingest/scrape.py: down if any is, the slowest, the sum).
+            up, duration, samples = health.get(result.target.labels, (1.0, 0.0, 0.0))
+            health[result.target.labels] = (
+                min(up, 1.0 if result.up else 0.0),
+                max(duration, result.duration_s),
+                samples + float(result.samples),
+            )
+        for labels, values in health.items():
+            self._segment.add_health(labels, values, now)
+        if self._segment.bytes >= self.rotate_bytes or now - self._segment.first >= self.rotate_s:
+            self.close()
+
+    def close(self) -> None:
+        """Close the current file (it appears atomically); the next round starts another."""
+        segment, self._segment = self._segment, None
+        if segment is not None:
+            segment.writer.close()
+            self.files.append(segment.path)
+            self._keys.clear()  # relabelled keys of series since gone must not pile up
+            _log.info("dump written", file=str(segment.path), samples=segment.writer.samples)
 
 
 def _log_changes(results: Sequence[TargetScrape], last: dict[str, str]) -> None:
@@ -129,36 +191,17 @@ async def record(
     """Record until ``stop_event`` is set; returns the files written, oldest first."""
     if interval_s <= 0:
         raise ValueError(f"interval_s must be > 0 (got {interval_s})")
-    out_dir.mkdir(parents=True, exist_ok=True)
     current = targets if callable(targets) else (lambda: targets)
     loop = asyncio.get_running_loop()
-    files: list[Path] = []
-    keys: dict[tuple[Labels, str], str] = {}
+    recorder = RoundRecorder(out_dir, rotate_bytes=rotate_bytes, rotate_s=rotate_s, prefix=prefix)
     status: dict[str, str] = {}
-    segment: _Segment | None = None
     start, tick = loop.time(), 0
-
-    def close() -> None:
-        nonlocal segment
-        if segment is not None:
-            segment.writer.close()
-            files.append(segment.path)
-            keys.clear()  # relabelled keys of series since gone (label churn) must not pile up
-            _log.info("dump written", file=str(segment.path), samples=segment.writer.samples)
-            segment = None
-
     try:
         while not stop_event.is_set():
             now = wall()
             results = await scraper.scrape_targets(current())
             _log_changes(results, status)
-            if results:
-                if segment is None:
-                    segment = _Segment(out_dir, prefix, len(files), now)
-                for result in results:
-                    segment.add(result, now, keys)
-                if segment.bytes >= rotate_bytes or now - segment.first >= rotate_s:
-                    close()
+            recorder.add(results, now)
             tick += 1
             behind = int((loop.time() - start) // interval_s) + 1
             if behind > tick:
@@ -167,8 +210,8 @@ async def record(
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop_event.wait(), start + tick * interval_s - loop.time())
     finally:
-        close()
-    return files
+        recorder.close()
+    return recorder.files
 
 
 def run_record(

@@ -1,5 +1,5 @@
 """detector.service"""
 
-from .daemon import main_run
+from .daemon import Daemon, main_run, run_daemon
 
-__all__ = ["main_run"]
+__all__ = ["Daemon", "main_run", "run_daemon"]

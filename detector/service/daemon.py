@@ -44,7 +44,7 @@ from .. import jit
 from ..alerting import AlertSender
 from ..config import Config, load_calibration, load_config
 from ..errors import DetectorError, StateError
-from ..ingest import KernelXids, KmsgFollower, Scraper, ScrapeRound, TargetSource
+from ..ingest import KernelXids, KmsgFollower, RoundRecorder, Scraper, ScrapeRound, TargetSource
 from ..logs import configure_logging, get_logger
 from ..loop import LoopTick, TickLoop
 from ..model import Frame
@@ -128,6 +128,12 @@ class Daemon:
         self.exporter = Exporter(top_k=config.scoring.top_k)
         self.node_stats = NodeScoreStats()
         self.exporter.node_stats = self.node_stats
+        rec = config.record
+        self.recorder = (
+            RoundRecorder(rec.dir, rotate_bytes=rec.rotate_bytes, rotate_s=rec.rotate_s)
+            if rec.dir is not None
+            else None
+        )
         self.kmsg = kmsg
         if kmsg is None and config.kmsg.enabled:
             self.kmsg = KmsgFollower(config.kmsg.path)
@@ -259,6 +265,8 @@ class Daemon:
         refused_before = self.index.refused
         round_ = await self.scraper.scrape_all(self.targets.current(), self.index, now)
         self.last_round = round_
+        if self.recorder is not None:  # what this tick scores, for `detector replay`
+            self.recorder.add(round_.targets, now)
         if self.index.refused > refused_before:
             _log.error(
                 "series refused: the index is full (scrape.max_series_total)",
@@ -348,6 +356,8 @@ class Daemon:
         )
 
     async def aclose(self) -> None:
+        if self.recorder is not None:
+            self.recorder.close()
         await self.scraper.aclose()
         await self.alerts.aclose()
         if self.kmsg is not None:
