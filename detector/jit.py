@@ -14,8 +14,8 @@ daemon keeps the cache across restarts.
 Where the process may not create executable memory (systemd's ``MemoryDenyWriteExecute=yes``,
 the kernel's ``PR_SET_MDWE``, SELinux ``execmem`` denied) numba cannot JIT at all: its import
 raises. The kernels then run as the plain Python functions they are (``COMPILED`` is False):
-same code, same results, ~1,400x slower, which one node's agent (3,000 series: ~27 ms per
-15 s tick) can afford and a fleet scorer cannot.
+same code, same results, ~300x slower (bench/RESULTS.md "Interpreted kernels"), which one
+node's agent (~3,000 scored columns: ~50 ms per 15 s tick) can afford and a fleet scorer cannot.
 
 Vector width: on a CPU with AVX-512, LLVM's tuning for most Intel models (``prefer-256-bit``)
 keeps the vectorized loops at 256 bits, a guard against the clock drop that 512-bit code
