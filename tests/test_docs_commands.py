@@ -57,25 +57,28 @@ class Mention:
 
 
 def code_mentions(path: Path) -> Iterator[Mention]:
-    """Code block lines (backslash continuations joined) and inline code spans of prose."""
+    """Code block lines and inline code spans of prose. A code line continues the one before
+    when that ends in a backslash or when it is indented further (a wrapped synopsis)."""
     doc = path.relative_to(REPO).as_posix()
     in_fence = False
-    pending: tuple[int, str] | None = None
+    block: list[tuple[int, str]] = []  # the current code line: (first line number, text)
     for number, line in enumerate(path.read_text("utf-8").splitlines(), start=1):
         if _FENCE.match(line):
             in_fence = not in_fence
             continue
         if in_fence or line.startswith("    "):
-            start, text = pending if pending is not None else (number, "")
-            text += " " + line.strip()
-            if text.endswith("\\"):
-                pending = (start, text[:-1])
-                continue
-            pending = None
-            yield Mention(doc, start, text.strip())
+            code = line if in_fence else line[4:]
+            if block and (block[-1][1].endswith("\\") or code[:1].isspace()):
+                first, text = block[-1]
+                block[-1] = (first, text.removesuffix("\\").rstrip() + " " + code.strip())
+            else:
+                block.append((number, code.strip()))
             continue
+        yield from (Mention(doc, first, text) for first, text in block if text)
+        block = []
         for span in _SPAN.findall(line):
             yield Mention(doc, number, span)
+    yield from (Mention(doc, first, text) for first, text in block if text)
 
 
 def commands(text: str) -> Iterator[list[str]]:
