@@ -1,7 +1,8 @@
 """What README.md and docs/*.md tell a reader to run exists: every ``detector`` command and
 its flags in the CLI's argparse parser, every flag named on its own in some ``detector``
-command (or in the list of other programs' flags below), every ``python bench/<x>.py`` with its
-flags in that script, every ``bench/``, ``scripts/`` and ``tests/`` path in the repository.
+command (or in the list of other programs' flags below), every ``section.key`` in the config
+schema, every ``python bench/<x>.py`` with its flags in that script, every ``bench/``,
+``scripts/`` and ``tests/`` path in the repository.
 
 Only code is read: fenced and indented code blocks and inline code spans. A failure names the
 document and line, so a renamed or removed flag shows where the docs still use it.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
+import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from detector.cli.args import build_parser
+from detector.config import Config
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -42,6 +45,9 @@ _FENCE = re.compile(r"^\s*```")
 _SPAN = re.compile(r"`([^`]+)`")
 _PATH = re.compile(r"(?<![\w./-])((?:bench|scripts|tests)/[\w./-]*[\w])")
 _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=\S*")
+# `section.key` or `section.key: value` (a file name such as kmsg.conf is no key)
+_CONFIG_KEY = re.compile(r"([a-z_]+(?:\.[a-z_]+)+)(?::\s.*)?")
+_FILE_SUFFIX = re.compile(r"\.(?:conf|ya?ml|json|py|md|txt|gz|csv|service)$")
 
 
 @dataclass(frozen=True)
@@ -191,6 +197,32 @@ def check_bare_flag(text: str, where: str) -> list[str]:
     ]
 
 
+def config_keys(model: type = Config, prefix: str = "") -> set[str]:
+    """Every dotted key of the config schema, sections included."""
+    keys = set()
+    for name, info in model.model_fields.items():  # type: ignore[attr-defined]
+        keys.add(prefix + name)
+        inner = [info.annotation, *typing.get_args(info.annotation)]
+        for sub in (a for a in inner if hasattr(a, "model_fields")):
+            keys |= config_keys(sub, f"{prefix}{name}.")
+    return keys
+
+
+CONFIG_KEYS = config_keys()
+SECTIONS = set(Config.model_fields)
+
+
+def check_config_key(text: str, where: str) -> list[str]:
+    """A span naming `section.key` of the config names a key the schema has."""
+    match = _CONFIG_KEY.fullmatch(text.strip())
+    if match is None or _FILE_SUFFIX.search(match.group(1)):
+        return []
+    key = match.group(1)
+    if key.split(".")[0] not in SECTIONS or key in CONFIG_KEYS:
+        return []
+    return [f"{where}: the config has no key {key} (docs/configuration.md lists them)"]
+
+
 def problems(mention: Mention) -> list[str]:
     where = mention.where()
     found = [
@@ -198,6 +230,7 @@ def problems(mention: Mention) -> list[str]:
         for path in _PATH.findall(mention.text)
         if not (REPO / path).exists()
     ]
+    found += check_config_key(mention.text, where)
     if re.fullmatch(r"--[\w.-]+(?:[ =]\S+)?", mention.text.strip()):
         return found + check_bare_flag(mention.text.strip(), where)
     for words in commands(mention.text):
@@ -214,19 +247,20 @@ def all_mentions() -> list[Mention]:
 
 def test_every_command_flag_script_and_path_the_docs_name_exists() -> None:
     """README.md and docs/*.md name only detector commands, actions and flags the parser has,
-    bench scripts with the flags they take, and bench/, scripts/ and tests/ paths that exist
-    (the old deploy.md's `--shard i/N` fails here)."""
+    config keys the schema has, bench scripts with the flags they take, and bench/, scripts/
+    and tests/ paths that exist (the old deploy.md's `--shard i/N` fails here)."""
     found = [problem for mention in all_mentions() for problem in problems(mention)]
     assert [] == found
 
 
 def test_the_docs_are_read() -> None:
     """The reader finds the commands it is meant to check (it is not silently reading
-    nothing): the README's set-up command, its live demo and a flag of docs/evaluate.md."""
+    nothing): the README's set-up command, its live demo, a flag and a config key of docs/."""
     texts = [(m.doc, m.text) for m in all_mentions()]
     assert ("README.md", "pip install -e . && detector replay") in texts
     assert any(doc == "README.md" and "detector run --config targets.yaml" in t for doc, t in texts)
     assert ("docs/evaluate.md", "--no-signal-weights") in texts
+    assert ("docs/deploy.md", "alerts.shadow: true") in texts
 
 
 @pytest.mark.parametrize(
@@ -239,6 +273,7 @@ def test_the_docs_are_read() -> None:
         ("python bench/nab_cv.py --data x", "bench/nab_cv.py does not exist"),
         ("python bench/nab.py --no-such-flag", "bench/nab.py has no option --no-such-flag"),
         ("see tests/test_nothing_here.py", "tests/test_nothing_here.py does not exist"),
+        ("alerts.shadoww: true", "the config has no key alerts.shadoww"),
     ],
 )
 def test_a_wrong_mention_is_reported_with_its_place(text: str, expected: str) -> None:
