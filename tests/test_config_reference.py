@@ -90,3 +90,12 @@ def test_the_cli_prints_the_reference(capsys: pytest.CaptureFixture[str]) -> Non
     """``detector config reference`` writes the reference to stdout and exits 0."""
     assert 0 == main(["config", "reference"])
     assert config_reference() == capsys.readouterr().out
+
+
+def test_descriptions_read_as_text_not_markup() -> None:
+    """Outside code spans no description opens an HTML tag (`<64 hex digits>`) or bold
+    (`__name__`), which a Markdown renderer would swallow."""
+    text = config_reference()
+    body = text[text.index("-->") + 3 :]  # after the generated-file comment
+    prose = re.sub(r"(`+).+?\1", "", body)  # code spans, single or double backticks
+    assert [] == re.findall(r"<[\w/!][^>]*>?|(?<!\\)__\w+", prose)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import types
 import typing
 from collections.abc import Iterator
@@ -109,13 +110,23 @@ def _section(path: str, model: type[BaseModel], fallback: str) -> Iterator[str]:
 
 def _row(name: str, info: FieldInfo, key: str, type_text: str) -> str:
     env = "" if "[]" in key else f"`{ENV_PREFIX}{key.replace('.', '__').upper()}`"
-    cells = [f"`{name}`", type_text, _default(info), env, info.description or ""]
+    cells = [f"`{name}`", type_text, _default(info), env, _prose(info.description or "")]
     return "| " + " | ".join(_cell(c) for c in cells) + " |"
 
 
 def _cell(text: str) -> str:
     """Table-safe: pipes escaped (also inside code spans, as GitHub's tables need)."""
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _prose(text: str) -> str:
+    """A description as Markdown text: outside its code spans, a ``<`` that could open an HTML
+    tag and a double underscore (bold) are escaped; ``a < b`` and ``interval_s`` stay as
+    written."""
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):  # even parts lie outside code spans
+        parts[i] = re.sub(r"<(?=[\w/!])", "&lt;", parts[i]).replace("__", "\\_\\_")
+    return "`".join(parts)
 
 
 def _docstring(model: type[BaseModel], fallback: str) -> str:

@@ -262,7 +262,7 @@ class LabelsConfig(_Section):
     drop: dict[str, str] = Field(
         default_factory=lambda: dict(DEFAULT_DROP),
         description="series never indexed: label -> regular expression matching the whole "
-        "value (__name__: the metric name). The defaults are containers' virtual network "
+        "value (`__name__`: the metric name). The defaults are containers' virtual network "
         "devices and mounts, which come and go and would hold memory for good; setting it "
         "replaces them; {} keeps every series",
     )
