@@ -39,14 +39,13 @@ Detectors:
   (``SLOW_LIKELIHOOD``); round 3: ``likelihoodContextSeasonalStuck`` (+ StuckRun,
   detector/scorers/stuck.py: a frozen value), ``likelihoodContextSeasonalRecal`` (per-stream
   tail recalibration of the fused z, ``recalibrate``) and ``likelihoodContextSeasonalStuckRecal``
-  (both); bench/nab_round3.py prints every round-3 variant and the diagnosis; round 4:
+  (both; the round-3 probe bench/nab_round3.py is in git history, 9958640); round 4:
   ``likelihoodContextSeasonalShape`` (+ PhaseShapeMemory, detector/scorers/shape_memory.py:
-  the recent stretch's shape against the shapes this time of day showed; ``with_shape``),
-  bench/nab_round4.py prints the round-4 variants.
+  the recent stretch's shape against the shapes this time of day showed; ``with_shape``; its
+  probe bench/nab_round4.py is in git history, 4d7214a).
 
-How much of these scores survives choosing the configuration on other files: bench/nab_cv.py
-(2-fold cross-validation over files of the selection, with ``fuse`` and the config dataclasses
-here).
+How much of these scores survives choosing the configuration on other files was measured by
+bench/nab_cv.py (2-fold cross-validation over files; in git history, 0e921f3).
 """
 
 from __future__ import annotations
@@ -721,7 +720,8 @@ def fuse(parts: Components, cfg: SeasonalConfig, context_weight: float) -> Float
 # Round 2 (bench/RESULTS.md "## NAB"): Numenta's 10-sample average (half-life 3.5 obs) catches
 # a burst of surprise; a second likelihood over a 10x longer one (35 obs) catches sustained mild
 # surprise (a noisier regime). The context weight for it, 2.869, is ContextConfig's label-free
-# rule (99.9th-percentile ratio) applied to the new likelihood, as printed by bench/nab_cv.py.
+# rule (99.9th-percentile ratio) applied to the new likelihood, as printed by bench/nab_cv.py (git
+# history, 0e921f3).
 SLOW_LIKELIHOOD = LikelihoodConfig(slow_half_life=35.0)
 SLOW_CONTEXT_WEIGHT = 2.869
 # Round 3 (bench/RESULTS.md "## NAB"): per-stream tail recalibration at z0 = 3 (the "3 sigma"
@@ -730,7 +730,8 @@ SLOW_CONTEXT_WEIGHT = 2.869
 ROUND3_RECALIBRATE_Z = 3.0
 # Round 4 (bench/RESULTS.md "## NAB"): the shape z on the likelihood's scale by ContextConfig's
 # label-free 99.9th-percentile rule taken per opportunity (over the rows that close a block,
-# the only rows where the shape z speaks), as printed by bench/nab_round4.py --calibration.
+# the only rows where the shape z speaks), as printed by bench/nab_round4.py --calibration (git
+# history, 4d7214a).
 SHAPE_CLOSE_WEIGHT = 0.797
 
 

@@ -14,8 +14,8 @@ daemon keeps the cache across restarts.
 Where the process may not create executable memory (systemd's ``MemoryDenyWriteExecute=yes``,
 the kernel's ``PR_SET_MDWE``, SELinux ``execmem`` denied) numba cannot JIT at all: its import
 raises. The kernels then run as the plain Python functions they are (``COMPILED`` is False):
-same code, same results, ~1,400x slower, which one node's agent (3,000 series: ~27 ms per
-15 s tick) can afford and a fleet scorer cannot.
+same code, same results, ~300x slower (bench/RESULTS.md "Interpreted kernels"), which one
+node's agent (~3,000 scored columns: ~50 ms per 15 s tick) can afford and a fleet scorer cannot.
 
 Vector width: on a CPU with AVX-512, LLVM's tuning for most Intel models (``prefer-256-bit``)
 keeps the vectorized loops at 256 bits, a guard against the clock drop that 512-bit code
@@ -77,13 +77,13 @@ def keep(value: float) -> float:
     drops that store as dead, and vectorizes what is left, a store on some lanes only, as a
     masked store (``vmaskmovpd``). AMD's Zen cores run that instruction as microcode: on a
     Zen 3 the decay pass over 15,520 columns ran 1.3-1.6x slower with it and the realistic
-    path 1.03-1.10x (``python bench/masked_stores.py``, bench/RESULTS.md). Compiled,
-    ``keep`` is LLVM's ``canonicalize``, which returns every non-signalling float bit for bit
-    (-0.0 and quiet NaN included; numpy makes no signalling NaN) but is not provably the loaded
-    value, so the store stays unconditional and vectorizes as a blend and a plain store.
+    path 1.03-1.10x (measured by the probe bench/masked_stores.py, in git history at 7dca920).
+    Compiled, ``keep`` is LLVM's ``canonicalize``, which returns every non-signalling float bit
+    for bit (-0.0 and quiet NaN included; numpy makes no signalling NaN) but is not provably the
+    loaded value, so the store stays unconditional and vectorizes as a blend and a plain store.
     Interpreted (numba absent) it is the identity. Use it only where the machine code shows
-    a masked store (bench/masked_stores.py counts them): in ``count_step``, whose kept stores
-    compiled plainly without it, LLVM split each into two masked stores with it."""
+    a masked store (tests/test_scorers_kernels.py counts them): in ``count_step``, whose kept
+    stores compiled plainly without it, LLVM split each into two masked stores with it."""
     return value
 
 

@@ -266,6 +266,17 @@ def test_example_config_loads_clean() -> None:
     assert "warning" not in summary
 
 
+def test_example_config_shows_the_defaults_but_its_targets_and_shadow_mode() -> None:
+    """deploy/config.example.yaml says its values are the defaults unless a comment says
+    otherwise: only its example targets and alerts.shadow (on, for a first deployment) differ."""
+    example = load_config(EXAMPLE, {})
+    assert example.alerts.shadow is True
+    not_defaults = {"targets": {"static"}, "alerts": {"shadow"}}
+    assert load_config(None, {}).model_dump(exclude=not_defaults) == example.model_dump(
+        exclude=not_defaults
+    )
+
+
 def test_check_config_names_overrides_and_missing_files(tmp_path: Path) -> None:
     """The summary lists environment overrides by name and files that do not exist."""
     path = write(tmp_path, "calibration:\n  path: cal.json\ntargets:\n  file_sd: [sd/*.yaml]\n")

@@ -30,6 +30,8 @@ EXAMPLES = {
   detector simulate --serve --nodes 4 --port 9400  # live exporters; prints a config for them""",
     "check-config": """examples:
   detector check-config /etc/detector/config.yaml""",
+    "config": """examples:
+  detector config reference     # every key as Markdown; docs/configuration.md is its output""",
     "export-selector": """examples:
   detector export-selector --job dcgm-exporter --job node-exporter --job kube-state-metrics
   detector export-selector --config /etc/detector/config.yaml --regex""",
@@ -270,6 +272,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     cc = add("check-config", "validate a config file and print what it resolves to")
     cc.add_argument("file", type=Path, metavar="FILE", help="config YAML to validate")
+
+    cf = add(
+        "config",
+        "configuration tools: the reference of every key",
+        "Configuration tools. 'reference' prints every section and key of the config file with "
+        "its type, default, environment variable and meaning, as Markdown.",
+    )
+    actions = cf.add_subparsers(dest="config_action", required=True, metavar="ACTION")
+    actions.add_parser(
+        "reference",
+        help="print the configuration reference (Markdown) generated from the schema",
+        description="Print the configuration reference generated from the schema: every "
+        "section and key with its type, default, environment variable and meaning (Markdown; "
+        "docs/configuration.md is this output).",
+    )
 
     es = add(
         "export-selector",

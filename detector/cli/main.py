@@ -28,6 +28,7 @@ from .. import __version__
 from ..config import (
     Calibration,
     Config,
+    config_reference,
     describe_config,
     export_pattern,
     load_calibration,
@@ -331,6 +332,14 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+_CONFIG_ACTIONS: dict[str, Callable[[], str]] = {"reference": config_reference}
+
+
+def _cmd_config(args: argparse.Namespace) -> int:
+    sys.stdout.write(_CONFIG_ACTIONS[args.config_action]())
+    return 0
+
+
 def _cmd_export_selector(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     pattern = export_pattern(
@@ -377,6 +386,7 @@ COMMANDS: dict[str, Command] = {
     "calibrate": _cmd_calibrate,
     "simulate": _cmd_simulate,
     "check-config": _cmd_check_config,
+    "config": _cmd_config,
     "export-selector": _cmd_export_selector,
     "run": _cmd_run,
     "record": _cmd_record,

@@ -2,6 +2,7 @@
 
 from .calibration_file import Achieved, Calibration, FittedOn, load_calibration, save_calibration
 from .load import describe_config, load_config
+from .reference import config_reference, undescribed_fields
 from .rules import SignalCatalog, XidCatalog, export_pattern, load_signal_rules, load_xid_catalog
 from .schema import AlertsConfig, Config, LabelsConfig, ScrapeConfig, Shard
 
@@ -16,6 +17,7 @@ __all__ = [
     "Shard",
     "SignalCatalog",
     "XidCatalog",
+    "config_reference",
     "describe_config",
     "export_pattern",
     "load_calibration",
@@ -23,4 +25,5 @@ __all__ = [
     "load_signal_rules",
     "load_xid_catalog",
     "save_calibration",
+    "undescribed_fields",
 ]

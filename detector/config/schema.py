@@ -84,8 +84,8 @@ def _check_http_url(url: str) -> str:
 class Shard(_Section):
     """This process's share of the cohorts: ``index`` of ``count`` (written "i/N")."""
 
-    index: int = Field(ge=0)
-    count: int = Field(ge=1)
+    index: int = Field(ge=0, description="this process's shard, 0 .. count - 1")
+    count: int = Field(ge=1, description="how many shards the cohorts are spread over")
 
     @model_validator(mode="before")
     @classmethod
@@ -113,10 +113,21 @@ class Shard(_Section):
 class StaticTarget(_Section):
     """One exporter to scrape. ``node`` overrides the node name found in its labels."""
 
-    url: str
-    node: str | None = None
-    kind: Literal["dcgm", "node", "other"] = "other"
-    labels: dict[str, str] = Field(default_factory=dict)
+    url: str = Field(description="the exporter's metrics URL (http:// or https://)")
+    node: str | None = Field(
+        default=None,
+        description="the node these series belong to; null: taken from the series' node labels "
+        "(labels.node_labels)",
+    )
+    kind: Literal["dcgm", "node", "other"] = Field(
+        default="other",
+        description="which exporter it is: dcgm (dcgm-exporter), node (node-exporter), other",
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="labels added to every series of this target (e.g. a cohort label such as "
+        "rack or training_job), as Prometheus target labels are",
+    )
 
     _url = field_validator("url")(_check_http_url)
 
@@ -130,17 +141,27 @@ class StaticTarget(_Section):
 class AgentPorts(_Section):
     """Ports of the exporters on the local node, scraped in agent mode."""
 
-    dcgm: int = Field(default=9400, ge=1, le=65535)
-    node: int = Field(default=9100, ge=1, le=65535)
+    dcgm: int = Field(default=9400, ge=1, le=65535, description="dcgm-exporter's port")
+    node: int = Field(default=9100, ge=1, le=65535, description="node-exporter's port")
 
 
 class TargetsConfig(_Section):
     """Where to scrape: static targets, Prometheus file_sd files (reloaded on change)."""
 
-    static: list[StaticTarget] = Field(default_factory=list)
-    file_sd: list[Path] = Field(default_factory=list)
-    file_sd_refresh_s: float = Field(default=30.0, gt=0)
-    agent_ports: AgentPorts = Field(default_factory=AgentPorts)
+    static: list[StaticTarget] = Field(
+        default_factory=list, description="exporters to scrape, one entry each (fleet mode)"
+    )
+    file_sd: list[Path] = Field(
+        default_factory=list,
+        description="Prometheus file_sd files (JSON or YAML; globs in the file name), reloaded "
+        "when they change; a single path is taken as a list of one",
+    )
+    file_sd_refresh_s: float = Field(
+        default=30.0, gt=0, description="seconds between checks of the file_sd files for changes"
+    )
+    agent_ports: AgentPorts = Field(
+        default_factory=AgentPorts, description="agent mode: the local exporters' ports"
+    )
 
     @field_validator("file_sd", mode="before")
     @classmethod
@@ -151,16 +172,33 @@ class TargetsConfig(_Section):
 class ScrapeConfig(_Section):
     """Scrape timing and the limits that protect the daemon from one bad exporter."""
 
-    interval_s: float = Field(default=15.0, gt=0)
-    timeout_s: float = Field(default=5.0, gt=0)
-    body_limit_bytes: int = Field(default=32 * MiB, gt=0)
-    jitter_fraction: float = Field(default=0.1, ge=0, lt=1)
-    max_series_per_target: int = Field(default=200_000, gt=0)
-    # All targets together: past it, series not yet known are refused (label churn). A series
-    # takes ~1.8 KB (bench/memory_bench.py). None: by mode (config.py), 250,000 for an agent
-    # (its 1 GiB with room to spare; a GPU node publishes ~5,000), 2,000,000 for a fleet
-    # (~3.7 GB); set it to the memory limit.
-    max_series_total: int | None = Field(default=None, gt=0)
+    interval_s: float = Field(default=15.0, gt=0, description="seconds between ticks (scrapes)")
+    timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="seconds a target may take to answer; must be < interval_s, so a slow "
+        "target cannot overlap the next tick",
+    )
+    body_limit_bytes: int = Field(
+        default=32 * MiB, gt=0, description="a larger page is refused, not parsed"
+    )
+    jitter_fraction: float = Field(
+        default=0.1, ge=0, lt=1, description="spread the targets' start over this share of a tick"
+    )
+    max_series_per_target: int = Field(
+        default=200_000,
+        gt=0,
+        description="series kept from one page; the rest are dropped, with a warning",
+    )
+    # A series takes ~1.8 KB (bench/memory_bench.py); a GPU node publishes ~5,000.
+    max_series_total: int | None = Field(
+        default=None,
+        gt=0,
+        description="series of all targets together; past it, series not yet known are "
+        "refused (label churn; detector_series_refused_total). null: 250,000 in agent mode "
+        "(its 1 GiB), 2,000,000 in fleet mode (~3.7 GB); ~1.8 KB a series, so set it with the "
+        "memory limit",
+    )
 
     @model_validator(mode="after")
     def _timeout_below_interval(self) -> ScrapeConfig:
@@ -176,40 +214,58 @@ class LabelsConfig(_Section):
     """Which labels name the node, the GPU and the cohort (peers a node is compared with)."""
 
     node_labels: list[str] = Field(
-        default_factory=lambda: ["node", "hostname", "Hostname", "instance"], min_length=1
+        default_factory=lambda: ["node", "hostname", "Hostname", "instance"],
+        min_length=1,
+        description="the first of these labels a series carries names its node (instance: its "
+        "host part)",
     )
-    gpu_labels: list[str] = Field(default_factory=lambda: ["gpu"], min_length=1)
-    cohort_labels: list[str] = Field(default_factory=list)  # empty: all nodes are one cohort
-    # A GPU's workload: the first of these labels its series carry (dcgm-exporter's Slurm
-    # job mapping, its Kubernetes pod mapping). A node's GPUs are peers only of the GPUs
-    # running the same workload, so a node shared by several jobs is not a set of lone
-    # deviants. GPUs with none of them are one workload. Empty: all GPUs of a node are peers.
-    gpu_workload_labels: list[str] = Field(default_factory=lambda: ["hpc_job", "pod"])
-    # A pod label names its owner's workload: the pod name without the suffixes Kubernetes
-    # generates (a Job's or ReplicaSet's random suffix, a StatefulSet's ordinal, a worker
-    # index) and a rank's role (-master, -worker), in its namespace, so a job that runs one
-    # pod per GPU (train-master-0, train-worker-0 ... -6: train) keeps its GPU peers. False:
-    # every pod is a workload of its own (series.pod_owner, series.group_value).
-    gpu_workload_pod_owner: bool = True
-    # Where no workload label names a GPU's job: the signal (a GPU signal of the rules) whose
-    # co-movement tells the jobs of a node's GPUs apart. dcgm-exporter samples a node's GPUs at
-    # once, so the GPUs of one synchronous job draw power up and down together; GPUs that
-    # keep doing so apart from the rest, in groups of two or more, become peers of each other
-    # only (detector/gpu_comovement.py). null (in the environment: empty): all unlabelled
-    # GPUs of a node are peers.
-    gpu_workload_comovement: str | None = "power_usage"
-    # Where no workload label names a GPU's job: the GPU signal (its utilization, %) that
-    # tells a node's GPUs at rest from its working ones, so that idle GPUs beside a job are
-    # not its peers (detector/gpu_activity.py: GPUs change sides only several at a time, as a
-    # job starts or ends; one GPU that stops alone stays its job's deviant). null (in the
-    # environment: empty): off.
-    gpu_activity_signal: str | None = "gpu_util"
-    # Series never indexed: label -> regular expression, a series dropped when that label's
-    # value matches in full (``__name__``: the metric name, as in Prometheus relabelling).
-    # The defaults are what containers bring and take away with them: their virtual network
-    # devices and their volume and runtime mounts (kube-prometheus-stack excludes much the
-    # same at the exporter). Setting it replaces them; {} keeps every series.
-    drop: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_DROP))
+    gpu_labels: list[str] = Field(
+        default_factory=lambda: ["gpu"],
+        min_length=1,
+        description="the first of these labels a series carries names its GPU",
+    )
+    cohort_labels: list[str] = Field(
+        default_factory=list,
+        description="a node is compared with the nodes sharing the first of these labels it "
+        "carries (e.g. [training_job, rack]; [pod]: its GPUs' pods' owner, i.e. their job); "
+        "nodes with none form one cohort; empty: all nodes are one cohort. A new value moves "
+        "the node (its next job) and its relabelled series keep their history",
+    )
+    gpu_workload_labels: list[str] = Field(
+        default_factory=lambda: ["hpc_job", "pod"],
+        description="a GPU's workload is the first of these labels its series carry "
+        "(dcgm-exporter's Slurm job mapping, its Kubernetes pod mapping): a node's GPUs are "
+        "peers only of the GPUs running the same one, so a node shared by several jobs is not "
+        "a set of lone deviants; GPUs with none are one workload; empty: all GPUs of a node "
+        "are peers",
+    )
+    gpu_workload_pod_owner: bool = Field(
+        default=True,
+        description="a pod's workload is its owner: the pod name without the suffixes "
+        "Kubernetes generates, trailing indices and a rank's role (train-worker-3, "
+        "train-master-0: train), in its namespace, so one job's per-GPU pods are peers; false: "
+        "every pod is a workload of its own",
+    )
+    gpu_workload_comovement: str | None = Field(
+        default="power_usage",
+        description="where no workload label names a GPU's job: the GPU signal whose "
+        "co-movement tells a node's jobs apart (GPUs whose power moves together, apart from "
+        "the rest, become peers of each other only); null (in the environment: empty): off",
+    )
+    gpu_activity_signal: str | None = Field(
+        default="gpu_util",
+        description="where no workload label names a GPU's job: the GPU signal (utilization, "
+        "%) that tells a node's GPUs at rest (< 5) from its working ones (>= 20), peers only "
+        "within a side; GPUs change sides two or more at a time (a job starting or ending), so "
+        "one that stops alone stays its job's deviant; null (in the environment: empty): off",
+    )
+    drop: dict[str, str] = Field(
+        default_factory=lambda: dict(DEFAULT_DROP),
+        description="series never indexed: label -> regular expression matching the whole "
+        "value (`__name__`: the metric name). The defaults are containers' virtual network "
+        "devices and mounts, which come and go and would hold memory for good; setting it "
+        "replaces them; {} keeps every series",
+    )
 
     _names = field_validator("node_labels", "gpu_labels", "cohort_labels", "gpu_workload_labels")(
         _check_label_names
@@ -235,56 +291,133 @@ class LabelsConfig(_Section):
 class RulesConfig(_Section):
     """Signal and XID rule files; ``None`` uses the built-in rules shipped with the package."""
 
-    signals: Path | None = None
-    xid: Path | None = None
-    default_rule: bool = True  # score metrics that no rule names with the generic rule
+    signals: Path | None = Field(
+        default=None, description="signal rules YAML; null: the built-in rules/signals.yaml"
+    )
+    xid: Path | None = Field(
+        default=None, description="XID rules YAML; null: the built-in rules/xid.yaml"
+    )
+    default_rule: bool = Field(
+        default=True, description="score GPU metrics that no rule names with the generic rule"
+    )
 
 
 class ScoringConfig(_Section):
     """Scorer and fusion parameters. Times are seconds, converted to ticks by the scorers."""
 
-    zscore_half_life_s: float = Field(default=3600.0, gt=0)
-    changepoint_half_life_s: float = Field(default=21600.0, gt=0)
-    # seconds a rare-event counter's rate is learnt before its bursts score (the other scorers
-    # warm up over their first observations)
-    warmup_s: float = Field(default=3600.0, ge=0)
-    peer_min_peers: int = Field(default=3, ge=1)
-    common_mode_fraction: float = Field(default=0.05, gt=0, le=1)
-    # seconds within which nodes' excursions on one signal must begin to be one group event
-    common_mode_window_s: float = Field(default=300.0, ge=0)
-    top_k: int = Field(default=5, ge=1)
-    # seconds an exporter page repeated byte for byte counts as no observation (dcgm-exporter
-    # serving its cached collection); past it the exporter is frozen (repeats.py). None: off
-    repeat_hold_s: float | None = Field(default=60.0, ge=0)
+    zscore_half_life_s: float = Field(
+        default=3600.0, gt=0, description="half-life of the robust z-score's baselines"
+    )
+    changepoint_half_life_s: float = Field(
+        default=21600.0, gt=0, description="half-life of the changepoint statistic's baseline"
+    )
+    warmup_s: float = Field(
+        default=3600.0,
+        ge=0,
+        description="seconds a rare-event counter's rate is learnt before its bursts score (the "
+        "other scorers warm up over their first observations)",
+    )
+    peer_min_peers: int = Field(
+        default=3, ge=1, description="fewest peers a GPU or node is compared with"
+    )
+    common_mode_fraction: float = Field(
+        default=0.05,
+        gt=0,
+        le=1,
+        description="share of the nodes reporting a signal that, moving on it together, make a "
+        "cluster incident instead of node alerts",
+    )
+    common_mode_window_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="seconds within which nodes' excursions on one signal must begin to be one "
+        "group event",
+    )
+    top_k: int = Field(default=5, ge=1, description="signals reported with each score")
+    repeat_hold_s: float | None = Field(
+        default=60.0,
+        ge=0,
+        description="seconds an exporter page repeated byte for byte counts as no observation "
+        "(dcgm-exporter serving its cached collection); past it the exporter is frozen; "
+        "null: off",
+    )
 
 
 class StormConfig(_Section):
     """Storm breaker: when more than ``fraction`` of entities fire within ``window_s``."""
 
-    fraction: float = Field(default=0.2, gt=0, le=1)
-    window_s: float = Field(default=300.0, gt=0)
+    fraction: float = Field(
+        default=0.2,
+        gt=0,
+        le=1,
+        description="share of the nodes with data (at least 3) that, starting to alert within "
+        "window_s, become one GPUClusterIncident instead of node alerts",
+    )
+    window_s: float = Field(
+        default=300.0, gt=0, description="seconds in which the nodes' alerts must start"
+    )
 
 
 class AlertsConfig(_Section):
     """Alert state machine and delivery. ``threshold`` None: calibration file, else 0.6."""
 
-    threshold: float | None = Field(default=None, gt=0, le=1)
-    clear_ratio: float = Field(default=0.8, gt=0, le=1)
-    min_duration_s: float = Field(default=60.0, ge=0)
-    min_observations: int = Field(default=3, ge=1)  # ticks with data before it fires, too
-    cooldown_s: float = Field(default=900.0, ge=0)
-    clear_duration_s: float = Field(default=60.0, ge=0)  # below the clear level this long to end
-    alert_on_xid: bool = True
-    xid_hold_s: float = Field(default=300.0, gt=0)  # how long a failure XID forces its alert
-    shadow: bool = False  # evaluate and export, but send nothing to Alertmanager
-    alertmanager_urls: list[str] = Field(default_factory=list)
-    resend_interval_s: float = Field(default=60.0, gt=0)
-    storm: StormConfig = Field(default_factory=StormConfig)
-    suppress_xids: list[int] = Field(default_factory=list)
-    suppress_signals: list[str] = Field(default_factory=list)
-    maintenance_label: str | None = None  # a node carrying this label (any value) is silent
-    runbook_url: str | None = None
-    cluster: str | None = None
+    threshold: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="fused score at which an alert starts pending; null: the calibration "
+        "file's threshold, else 0.6",
+    )
+    clear_ratio: float = Field(
+        default=0.8, gt=0, le=1, description="a firing alert clears below clear_ratio x threshold"
+    )
+    min_duration_s: float = Field(
+        default=60.0, ge=0, description="seconds pending above the threshold before it fires"
+    )
+    min_observations: int = Field(
+        default=3, ge=1, description="ticks with data above the threshold before it fires, too"
+    )
+    cooldown_s: float = Field(
+        default=900.0, ge=0, description="seconds after a resolve before the entity fires again"
+    )
+    clear_duration_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="seconds below the clear level before a firing alert resolves (one low "
+        "tick does not end it)",
+    )
+    alert_on_xid: bool = Field(
+        default=True, description="a failure XID (rules/xid.yaml) fires its alert at once"
+    )
+    xid_hold_s: float = Field(
+        default=300.0, gt=0, description="seconds a failure XID holds its alert firing"
+    )
+    shadow: bool = Field(
+        default=False,
+        description="evaluate and export alerts, send nothing to Alertmanager (a first "
+        "deployment's setting: the examples in deploy/ turn it on)",
+    )
+    alertmanager_urls: list[str] = Field(
+        default_factory=list,
+        description="Alertmanagers to send to (API v2), e.g. [http://alertmanager:9093]",
+    )
+    resend_interval_s: float = Field(
+        default=60.0, gt=0, description="seconds between resends of a firing alert"
+    )
+    storm: StormConfig = Field(default_factory=StormConfig, description="the storm breaker")
+    suppress_xids: list[int] = Field(
+        default_factory=list, description="XID codes that never alert, e.g. [43]"
+    )
+    suppress_signals: list[str] = Field(
+        default_factory=list, description="signals whose evidence never alerts"
+    )
+    maintenance_label: str | None = Field(
+        default=None, description="a node carrying this label (any value) sends no alert"
+    )
+    runbook_url: str | None = Field(
+        default=None, description="runbook_url annotation on every alert"
+    )
+    cluster: str | None = Field(default=None, description="cluster label on every alert")
 
     @field_validator("alertmanager_urls")
     @classmethod
@@ -313,21 +446,38 @@ class AlertsConfig(_Section):
 class CalibrationConfig(_Section):
     """Calibration file written by ``detector calibrate``; None: no calibration."""
 
-    path: Path | None = None
+    path: Path | None = Field(
+        default=None, description="calibration JSON written by detector calibrate; null: none"
+    )
 
 
 class EvaluationConfig(_Section):
     """Alert-to-failure matching window (ARCHITECTURE.md "Matching")."""
 
-    horizon_s: float = Field(default=3600.0, gt=0)
-    grace_s: float = Field(default=300.0, ge=0)
+    horizon_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="an alert starting up to this many seconds before a failure detects it",
+    )
+    grace_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="an alert starting up to this many seconds after a failure (or its end) "
+        "still matches it",
+    )
 
 
 class StateConfig(_Section):
     """Scorer state persistence across restarts; ``path`` None: not persisted."""
 
-    path: Path | None = None
-    save_interval_s: float = Field(default=60.0, gt=0)
+    path: Path | None = Field(
+        default=None,
+        description="directory for scorer and alert state, saved atomically and restored at "
+        "start; null: not persisted",
+    )
+    save_interval_s: float = Field(
+        default=60.0, gt=0, description="seconds between saves (and at SIGTERM)"
+    )
 
 
 class ServerConfig(_Section):
@@ -337,13 +487,25 @@ class ServerConfig(_Section):
     ``sha256:<64 hex digits>``. Plain-text passwords are rejected; hashes are never logged.
     """
 
-    listen: str = "0.0.0.0:9108"
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-    basic_auth: dict[str, SecretStr] = Field(default_factory=dict)
-    max_connections: int = Field(default=64, ge=1)
-    request_timeout_s: float = Field(default=10.0, gt=0)
-    max_request_bytes: int = Field(default=64 * 1024, gt=0)
+    listen: str = Field(
+        default="0.0.0.0:9108", description="host:port to serve on ([::]:9108 for IPv6)"
+    )
+    tls_cert: Path | None = Field(
+        default=None, description="TLS certificate (PEM); set with tls_key, or neither"
+    )
+    tls_key: Path | None = Field(default=None, description="TLS private key (PEM)")
+    basic_auth: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description="user -> password hash: bcrypt ($2b$12$...) or sha256:<64 hex digits>, "
+        "never plain text; empty: no authentication",
+    )
+    max_connections: int = Field(default=64, ge=1, description="connections served at once")
+    request_timeout_s: float = Field(
+        default=10.0, gt=0, description="seconds a client may take to send its request"
+    )
+    max_request_bytes: int = Field(
+        default=64 * 1024, gt=0, description="a larger request is refused"
+    )
 
     @field_validator("listen")
     @classmethod
@@ -386,8 +548,12 @@ class ServerConfig(_Section):
 class KmsgConfig(_Section):
     """Kernel log source of NVRM Xid lines. ``enabled`` None: on in agent mode only."""
 
-    enabled: bool | None = None
-    path: Path = Path("/dev/kmsg")
+    enabled: bool | None = Field(
+        default=None, description="read kernel-log XIDs; null: on in agent mode, off in fleet mode"
+    )
+    path: Path = Field(
+        default=Path("/dev/kmsg"), description="the kernel log device, or a file to follow"
+    )
 
 
 class RecordConfig(_Section):
@@ -410,8 +576,12 @@ class RecordConfig(_Section):
 class LoggingConfig(_Section):
     """Log level and format (JSON lines for machines, console for people)."""
 
-    level: Literal["debug", "info", "warning", "error", "critical"] = "info"
-    format: Literal["json", "console"] = "json"
+    level: Literal["debug", "info", "warning", "error", "critical"] = Field(
+        default="info", description="least severe level logged (any case)"
+    )
+    format: Literal["json", "console"] = Field(
+        default="json", description="json: one JSON object a line; console: for people"
+    )
 
     @field_validator("level", mode="before")
     @classmethod
@@ -422,9 +592,20 @@ class LoggingConfig(_Section):
 class Config(_Section):
     """The whole daemon config. Fleet mode scrapes many nodes; agent mode its own node."""
 
-    mode: Literal["agent", "fleet"] = "fleet"
-    node_name: str | None = None
-    shard: Shard | None = None
+    mode: Literal["agent", "fleet"] = Field(
+        default="fleet",
+        description="fleet: one process scrapes many nodes; agent: one process per GPU node "
+        "scrapes its own exporters on localhost",
+    )
+    node_name: str | None = Field(
+        default=None,
+        description="agent mode: this node's name; null: $NODE_NAME, else the host name",
+    )
+    shard: Shard | None = Field(
+        default=None,
+        description="fleet mode: handle only the cohorts hashing to shard i of N, written "
+        "'i/N' (e.g. '0/4'); null: all",
+    )
     targets: TargetsConfig = Field(default_factory=TargetsConfig)
     scrape: ScrapeConfig = Field(default_factory=ScrapeConfig)
     labels: LabelsConfig = Field(default_factory=LabelsConfig)

@@ -411,7 +411,7 @@ async def run_daemon(
             kmsg=daemon.kmsg is not None,
             threshold=daemon.loop.threshold,
             signal_weights=len(daemon.pipeline.params.signal_weights),
-            # interpreted: no executable memory for numba (MemoryDenyWriteExecute), ~800x slower
+            # interpreted: no executable memory for numba (MemoryDenyWriteExecute), ~300x slower
             scorer_kernels="compiled" if jit.COMPILED else "interpreted",
         )
         if config.scrapes_nothing():
@@ -421,7 +421,7 @@ async def run_daemon(
             )
         if not jit.COMPILED and config.mode != "agent":
             _log.warning(
-                "scorer kernels run interpreted (no writable+executable memory), ~800x slower: "
+                "scorer kernels run interpreted (no writable+executable memory), ~300x slower: "
                 "allow it for fleet mode (systemd: the jit.conf drop-in)"
             )
         next_at = loop.time()

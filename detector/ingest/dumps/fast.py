@@ -4,7 +4,7 @@ A dump in the promtool backfill layout (``detector simulate``, ``detector record
 from a family's ``# HELP``/``# TYPE`` lines, millions of lines ``name{labels} value
 timestamp``, each series' lines one after another; ``promtool tsdb dump`` writes
 ``{__name__="name", labels} value ms`` the same way. The exposition parser reads every byte
-through the whole grammar, ~3 us a line (bench/RESULTS.md "Replay throughput"). Here a block
+through the whole grammar, ~3 us a line (bench/RESULTS.md "Reading a recorded dump"). Here a block
 of such lines is cut into its three fields with numpy (its newlines and each line's last two
 spaces); one numba pass (``_scan``) reads every value and timestamp that is a plain decimal
 (``_decimal``: exactly ``float``'s value) and notes where a line's key differs from the one
