@@ -23,7 +23,10 @@ from pydantic import (
     model_validator,
 )
 
+from .actions import ActionsConfig
+
 __all__ = [
+    "ActionsConfig",
     "AgentPorts",
     "AlertsConfig",
     "CalibrationConfig",
@@ -420,6 +423,7 @@ class Config(_Section):
     server: ServerConfig = Field(default_factory=ServerConfig)
     kmsg: KmsgConfig = Field(default_factory=KmsgConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    actions: ActionsConfig = Field(default_factory=ActionsConfig)  # config/actions.py
 
     def scrapes_nothing(self) -> bool:
         """Fleet mode with neither static targets nor file_sd (agent mode scrapes this node's
