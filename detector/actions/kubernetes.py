@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,8 @@ __all__ = ["KubernetesExecutor"]
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+# The patch body for a node as read (its JSON object).
+_PatchBuilder = Callable[[dict[str, Any]], dict[str, Any]]
 _ANNOTATIONS = ("failure-class", "evidence", "alert-id", "excluded-at", "cordoned")
 
 
@@ -127,7 +129,7 @@ class KubernetesExecutor:
     def _key(self, name: str) -> str:
         return f"{self.prefix}/{name}"
 
-    async def _read_patch(self, node: str, build: Any) -> None:
+    async def _read_patch(self, node: str, build: _PatchBuilder) -> None:
         url = f"{self.base_url}/api/v1/nodes/{node}"
         for attempt in (1, 2):
             current = await self._request("GET", url, node)
@@ -190,6 +192,7 @@ class KubernetesExecutor:
             raise ActionError(f"kubernetes: {method} {url}: not JSON: {exc}") from exc
 
     def _token(self, node: str) -> str:
+        """The bearer token; "" without a token file (an api_url through kubectl proxy)."""
         try:
             return Path(self.token_path).read_text().strip()
         except FileNotFoundError:
