@@ -252,3 +252,31 @@ def test_requests_from_the_inbox_release_without_acting_again() -> None:
     assert {} == dict(engine.excluded)
     assert None is engine.breaker
     assert 1 == engine.stats().decisions[("release", "done")]
+
+
+def test_a_released_node_is_not_excluded_again_for_the_same_alert_after_a_restart() -> None:
+    """The acted-on alert ids are state too: after a release and a restart, the alert that
+    is still open does not exclude the node a second time; a new alert does."""
+    config = _config(alert_classes=["*"], alert_hold_s=0)
+    engine = ActionEngine(config)
+    alert = _alert("gpu-01", T0, 0.95)
+    engine.update(T0, [alert], 63)
+    engine.release("gpu-01", T0 + 60, by="alice")
+    restored = ActionEngine(config)
+    restored.load_state_dict(json.loads(json.dumps(engine.state_dict())))
+    assert [] == restored.update(T0 + 120, [alert], 63)
+    new_alert = _alert("gpu-01", T0 + 3600, 0.95)
+    assert [("exclude", "gpu-01", "approved")] == _results(
+        restored.update(T0 + 3600, [alert, new_alert], 63)
+    )
+
+
+def test_a_release_by_the_policy_frees_room_in_the_same_tick() -> None:
+    """Releases are decided before exclusions, so a node freed now makes room under the
+    share cap for a failure in the same tick."""
+    engine = ActionEngine(_config(max_excluded_fraction=0.05, release_after_s=3600))
+    engine.update(T0, [_xid("gpu-01", T0)], n_nodes=20)  # cap: 1 node
+    t = T0 + 3600
+    out = engine.update(t, [_xid("gpu-02", t)], n_nodes=20)
+    assert [("release", "gpu-01", "approved"), ("exclude", "gpu-02", "approved")] == _results(out)
+    assert None is engine.breaker

@@ -75,10 +75,10 @@ class ActionEngine:
         """This tick's decisions (see the module docstring). Does nothing when disabled."""
         if not self.config.enabled:
             return []
-        out: list[Decision] = []
         seen: set[str] = set()
         while self._recent and self._recent[0] <= now - _HOUR_S:
             self._recent.popleft()
+        out = self._auto_releases(now, shadow)  # first: a node released frees its share
         for cand in sorted(candidates, key=lambda c: (c.start, c.node, c.id)):
             seen.add(cand.id)
             if not self._confirmed(now, cand):
@@ -94,7 +94,6 @@ class ActionEngine:
             decision = self._decide(now, cand, n_nodes, shadow)
             if decision is not None:
                 out.append(decision)
-        out.extend(self._auto_releases(now, shadow))
         for stale in [i for i in self._held_since if i not in seen]:
             del self._held_since[stale]
         for stale in [i for i in self._refused if i not in seen]:
