@@ -4,6 +4,8 @@ holds, releases and a state round trip. Virtual clock: every ``now`` is passed i
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,9 +17,11 @@ from detector.actions import (
     ActionRunner,
     Candidate,
     Decision,
+    post_request,
+    read_inbox,
 )
 from detector.config import ActionsConfig, load_config
-from detector.errors import ActionError
+from detector.errors import ActionError, ConfigError
 from detector.model import Alert, XidEvent
 
 T0 = 1_750_000_000.0
@@ -280,3 +284,33 @@ def test_a_release_by_the_policy_frees_room_in_the_same_tick() -> None:
     out = engine.update(t, [_xid("gpu-02", t)], n_nodes=20)
     assert [("release", "gpu-01", "approved"), ("exclude", "gpu-02", "approved")] == _results(out)
     assert None is engine.breaker
+
+
+@pytest.mark.parametrize(
+    ("env", "complaint"),
+    [
+        ({"DETECTOR_ACTIONS__KIND": "webhook"}, "actions: kind webhook needs webhook.url"),
+        (
+            {"DETECTOR_ACTIONS__KUBERNETES__TAINT_KEY": "bad key!"},
+            "actions.kubernetes.taint_key: not a Kubernetes qualified name",
+        ),
+        ({"DETECTOR_ACTIONS__MAX_EXCLUDED_FRACTION": "1.5"}, "actions.max_excluded_fraction"),
+        ({"DETECTOR_ACTIONS__KUBERNETES__TAINT_EFFECT": "Sometimes"}, "taint_effect"),
+    ],
+)
+def test_bad_actions_config_is_refused_naming_the_field(
+    env: dict[str, str], complaint: str
+) -> None:
+    """The actions section is validated at load time; the message names source and field."""
+    with pytest.raises(ConfigError, match=re.escape(complaint)):
+        load_config(None, {"DETECTOR_ACTIONS__ENABLED": "true", **env})
+
+
+def test_a_malformed_inbox_line_names_file_and_line(tmp_path: Path) -> None:
+    """A hand-edited inbox with a bad line is an ActionError naming file and line."""
+    inbox = tmp_path / "state.npz.actions-inbox.jsonl"
+    post_request(inbox, ActionRequest("release", "gpu-01", "alice", T0))
+    with inbox.open("a") as fh:
+        fh.write('{"op": "reboot", "node": "gpu-02", "by": "x", "time": 1}\n')
+    with pytest.raises(ActionError, match=rf"{re.escape(str(inbox))}:2: .*unknown op 'reboot'"):
+        read_inbox(inbox)

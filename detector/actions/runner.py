@@ -12,6 +12,22 @@ Contract:
   (refusals and dry-run ones included) for the caller to show. An executor error is logged
   and counted, never raised: one unreachable API server must not stop the tick loop.
 - ``ActionRunner.release(node, now, by)``: a person's release, carried out the same way.
+
+Wiring in the tick loop (``run``; ``replay``/``calibrate`` use the engine alone, forced to
+dry-run with ``config.actions.model_copy(update={"dry_run": True})``, so a replay lists what
+``run`` would have done and never touches a scheduler)::
+
+    engine = ActionEngine(config.actions)
+    engine.load_state_dict(meta[STATE_KEY])        # when the state file has it
+    runner = ActionRunner(engine, build_executor(config.actions))
+    # every tick:
+    engine.apply_requests(drain_inbox(inbox_path(config.state.path)), now)
+    candidates = [Candidate.from_xid(e) for e in tick.xids if catalog.is_failure(e.xid)]
+    candidates += [Candidate.from_alert(a, score_now(a), incident=in_incident(a))
+                   for a in open_alerts]
+    await runner.step(now, candidates, len(tick.node_names), shadow=config.alerts.shadow)
+    exporter.set_action_stats(engine.stats())
+    meta[STATE_KEY] = engine.state_dict()            # saved with the rest of the state
 """
 
 from __future__ import annotations
