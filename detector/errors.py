@@ -8,7 +8,10 @@
     ├── ScrapeError               one target's scrape failed (httpx errors translated in
     │                             ingest/scrape.py only); carries target and reason
     ├── StateError                a state file cannot be read or written
-    └── AlertDeliveryError        an Alertmanager did not accept alerts
+    ├── AlertDeliveryError        an Alertmanager did not accept alerts
+    └── ActionError               a scheduler refused or missed an exclusion or release
+                                  (httpx errors translated in actions/kubernetes.py and
+                                  actions/webhook.py, scontrol's exit in actions/slurm.py)
 
 Anything else escaping to cli.py is a bug and exits 1.
 """
@@ -60,3 +63,7 @@ class StateError(DetectorError):
 
 class AlertDeliveryError(DetectorError):
     """An Alertmanager rejected alerts or could not be reached."""
+
+
+class ActionError(DetectorError):
+    """An exclusion or release did not happen. The message names the node and the system."""

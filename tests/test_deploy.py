@@ -79,7 +79,14 @@ def test_validate_deploy_script_passes_every_check(helm: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "values", ["", "fleet-sharded-values.yaml", "kmsg-values.yaml", "monitoring-values.yaml"]
+    "values",
+    [
+        "",
+        "fleet-sharded-values.yaml",
+        "kmsg-values.yaml",
+        "monitoring-values.yaml",
+        "actions-values.yaml",
+    ],
 )
 def test_helm_lint_strict_accepts_chart(helm: str, values: str) -> None:
     """helm lint --strict passes with the default and the ci/ value sets."""
@@ -147,6 +154,7 @@ def test_fleet_statefulset_takes_shard_from_pod_ordinal(helm: str) -> None:
         "fleet-only-values.yaml",
         "kmsg-values.yaml",
         "monitoring-values.yaml",
+        "actions-values.yaml",
     ],
 )
 def test_rendered_daemon_configs_load(helm: str, values: str, tmp_path: Path) -> None:
@@ -222,6 +230,42 @@ def test_kubernetes_validate_strict_rejects_unknown_field(helm: str, tmp_path: P
     proc = _run(kv, "--strict", "--quiet", str(bad))
     assert 1 == proc.returncode
     assert "'hostNetwrk' was unexpected" in proc.stdout
+
+
+def test_actions_rbac_grants_node_get_patch_and_status_patch_only(
+    helm: str, tmp_path: Path
+) -> None:
+    """actions.rbac: a ClusterRole with nodes get/patch and nodes/status patch, bound to the
+    chart's service account, the token mounted; kubernetes-validate --strict accepts it."""
+    docs = _render(helm, files=("actions-values.yaml",))
+    role = _one(docs, "ClusterRole", "-node-actions")
+    binding = _one(docs, "ClusterRoleBinding", "-node-actions")
+    assert [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+    ] == role["rules"]
+    account = _one(docs, "ServiceAccount")["metadata"]["name"]
+    assert [{"kind": "ServiceAccount", "name": account, "namespace": "gpu-monitoring"}] == binding[
+        "subjects"
+    ]
+    assert {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole"} | {
+        "name": role["metadata"]["name"]
+    } == binding["roleRef"]
+    for kind in ("DaemonSet", "Deployment"):
+        assert _one(docs, kind)["spec"]["template"]["spec"]["automountServiceAccountToken"]
+    rendered = tmp_path / "actions.yaml"
+    rendered.write_text(yaml.safe_dump_all(docs))
+    kv = require_tool("kubernetes-validate")
+    proc = _run(kv, "--strict", "--quiet", str(rendered))
+    assert 0 == proc.returncode, proc.stdout + proc.stderr
+
+
+def test_default_render_grants_no_api_access(helm: str) -> None:
+    """Without actions.rbac: no role, no binding, no token in any pod."""
+    docs = _render(helm, "fleet.enabled=true")
+    assert not [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    for kind in ("DaemonSet", "Deployment"):
+        assert False is _one(docs, kind)["spec"]["template"]["spec"]["automountServiceAccountToken"]
 
 
 # ------------------------------------------------------------------------- prometheus rules

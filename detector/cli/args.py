@@ -8,6 +8,7 @@ any work. ``tests/test_cli_polish.py`` parses every help example with this parse
 from __future__ import annotations
 
 import argparse
+import getpass
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,6 +39,10 @@ EXAMPLES = {
     "run": """examples:
   detector run --config /etc/detector/config.yaml        # fleet or agent mode, per the config
   NODE_NAME=gpu-017 DETECTOR_MODE=agent detector run     # agent: this node's local exporters""",
+    "actions": """examples:
+  detector actions --config /etc/detector/config.yaml          # what is excluded and why
+  detector actions --config /etc/detector/config.yaml release gpu-017
+  detector actions --config /etc/detector/config.yaml close-breaker""",
     "record": """examples:
   detector record --config fleet.yaml --out /var/lib/detector/dumps --duration 3600
   detector record --config fleet.yaml --out dumps/ --rotate-mb 256 --rotate-minutes 60""",
@@ -338,4 +343,25 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MINUTES",
         help="start a new file this often (default: %(default)g)",
     )
+    ac = add(
+        "actions",
+        "list the nodes the detector excluded and why; release one; close the breaker",
+        "List the nodes the detector has excluded (or, in dry-run, would have) and why, from "
+        "the daemon's state file; release one (in the scheduler at once, then recorded for the "
+        "daemon); close an open action breaker (docs/actions.md).",
+    )
+    ac.add_argument("--config", type=Path, metavar="FILE", help="config YAML (state.path)")
+    ac.add_argument("--state", type=Path, metavar="FILE", help="state file (default: state.path)")
+    ac.add_argument("--by", default=_user(), metavar="NAME", help="who (default: %(default)s)")
+    acs = ac.add_subparsers(dest="actions_command", metavar="ACTION")
+    rel = acs.add_parser("release", help="release NODE: undo its exclusion")
+    rel.add_argument("node", metavar="NODE")
+    acs.add_parser("close-breaker", help="close the action breaker (exclusions resume)")
     return parser
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"

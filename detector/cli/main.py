@@ -58,6 +58,7 @@ from ..replay import (
 from ..series import LabelRules, SeriesIndex
 from ..service import main_run
 from ..sim import Scenario, SimulatedCluster, node_jobs, serve, write_dump
+from .actions import cmd_actions
 from .args import build_parser as _parser
 from .checks import check_output, check_source_flags, threshold_source, warn_unmatchable
 
@@ -390,6 +391,7 @@ COMMANDS: dict[str, Command] = {
     "export-selector": _cmd_export_selector,
     "run": _cmd_run,
     "record": _cmd_record,
+    "actions": cmd_actions,
 }
 
 

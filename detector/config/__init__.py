@@ -4,10 +4,11 @@ from .calibration_file import Achieved, Calibration, FittedOn, load_calibration,
 from .load import describe_config, load_config
 from .reference import config_reference, undescribed_fields
 from .rules import SignalCatalog, XidCatalog, export_pattern, load_signal_rules, load_xid_catalog
-from .schema import AlertsConfig, Config, LabelsConfig, ScrapeConfig, Shard
+from .schema import ActionsConfig, AlertsConfig, Config, LabelsConfig, ScrapeConfig, Shard
 
 __all__ = [
     "Achieved",
+    "ActionsConfig",
     "AlertsConfig",
     "Calibration",
     "Config",

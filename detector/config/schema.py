@@ -23,7 +23,10 @@ from pydantic import (
     model_validator,
 )
 
+from .actions import ActionsConfig
+
 __all__ = [
+    "ActionsConfig",
     "AgentPorts",
     "AlertsConfig",
     "CalibrationConfig",
@@ -619,6 +622,7 @@ class Config(_Section):
     kmsg: KmsgConfig = Field(default_factory=KmsgConfig)
     record: RecordConfig = Field(default_factory=RecordConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    actions: ActionsConfig = Field(default_factory=ActionsConfig)  # config/actions.py
 
     def scrapes_nothing(self) -> bool:
         """Fleet mode with neither static targets nor file_sd (agent mode scrapes this node's

@@ -33,6 +33,7 @@ from prometheus_client.metrics_core import (
     SummaryMetricFamily,
 )
 
+from ..actions import ActionStats
 from ..alerting import AlertStats
 from ..evaluation import AccountingSnapshot
 from ..loop import LoopTick
@@ -96,6 +97,7 @@ class Exporter:
         self._scrape_errors: Counter[tuple[str, str]] = Counter()
         self._alert_stats: AlertStats | None = None
         self._accounting: AccountingSnapshot | None = None
+        self._action_stats: ActionStats | None = None
         self._series = 0
         self._series_refused = 0
         self._series_dropped = 0
@@ -143,6 +145,10 @@ class Exporter:
     def set_accounting(self, snapshot: AccountingSnapshot) -> None:
         self._accounting = snapshot
 
+    def set_action_stats(self, stats: ActionStats) -> None:
+        """The action engine's decisions, exclusions and breaker (``ActionEngine.stats()``)."""
+        self._action_stats = stats
+
     def render(self, accept: str | None = None) -> tuple[bytes, str]:
         """The exposition for an HTTP Accept header: (body, content type)."""
         encoder, content_type = choose_encoder(accept or "")
@@ -185,6 +191,7 @@ class Exporter:
         yield from self._node_stats()
         yield from self._delivery()
         yield from self._evaluation()
+        yield from self._actions()
 
     def _scores(self) -> Iterator[Metric]:
         node = GaugeMetricFamily(
@@ -308,3 +315,30 @@ class Exporter:
         yield lead.family(
             "detector_lead_time_seconds", "XID time minus the first matching alert's start."
         )
+
+    def _actions(self) -> Iterator[Metric]:
+        """Only once actions are enabled (set_action_stats called): no empty families else."""
+        stats = self._action_stats
+        if stats is None:
+            return
+        total = CounterMetricFamily(
+            "detector_actions",
+            "Action decisions (exclude, release) by result: done, failed, dry_run, refused_*.",
+            labels=["action", "result"],
+        )
+        for (action, result), count in sorted(stats.decisions.items()):
+            total.add_metric([action, result], float(count))
+        excluded = GaugeMetricFamily(
+            "detector_actions_excluded_nodes",
+            "Nodes the detector excludes now (dry_run: would exclude).",
+            labels=["dry_run"],
+        )
+        excluded.add_metric(["false"], float(stats.excluded))
+        excluded.add_metric(["true"], float(stats.excluded_dry_run))
+        breaker = GaugeMetricFamily(
+            "detector_actions_breaker_open",
+            "1 while the action breaker is open (caps reached: no exclusion until a person "
+            "closes it).",
+        )
+        breaker.add_metric([], 1.0 if stats.breaker_open else 0.0)
+        yield from (total, excluded, breaker)
