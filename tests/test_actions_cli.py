@@ -64,7 +64,7 @@ def _setup(tmp_path: Path, url: str, dry_run: bool) -> tuple[Path, ActionEngine]
     engine.update(T0, [Candidate.from_xid(event, "memory")], n_nodes=63)
     other = XidEvent(time=T0 + 60, node="gpu-04", gpu="0", xid=79)
     engine.update(T0 + 60, [Candidate.from_xid(other)], n_nodes=63)  # opens the breaker
-    save_state(state, {}, {"pipeline": {}, STATE_KEY: engine.state_dict()})
+    save_state(state, {}, {"loop": {STATE_KEY: engine.state_dict()}})
     return config_path, engine
 
 

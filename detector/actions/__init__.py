@@ -1,14 +1,23 @@
-"""detector.actions: exclude a node on a confirmed failure, off by default and safe.
+"""detector.actions: carry out the tick loop's node exclusions, off by default and safe.
 
-``ActionEngine`` (pure: which node to exclude, what to refuse, the breaker, state) and the
-executors that carry decisions out (Kubernetes, Slurm, webhook), joined by ``ActionRunner``.
+The decisions (which node to exclude, what to refuse, the breaker, their state) are the tick
+loop's ``ActionEngine`` (``detector.loop``), so a replay lists what ``run`` would have done;
+this folder holds the executors that carry them out (Kubernetes, Slurm, webhook; the
+``ActionRunner``) and the inbox through which a person's release reaches the daemon.
 docs/actions.md is the guide.
 """
 
-from .engine import ActionEngine
+from ..loop import (
+    ActionEngine,
+    ActionRequest,
+    ActionStats,
+    Candidate,
+    Decision,
+    Exclusion,
+    alert_id,
+)
 from .inbox import drain_inbox, inbox_path, post_request, read_inbox
 from .kubernetes import KubernetesExecutor
-from .records import ActionRequest, ActionStats, Candidate, Decision, Exclusion, alert_id
 from .runner import ActionRunner, Executor, build_executor
 from .slurm import SlurmExecutor, run_process
 from .webhook import WebhookExecutor, webhook_payload

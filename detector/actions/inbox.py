@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 
 from ..errors import ActionError
-from .records import ActionRequest
+from ..loop import ActionRequest
 
 __all__ = ["ActionRequest", "drain_inbox", "inbox_path", "post_request", "read_inbox"]
 

@@ -35,7 +35,7 @@ import httpx
 
 from ..config import ActionsConfig
 from ..errors import ActionError
-from .records import Decision
+from ..loop import Decision
 
 __all__ = ["KubernetesExecutor"]
 

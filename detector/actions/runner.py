@@ -37,9 +37,8 @@ from typing import Protocol
 
 from ..config import ActionsConfig
 from ..errors import ActionError
-from .engine import ActionEngine
+from ..loop import ActionEngine, Candidate, Decision
 from .kubernetes import KubernetesExecutor
-from .records import Candidate, Decision
 from .slurm import SlurmExecutor
 from .webhook import WebhookExecutor
 

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from ..config import ActionsConfig
 from ..errors import ActionError
-from .records import Decision
+from ..loop import Decision
 
 __all__ = ["Runner", "SlurmExecutor", "run_process"]
 

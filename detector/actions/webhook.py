@@ -22,7 +22,7 @@ import httpx
 
 from ..config import ActionsConfig
 from ..errors import ActionError
-from .records import Decision
+from ..loop import Decision
 
 __all__ = ["WebhookExecutor", "webhook_payload"]
 

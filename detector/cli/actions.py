@@ -67,7 +67,8 @@ def _state_path(args: argparse.Namespace, config: Config) -> Path:
 
 def _read(state_path: Path) -> tuple[dict[str, Exclusion], dict[str, object] | None]:
     loaded = load_state(state_path)
-    part = loaded[1].get(STATE_KEY) if loaded is not None else None
+    loop = loaded[1].get("loop") if loaded is not None else None  # the tick loop's state
+    part = loop.get(STATE_KEY) if isinstance(loop, dict) else None
     if not isinstance(part, dict):
         return {}, None
     try:

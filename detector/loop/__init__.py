@@ -3,6 +3,16 @@ pipeline's scores -> XIDs judged -> alert episodes (alerts.py, episodes.py) -> t
 policy's notifications (policy.py) -> live accounting; and the recording that lets
 calibration decide again at other thresholds (recording.py). No I/O."""
 
+from .action_records import (
+    ActionRequest,
+    ActionStats,
+    Candidate,
+    Decision,
+    Exclusion,
+    Refusal,
+    alert_id,
+)
+from .actions import ActionEngine
 from .alerts import AlertChanges, Evidence, NodeAlerts
 from .episodes import EpisodeParams, Episodes
 from .policy import FAILURE_ALERT, INCIDENT_ALERT, AlertPolicy, Notification, xid_codes
@@ -12,18 +22,26 @@ from .tickloop import Decisions, LoopTick, TickLoop, episode_params
 __all__ = [
     "FAILURE_ALERT",
     "INCIDENT_ALERT",
+    "ActionEngine",
+    "ActionRequest",
+    "ActionStats",
     "AlertChanges",
     "AlertPolicy",
+    "Candidate",
     "Decided",
+    "Decision",
     "Decisions",
     "EpisodeParams",
     "Episodes",
     "Evidence",
+    "Exclusion",
     "LoopTick",
     "NodeAlerts",
     "Notification",
     "Recording",
+    "Refusal",
     "TickLoop",
+    "alert_id",
     "episode_params",
     "xid_codes",
 ]

@@ -13,7 +13,11 @@ here, once per tick, in this order:
 4. the alert policy decides the notifications Alertmanager gets (``AlertPolicy``: labels,
    severity, resend, storm breaker, suppressions, maintenance, shadow mode) and tracks
    cluster incidents;
-5. live accounting counts what was notified against the failure XIDs (TP/FP, lead times).
+5. live accounting counts what was notified against the failure XIDs (TP/FP, lead times);
+6. when ``actions`` are enabled, the action engine decides which node to exclude
+   (``ActionEngine``: failure XIDs and notified alerts held long enough; caps, breaker,
+   dry-run, never in shadow mode). ``run`` hands the decisions to an executor (Kubernetes,
+   Slurm, a webhook); ``replay`` lists them.
 
 What a driver does with ``LoopTick.notifications`` is its own business: ``run`` queues them for
 Alertmanager, ``replay`` keeps them for its report. An alert counts (``LoopTick.notified``,
@@ -36,6 +40,8 @@ from ..evaluation import Detection, LiveAccounting
 from ..model import Alert, FloatArray, Frame, Incident, XidEvent
 from ..pipeline import Pipeline, TickResult, build_pipeline, dedupe_episodes, is_failure
 from ..series import SeriesIndex
+from .action_records import Candidate, Decision
+from .actions import ActionEngine
 from .alerts import Evidence, EvidenceFn, NodeAlerts
 from .episodes import EpisodeParams
 from .policy import FAILURE_ALERT, INCIDENT_ALERT, AlertPolicy, Notification
@@ -56,6 +62,7 @@ class LoopTick:
     xids: tuple[XidEvent, ...]  # every XID of the tick, the data's and the driver's
     new_failures: tuple[XidEvent, ...]  # failure XID episodes that began this tick
     detections: tuple[Detection, ...]  # failures the accounting credited this tick
+    actions: tuple[Decision, ...] = ()  # the action engine's decisions (actions enabled)
 
     @property
     def time(self) -> float:
@@ -106,8 +113,10 @@ class Decisions:
         accounting: LiveAccounting,
         alert_on_xid: bool = True,
         xid_hold_s: float = 300.0,
+        actions: ActionEngine | None = None,
     ) -> None:
         self.catalog = catalog
+        self.actions = actions
         self.policy = policy
         self.accounting = accounting
         self.alerts = NodeAlerts(episodes, xid_hold_s=xid_hold_s, alert_on_xid=alert_on_xid)
@@ -126,6 +135,7 @@ class Decisions:
             accounting=LiveAccounting(config.evaluation.horizon_s, config.evaluation.grace_s),
             alert_on_xid=al.alert_on_xid,
             xid_hold_s=al.xid_hold_s,
+            actions=ActionEngine(config.actions) if config.actions.enabled else None,
         )
 
     @property
@@ -162,6 +172,7 @@ class Decisions:
         self.incidents.update(notes)
         new_failures = self._new_failures(failing, t)
         detections = self.accounting.update(t, notified, new_failures)
+        actions = self._act(tick, failing, n_seen) if self.actions is not None else []
         return LoopTick(
             scores=tick,
             started=changes.started,
@@ -172,7 +183,22 @@ class Decisions:
             xids=xids,
             new_failures=tuple(new_failures),
             detections=tuple(detections),
+            actions=tuple(actions),
         )
+
+    def _act(self, tick: TickResult, failing: Sequence[XidEvent], n_seen: int) -> list[Decision]:
+        """Step 6: the failure XIDs and the notified alerts (with their score this tick) as
+        the action engine's candidates."""
+        assert self.actions is not None
+        index = {name: i for i, name in enumerate(tick.node_names)}
+        scores = tick.node_score
+        candidates = [Candidate.from_xid(e) for e in failing]
+        for alert in self.open_sent_alerts():
+            i = index.get(alert.node)
+            score = float(scores[i]) if i is not None and i < scores.shape[0] else float("nan")
+            candidates.append(Candidate.from_alert(alert, score))
+        n_nodes = n_seen or len(tick.node_names)
+        return self.actions.update(tick.time, candidates, n_nodes, self.policy.shadow)
 
     def _track_sent(
         self, notes: Sequence[Notification], open_alerts: Sequence[Alert], ended: Sequence[Alert]
@@ -223,6 +249,8 @@ class Decisions:
             "policy": self.policy.state_dict(),
             "accounting": self.accounting.state_dict(),
         }
+        if self.actions is not None:
+            meta["actions"] = self.actions.state_dict()
         return arrays, meta
 
     def load_state_dict(self, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
@@ -230,6 +258,8 @@ class Decisions:
         self._sent = {(str(node), float(start)) for node, start in meta["sent"]}
         self.policy.load_state_dict(meta["policy"])
         self.accounting.load_state_dict(meta["accounting"])
+        if self.actions is not None and isinstance(meta.get("actions"), dict):
+            self.actions.load_state_dict(meta["actions"])
 
 
 class TickLoop:

@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import DumpError, EventsError
 from ..evaluation import AccountingSnapshot, Evaluation, evaluate
 from ..ingest import DumpStats, load_array, load_events, place_events, read_dump
-from ..loop import Decisions, EpisodeParams, Notification, Recording, TickLoop
+from ..loop import Decision, Decisions, EpisodeParams, Notification, Recording, TickLoop
 from ..model import Alert, FloatArray, Frame, Labels, SampleBatch, XidEvent
 from ..pipeline import TickResult, dedupe_episodes, is_failure
 from ..series import SeriesIndex, frames_from_batches, normalize
@@ -69,6 +69,7 @@ class ReplayResult:
     # set when nodes running different jobs were judged against each other (no cohort labels)
     cohort_advice: str = ""
     notifications: list[Notification] = field(default_factory=list)  # what Alertmanager got
+    actions: list[Decision] = field(default_factory=list)  # node exclusions run would decide
     accounting: AccountingSnapshot | None = None  # the loop's live accounting at the end
     # with record_scores: the ticks as the decisions saw them, and decisions to fork from
     recording: Recording | None = None
@@ -209,6 +210,7 @@ def run_replay(
     pipeline = loop.pipeline
     alerts: list[Alert] = []
     notes: list[Notification] = []
+    actions: list[Decision] = []
     data_xids: list[XidEvent] = []
     recording = Recording() if record_scores else None
     writer = ScoresCsv(scores_out) if scores_out is not None else None
@@ -226,6 +228,7 @@ def run_replay(
             ticks += 1
             alerts.extend(tick.ended_sent)
             notes.extend(tick.notifications)
+            actions.extend(tick.actions)
             data_xids.extend(tick.scores.xids)
             if recording is not None:
                 held = loop.decisions.alerts.held(tick.time, len(tick.scores.node_names))
@@ -281,6 +284,7 @@ def run_replay(
         alone_nodes=teams.alone_nodes,
         cohort_advice=teams.cohort_advice,
         notifications=notes,
+        actions=actions,
         accounting=loop.accounting.snapshot(end),
     )
     result.signals_found, result.signals_missing = pipeline.signal_coverage()

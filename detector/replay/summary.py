@@ -6,6 +6,7 @@ the GPUs and nodes were grouped, and one row per failure."""
 from __future__ import annotations
 
 import time as wallclock
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,6 +38,7 @@ def summary_lines(result: ReplayResult) -> list[str]:
     ]
     if at_other := describe_other_xids(result.evaluation):  # still counted, worth a look
         lines.append(at_other)
+    lines.extend(_action_lines(result))
     if result.failures:  # where the failures came from: a user checks their events loaded
         counted = ", ".join(f"{name} {n}" for name, n in failure_sources(result.failures))
         lines.append(f"failures by source (first report of each episode): {counted}")
@@ -99,3 +101,26 @@ def _first_few(names: Sequence[str], most: int = 6) -> str:
 
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.0f}%"
+
+
+def _action_lines(result: ReplayResult) -> list[str]:
+    """The node exclusions ``run`` would have decided (``actions.enabled``), and refusals."""
+    if not result.actions:
+        return []
+    done = [d for d in result.actions if d.action == "exclude" and d.refused is None]
+    refused = Counter(d.refused for d in result.actions if d.refused is not None)
+    released = sum(1 for d in result.actions if d.action == "release")
+    when = "%Y-%m-%d %H:%M"
+    shown = ", ".join(
+        f"{d.node} {wallclock.strftime(when, wallclock.gmtime(d.time))} ({d.reason})"
+        for d in done[:8]
+    )
+    mode = "dry-run" if any(d.dry_run for d in result.actions) else "executed in run"
+    lines = [f"actions ({mode}): {len(done)} node exclusion(s)" + (f": {shown}" if shown else "")]
+    if len(done) > 8:
+        lines[-1] += f", ... {len(done) - 8} more"
+    if refused or released:
+        parts = [f"{n} refused ({why})" for why, n in sorted(refused.items())]
+        parts += [f"{released} released"] if released else []
+        lines.append("actions: " + ", ".join(parts))
+    return lines

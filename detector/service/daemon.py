@@ -41,6 +41,7 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 
 from .. import jit
+from ..actions import ActionRunner, build_executor, drain_inbox, inbox_path
 from ..alerting import AlertSender
 from ..config import Config, load_calibration, load_config
 from ..errors import DetectorError, StateError
@@ -133,6 +134,11 @@ class Daemon:
             RoundRecorder(rec.dir, rotate_bytes=rec.rotate_bytes, rotate_s=rec.rotate_s)
             if rec.dir is not None
             else None
+        )
+        engine = self.loop.decisions.actions
+        # the executor that carries out the loop's exclusions (none while actions are off)
+        self.actions = (
+            ActionRunner(engine, build_executor(config.actions)) if engine is not None else None
         )
         self.kmsg = kmsg
         if kmsg is None and config.kmsg.enabled:
@@ -296,6 +302,8 @@ class Daemon:
         self.last_tick = tick
         if not self.loop.policy.shadow:
             self.alerts.queue(tick.notifications)
+        if self.actions is not None:
+            await self._act(tick, now)
         for alert in tick.notified:
             _log.warning(
                 "alert firing",
@@ -329,6 +337,18 @@ class Daemon:
         )
         return tick
 
+    async def _act(self, tick: LoopTick, now: float) -> None:
+        """Carry out the loop's exclusions and a person's requests (``detector actions``)."""
+        assert self.actions is not None
+        decisions = list(tick.actions)
+        if self.config.state.path is not None:
+            requests = drain_inbox(inbox_path(self.config.state.path))
+            decisions += self.actions.engine.apply_requests(requests, now)
+        for decision in decisions:
+            if decision.to_execute:
+                await self.actions.carry_out(decision)
+        self.exporter.set_action_stats(self.actions.engine.stats())
+
     def _export(self, tick: LoopTick, round_: ScrapeRound, now: float, work_s: float) -> None:
         exporter = self.exporter
         exporter.observe_tick(tick, work_s)
@@ -356,6 +376,8 @@ class Daemon:
         )
 
     async def aclose(self) -> None:
+        if self.actions is not None:
+            await self.actions.executor.aclose()
         if self.recorder is not None:
             self.recorder.close()
         await self.scraper.aclose()

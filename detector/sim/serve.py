@@ -13,11 +13,13 @@ Unknown paths get 404.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from ..errors import ConfigError
 from ..model import FloatArray
@@ -30,6 +32,13 @@ class _ClusterHTTPServer(ThreadingHTTPServer):
     # socketserver's default listen backlog of 5 would turn most of them into timeouts.
     request_queue_size = 1024
     daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A scraper that gave up (its timeout) closed the connection mid-page: that is the
+        scraper's business, not an error of the exporter worth a traceback."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -44,7 +44,7 @@ from structlog.typing import FilteringBoundLogger
 
 from ..config import ActionsConfig
 from ..logs import get_logger
-from .records import ActionRequest, ActionStats, Candidate, Decision, Exclusion, Refusal
+from .action_records import ActionRequest, ActionStats, Candidate, Decision, Exclusion, Refusal
 
 __all__ = ["STATE_VERSION", "ActionEngine"]
 
