@@ -4,16 +4,29 @@ from .calibration_file import Achieved, Calibration, FittedOn, load_calibration,
 from .load import describe_config, load_config
 from .reference import config_reference, undescribed_fields
 from .rules import SignalCatalog, XidCatalog, export_pattern, load_signal_rules, load_xid_catalog
-from .schema import ActionsConfig, AlertsConfig, Config, LabelsConfig, ScrapeConfig, Shard
+from .schema import (
+    DEFAULT_THRESHOLD,
+    ActionsConfig,
+    AlertsConfig,
+    Config,
+    EvaluationConfig,
+    LabelsConfig,
+    ScoringConfig,
+    ScrapeConfig,
+    Shard,
+)
 
 __all__ = [
+    "DEFAULT_THRESHOLD",
     "Achieved",
     "ActionsConfig",
     "AlertsConfig",
     "Calibration",
     "Config",
+    "EvaluationConfig",
     "FittedOn",
     "LabelsConfig",
+    "ScoringConfig",
     "ScrapeConfig",
     "Shard",
     "SignalCatalog",

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ..model import Alert, XidEvent
+from .matching import DEFAULT_GRACE_S, DEFAULT_HORIZON_S
 
 SECONDS_PER_DAY = 86400.0
 STATE_VERSION = 1
@@ -84,8 +85,8 @@ class LiveAccounting:
 
     def __init__(
         self,
-        horizon_s: float = 3600.0,
-        grace_s: float = 300.0,
+        horizon_s: float = DEFAULT_HORIZON_S,
+        grace_s: float = DEFAULT_GRACE_S,
         fp_window_s: float = 7 * SECONDS_PER_DAY,
         max_lead_times: int = 10_000,
     ) -> None:

@@ -38,10 +38,12 @@ from typing import Any
 
 import numpy as np
 
+from ..config import EvaluationConfig
 from ..model import Alert, FloatArray, XidEvent
 
-DEFAULT_HORIZON_S = 3600.0
-DEFAULT_GRACE_S = 300.0
+# The matching window's defaults are the config schema's (written once, there).
+DEFAULT_HORIZON_S = EvaluationConfig().horizon_s
+DEFAULT_GRACE_S = EvaluationConfig().grace_s
 SECONDS_PER_DAY = 86400.0
 
 

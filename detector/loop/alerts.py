@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..config import AlertsConfig
 from ..model import Alert, BoolArray, FloatArray, XidEvent
 from .episodes import EpisodeParams, Episodes
 
@@ -42,7 +43,11 @@ class NodeAlerts:
     """See the module docstring. Node ids are the pipeline's (stable, only appended)."""
 
     def __init__(
-        self, params: EpisodeParams, *, xid_hold_s: float = 300.0, alert_on_xid: bool = True
+        self,
+        params: EpisodeParams,
+        *,
+        xid_hold_s: float = AlertsConfig().xid_hold_s,
+        alert_on_xid: bool = True,
     ) -> None:
         self.params = params
         self.xid_hold_s = xid_hold_s

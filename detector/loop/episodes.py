@@ -21,22 +21,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..config import DEFAULT_THRESHOLD, AlertsConfig, EvaluationConfig
 from ..model import BoolArray, FloatArray, IntArray
 
 OK, PENDING, FIRING, COOLING = 0, 1, 2, 3
 
 
+_ALERTS = AlertsConfig()  # the defaults are the config schema's, written once there
+
+
 @dataclass(frozen=True, slots=True)
 class EpisodeParams:
-    threshold: float = 0.6
-    clear_ratio: float = 0.8
-    min_duration_s: float = 60.0
-    cooldown_s: float = 900.0
-    clear_duration_s: float = 60.0
+    threshold: float = DEFAULT_THRESHOLD
+    clear_ratio: float = _ALERTS.clear_ratio
+    min_duration_s: float = _ALERTS.min_duration_s
+    cooldown_s: float = _ALERTS.cooldown_s
+    clear_duration_s: float = _ALERTS.clear_duration_s
     # A new failure XID on an entity whose alert has fired for this long starts a new episode
-    # (the old one could no longer match it: the evaluation horizon is an hour by default).
-    restart_after_s: float = 3600.0
-    min_observations: int = 3  # ticks with data a pending alert must see (see above)
+    # (the old one could no longer match it: the evaluation horizon).
+    restart_after_s: float = EvaluationConfig().horizon_s
+    min_observations: int = _ALERTS.min_observations  # ticks with data a pending alert needs
 
 
 @dataclass(frozen=True, slots=True)

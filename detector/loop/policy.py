@@ -42,6 +42,7 @@ from typing import Any
 from ..config import AlertsConfig
 from ..model import Alert, Incident, Labels
 
+_ALERTS = AlertsConfig()  # the defaults are the config schema's, written once there
 FAILURE_ALERT = "GPUFailureSuspected"
 INCIDENT_ALERT = "GPUClusterIncident"
 _XID_SIGNAL = re.compile(r"xid_(\d+)")
@@ -117,12 +118,12 @@ class AlertPolicy:
     def __init__(
         self,
         *,
-        resend_interval_s: float = 60.0,
+        resend_interval_s: float = _ALERTS.resend_interval_s,
         cluster: str | None = None,
         runbook_url: str | None = None,
         shadow: bool = False,
-        storm_fraction: float = 0.2,
-        storm_window_s: float = 300.0,
+        storm_fraction: float = _ALERTS.storm.fraction,
+        storm_window_s: float = _ALERTS.storm.window_s,
         storm_min_nodes: int = 3,
         suppress_xids: Collection[int] = (),
         suppress_signals: Collection[str] = (),

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import Calibration, Config, XidCatalog
+from ..config import AlertsConfig, Calibration, Config, XidCatalog
 from ..evaluation import Detection, LiveAccounting
 from ..model import Alert, FloatArray, Frame, Incident, XidEvent
 from ..pipeline import Pipeline, TickResult, build_pipeline, dedupe_episodes, is_failure
@@ -112,7 +112,7 @@ class Decisions:
         policy: AlertPolicy,
         accounting: LiveAccounting,
         alert_on_xid: bool = True,
-        xid_hold_s: float = 300.0,
+        xid_hold_s: float = AlertsConfig().xid_hold_s,
         actions: ActionEngine | None = None,
     ) -> None:
         self.catalog = catalog

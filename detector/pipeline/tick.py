@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import SignalCatalog, XidCatalog
+from ..config import ScoringConfig, SignalCatalog, XidCatalog
 from ..model import (
     BoolArray,
     ColumnLayout,
@@ -44,7 +44,7 @@ from .xids import XidExtractor
 @dataclass(frozen=True, slots=True)
 class PipelineParams:
     fusion: FusionParams = field(default_factory=FusionParams)
-    top_k: int = 5
+    top_k: int = ScoringConfig().top_k  # the schema's default, written once there
     # A node tick is incomplete (alert score NaN: episodes keep their state) when a column that
     # carried evidence on the previous tick is unobserved on this one (a lost or cached scrape,
     # an exporter on a slower cadence): no new sample is no evidence that the node recovered,
