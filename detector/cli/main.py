@@ -40,6 +40,7 @@ from ..config import (
 from ..errors import ConfigError, DetectorError
 from ..evaluation import CalibrationResult, calibration_from_result, describe_weights
 from ..ingest import run_record
+from ..jit import SEED_ENV, seed_cache
 from ..logs import configure_logging
 from ..model import XidEvent
 from ..pipeline import build_pipeline, episode_params
@@ -417,6 +418,14 @@ def main(
     (default: os.environ) are seams for tests."""
     args = _parser().parse_args(argv)
     env = os.environ if env is None else env
+    try:
+        seed_cache(env)  # an image's compiled kernels, before any kernel runs
+    except OSError as exc:
+        print(
+            f"detector: warning: cannot copy the compiled kernels of ${SEED_ENV} into "
+            f"$NUMBA_CACHE_DIR ({exc}); they compile on first use",
+            file=sys.stderr,
+        )
     try:
         return commands[args.command](args)
     except DetectorError as exc:
