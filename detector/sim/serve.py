@@ -99,7 +99,10 @@ def _handler(live: LiveClock, routes: dict[str, tuple[str, int]]) -> type[BaseHT
             self.send_header("Content-Type", CONTENT_TYPE)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                return  # the scraper gave up or stopped (a timeout, a daemon shut down)
 
         def log_message(self, format: str, *args: object) -> None:
             return  # scrapes every few seconds would flood stderr
