@@ -4,6 +4,7 @@ the plan printed on stderr, and the planted failure in the simulated cluster's g
 from __future__ import annotations
 
 import dataclasses
+import json
 import signal
 import subprocess
 import sys
@@ -163,3 +164,15 @@ def test_serve_prints_the_plan_on_stderr_and_stops_on_sigterm() -> None:
     assert head[4].startswith("    fault ")
     assert "stopped" in err
     assert out.startswith("targets:\n  static:\n")
+
+
+def test_a_dump_plants_the_cue_at_its_simulated_offset(tmp_path: Path) -> None:
+    """Without --serve the offset is simulated time (no clock to scale): 10m:79 is an XID 79
+    ten simulated minutes into the dump's events."""
+    dump, events = tmp_path / "sim.om", tmp_path / "events.jsonl"
+    argv = ["simulate", "--nodes", "2", "--gpus", "2", "--days", "0.02", "--seed", "7"]
+    argv += ["--failure-at", "10m:79@node-02/1", "--out", str(dump), "--events", str(events)]
+    assert 0 == main(argv)
+    rows = [json.loads(line) for line in events.read_text().splitlines()]
+    failures = [(r["time"], r["node"], r["gpu"], r["xid"]) for r in rows if r["xid"] != 45]
+    assert [(SMALL.start + 600.0, "node-02", "1", 79)] == failures

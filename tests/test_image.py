@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from e2e.procs import require_tool
 
+from detector.cli.main import main
 from detector.jit import SEED_ENV, seed_cache
 
 REPO = Path(__file__).resolve().parents[1]
@@ -256,3 +257,25 @@ def test_seed_cache_does_nothing_without_both_directories(tmp_path: Path) -> Non
     assert 0 == seed_cache({"NUMBA_CACHE_DIR": str(tmp_path / "c"), SEED_ENV: str(tmp_path / "x")})
     assert 0 == seed_cache({"NUMBA_CACHE_DIR": str(seed), SEED_ENV: str(seed)})
     assert not (tmp_path / "c").exists()
+
+
+def test_an_unwritable_cache_dir_is_a_warning_and_the_command_still_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """NUMBA_CACHE_DIR that cannot take the seed (here a file): one warning line naming both
+    variables, then the command runs as without a seed."""
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    (seed / "kernels_ab12").mkdir()
+    (seed / "kernels_ab12" / "a.nbi").write_bytes(b"index")
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("")
+    env = {"NUMBA_CACHE_DIR": str(blocked), SEED_ENV: str(seed)}
+    assert 0 == main(["export-selector", "--regex"], env=env)
+    captured = capsys.readouterr()
+    assert captured.err.startswith(
+        "detector: warning: cannot copy the compiled kernels of $NUMBA_CACHE_SEED_DIR into "
+        "$NUMBA_CACHE_DIR ("
+    )
+    assert captured.err.endswith("; they compile on first use\n")
+    assert captured.out.strip()  # the selector was printed
