@@ -26,6 +26,16 @@ the full 512-bit registers: measured 10-16% more updates/s on the realistic path
 reorders a float operation. An operator who sets numba's own ``NUMBA_CPU_FEATURES`` or
 ``NUMBA_CPU_NAME`` keeps that choice instead.
 
+Container images (the repository's Dockerfile) compile the kernels at build time into a cache
+directory baked into the image and name it in ``NUMBA_CACHE_SEED_DIR`` (this project's
+variable, not numba's; not ``DETECTOR_*``, which the config loader reads as config keys). numba
+only uses a cache directory it can write, and a pod's root filesystem is read-only (the Helm
+chart points ``NUMBA_CACHE_DIR`` at its /tmp emptyDir), so ``seed_cache`` copies the baked
+files into ``NUMBA_CACHE_DIR`` before the first kernel call: the pod scores from its first
+tick instead of compiling for tens of seconds. The cache is keyed by the CPU numba compiles
+for; the image sets ``NUMBA_CPU_NAME`` (``generic`` unless built for the nodes' CPU) so that
+key is the same on every node.
+
 ``error_model="numpy"``: a float division by zero gives inf/NaN as in numpy instead of raising
 (and costs no check per division). No ``fastmath``: it would reorder arithmetic and drop the
 NaN/inf semantics the scorers rely on.
@@ -34,7 +44,9 @@ NaN/inf semantics the scorers rely on.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -119,3 +131,29 @@ def jit(fn: F) -> F:
         return numba.njit(cache=True, **_OPTIONS)(fn)  # type: ignore[no-any-return]
     except RuntimeError:  # "cannot cache function ...: no locator available"
         return numba.njit(cache=False, **_OPTIONS)(fn)  # type: ignore[no-any-return]
+
+
+SEED_ENV = "NUMBA_CACHE_SEED_DIR"
+
+
+def seed_cache(environ: Mapping[str, str]) -> int:
+    """Copy the compiled-kernel cache named by ``NUMBA_CACHE_SEED_DIR`` into
+    ``NUMBA_CACHE_DIR`` (the module docstring); returns the number of files copied. Files
+    already there are kept (numba checks each entry against the source and the CPU itself).
+    Nothing to do without both variables, when they name one directory, or where numba cannot
+    JIT. Call it before the first kernel runs; OSError when the cache directory is not
+    writable (the kernels then compile on first use, as without a seed)."""
+    seed, target = environ.get(SEED_ENV), environ.get("NUMBA_CACHE_DIR")
+    if numba is None or not seed or not target:
+        return 0
+    src, dst = Path(seed), Path(target)
+    if not src.is_dir() or (dst.exists() and src.samefile(dst)):
+        return 0
+    copied = 0
+    for path in sorted(src.rglob("*")):
+        out = dst / path.relative_to(src)
+        if path.is_file() and not out.exists():
+            out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, out)
+            copied += 1
+    return copied

@@ -216,14 +216,17 @@ def test_summary_says_where_failures_came_from_and_which_signals_were_fed(
     text, report, _ = small_replay
     failures = report["failures"]
     assert isinstance(failures, list)
-    (inputs,) = Page(text).find("p", "note", "summary")[1:]
-    assert inputs["id"] == "inputs"
+    notes = [a.get("id") for a in Page(text).find("p", "note", "summary")]
+    assert "inputs" == notes[-1]
     match = re.search(r"first reported each: simulator (\d+)\.", text)
     assert match is not None
     assert int(match[1]) == len(failures)
-    fed = re.search(r"the data fed: (\d+) of (\d+); not fed: ", text)
+    fed = re.search(r"the data fed: (\d+) of (\d+); the others are listed below\.", text)
     assert fed is not None
     assert 0 < int(fed[1]) < int(fed[2])
+    unfed = re.search(r"<summary>(\d+) signal\(s\) named in rules/signals.yaml not fed", text)
+    assert unfed is not None
+    assert int(fed[2]) - int(fed[1]) == int(unfed[1])
 
 
 def test_inputs_name_the_nodes_whose_gpus_ran_different_jobs() -> None:
@@ -307,6 +310,76 @@ def test_timeline_shows_lead_and_misses_under_a_running_alert() -> None:
     assert ["missed", "(the alert of 05:40 still firing)"] == [missed[4], missed[6]]
 
 
+def blemish_replay() -> FakeReplay:
+    """A report with what issue 39 saw go wrong: a matched alert under a zoom window, a
+    failure 30 min after the data starts (its window would begin before the data), cluster
+    incidents, and 38 named signals the data did not feed."""
+    scores = quiet_cluster(1, 2)
+    fail = T0 + 1800.0
+    scores[int((fail - 1200 - T0) // 30) : int((fail + 6 * 3600 - T0) // 30), 1] = 0.9
+    alert = Alert("n1", "3", fail - 1200, fail + 6 * 3600, 0.9, ("pcie_replay",))
+    unfed = tuple(f"signal_{i:02d}" for i in range(38))
+    return FakeReplay(
+        [alert],
+        [XidEvent(fail, "n1", "3", 79)],
+        scores,
+        ("n0", "n1"),
+        incidents=3,
+        signals_found=("gpu_temp", "pcie_replay"),
+        signals_missing=unfed,
+    )
+
+
+def test_a_matched_alert_band_is_drawn_over_the_zoom_window_shade() -> None:
+    """In the overview the zoom window's shade lies under the alert bands and only its outline
+    over them, so a matched band keeps its colour where a window covers it."""
+    text = render_html(blemish_replay(), threshold=0.6, label="x")
+    (timeline,) = re.findall(r"<svg class=\"timeline\".*?</svg>", text)
+    classes = re.findall(r'<rect [^>]*class="(\w+)"', timeline)
+    overview = classes[: classes.index("winedge") + 1]
+    assert ["win", "tp", "winedge"] == [c for c in overview if c in ("win", "tp", "fp", "winedge")]
+    assert ".winedge{fill:none;" in text
+
+
+def test_a_zoom_window_starts_no_earlier_than_the_data() -> None:
+    """A failure 30 min into the data: its 90 min zoom window is clamped to the first tick."""
+    replay = blemish_replay()
+    text = render_html(replay, threshold=0.6, label="x")
+    page = Page(text)
+    (window,) = page.find("rect", "win", "timelines")
+    assert "44.0" == window["x"]  # the overview's left edge: the data's start
+    assert "A 2025-01-01 00:00 – 01:15 UTC" in page.section_text("timelines")
+
+
+def test_cluster_incidents_are_explained_beside_the_figure() -> None:
+    """The summary's 'cluster incidents' links to a one-line note saying what one is."""
+    text = render_html(blemish_replay(), threshold=0.6, label="x")
+    page = Page(text)
+    (row,) = [r for r in page.rows["summary"] if r]
+    assert "3" == row[8]
+    assert [{"href": "#incidents"}] == page.find("a", section="summary")[:1]
+    notes = [a.get("id") for a in page.find("p", "note", "summary")]
+    assert "incidents" == notes[0]  # the first note under the table
+    explained = re.search(r"<p class=note id=incidents>(.*?)</p>", text)
+    assert explained is not None
+    assert explained[1].startswith("Cluster incidents: how many times one signal moved on many")
+
+
+def test_signals_not_fed_come_last_in_the_summary_and_collapsed() -> None:
+    """The 38 names sit in a closed <details> after the summary's table and notes."""
+    text = render_html(blemish_replay(), threshold=0.6, label="x")
+    page = Page(text)
+    summary = [(t, a.get("id")) for t, a, s in page.tags if s == "summary"]
+    assert ("details", "unfed") == [(t, i) for t, i in summary if t in ("table", "details")][-1]
+    (details,) = page.find("details", section="summary")
+    assert "open" not in details
+    assert "38 signal(s) named in rules/signals.yaml not fed by the data" in text
+    names = re.search(r"<details class=note id=unfed>.*?</details>", text, flags=re.S)
+    assert names is not None
+    assert 38 == names[0].count("<code>signal_")
+    assert "the data fed: 2 of 40; the others are listed below." in text
+
+
 def test_fp_per_day_counts_unmatched_alerts_by_day() -> None:
     """FP/day bars count the alerts that matched no failure in the day they started."""
     scores = quiet_cluster(3, 2)
@@ -380,6 +453,43 @@ def test_report_renders_in_headless_chromium(
     assert pixels.std() > 20  # a blank page has none
     red = (pixels[:, :, 0] > 200) & (pixels[:, :, 1] < 80) & (pixels[:, :, 2] < 80)
     assert red.sum() > 50  # failure XID lines and labels were drawn
+
+
+def chromium_screenshot(html: str, tmp_path: Path, width: int, height: int) -> np.ndarray:
+    """Headless Chromium's screenshot of ``html`` as (height, width, 3) RGB pixels."""
+    chromium = require_tool("chromium", "chromium-browser")
+    page, png = tmp_path / "page.html", tmp_path / "shot.png"
+    page.write_text(html, "utf-8")
+    subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--force-device-scale-factor=1", f"--user-data-dir={tmp_path / 'profile'}",
+         f"--screenshot={png}", f"--window-size={width},{height}", page.as_uri()],
+        capture_output=True, timeout=180, check=True,
+    )  # fmt: skip
+    return decode_png(png.read_bytes())[:, :, :3].astype(np.int64)
+
+
+@pytest.mark.tools
+def test_a_matched_band_stays_amber_under_a_zoom_window_in_chromium(tmp_path: Path) -> None:
+    """Rendered by Chromium, the overview's matched alert band is amber inside the zoom window
+    as outside it (the window's shade used to cover it and turn it false-positive grey)."""
+    replay = blemish_replay()
+    text = render_html(replay, threshold=0.6, label="x")
+    (timeline,) = re.findall(r"<svg class=\"timeline\".*?</svg>", text)
+    css = re.search(r"<style>(.*?)</style>", text, flags=re.S)
+    assert css is not None
+    page = f"<!DOCTYPE html><style>{css[1]}body{{margin:0}}</style><body>{timeline}</body>"
+    pixels = chromium_screenshot(page, tmp_path, 1200, 260)
+
+    def x(t: float) -> int:  # the overview's axes: left 44, width 1200 - 44 - 16
+        return round(44 + (t - replay.start) / (replay.end - replay.start) * 1140)
+
+    y = 14 + 45  # low in the overview's plot, under the score line
+    inside = pixels[y, x(T0 + 3000)]  # in window A (00:00-01:15) and in the alert band
+    outside = pixels[y, x(T0 + 3 * 3600)]  # in the band, past the window
+    assert inside[0] - inside[2] > 50, inside.tolist()  # amber: red well above blue
+    assert np.abs(inside - outside).max() < 30, (inside.tolist(), outside.tolist())
 
 
 def test_quiet_replay_without_scores_still_renders_every_section() -> None:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import __version__
-from ..sim import Scenario
+from ..sim import FailureCue, Scenario, parse_cue
 
 EXAMPLES = {
     "replay": """examples:
@@ -28,7 +28,9 @@ EXAMPLES = {
     "simulate": """examples:
   detector simulate --nodes 63 --gpus 8 --days 3 --seed 7 --out sim.om.gz --events sim.jsonl
   detector simulate --nodes 8 --days 1 --failures 3 --out hist.om.gz --events hist.jsonl
-  detector simulate --serve --nodes 4 --port 9400  # live exporters; prints a config for them""",
+  detector simulate --serve --nodes 4 --port 9400  # live exporters; prints a config for them
+  detector simulate --serve --nodes 4 --speed 60 --failure-at 2m:79  # a GPU falls off the bus
+  detector simulate --serve --speed 60 --failure-at 5m:79@node-03/2 --failure-at 20m:94""",
     "check-config": """examples:
   detector check-config /etc/detector/config.yaml""",
     "config": """examples:
@@ -81,6 +83,14 @@ def _positive(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a number > 0 (got {text})")
     return value
+
+
+def _cue(text: str) -> FailureCue:
+    """argparse type: a ``--failure-at`` cue, OFFSET:XID[@NODE[/GPU]] (detector/sim/cues.py)."""
+    try:
+        return parse_cue(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -214,7 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--gpus", type=_count, default=8, help="GPUs per node (default: %(default)s)")
     sp.add_argument("--days", type=_positive, default=3.0, help="days (default: %(default)s)")
     sp.add_argument("--seed", type=_seed, default=7, help="random seed (default: %(default)s)")
-    sp.add_argument(
+    planted = sp.add_mutually_exclusive_group()  # cues replace the drawn failures
+    planted.add_argument(
         "--failures",
         type=_seed,  # a whole number >= 0
         metavar="N",
@@ -266,7 +277,26 @@ def build_parser() -> argparse.ArgumentParser:
         "NVLink-error and throttle-violation counters off), 'all' with those on too, as in "
         "the built-in cluster of replay (default: %(default)s)",
     )
+    planted.add_argument(
+        "--failure-at",
+        type=_cue,
+        action="append",
+        default=[],
+        metavar="OFFSET:XID[@NODE[/GPU]]",
+        help="plant a failure that ends in XID at OFFSET (s, m or h) after the start: with "
+        "--serve wall time, the plan (node, GPU, XID, precursor onset and fault times) goes to "
+        "stderr; node and GPU default to a choice fixed by --seed; repeatable, replaces "
+        "--failures (e.g. 2m:79 or 5m:79@node-03/2)",
+    )
     sp.add_argument("--serve", action="store_true", help="serve live exporters over HTTP instead")
+    sp.add_argument(
+        "--speed",
+        type=_positive,
+        default=None,
+        metavar="X",
+        help="with --serve: simulated seconds per wall second (default: 1; 60 turns an hour "
+        "of the cluster into a minute)",
+    )
     sp.add_argument(
         "--port",
         type=int,

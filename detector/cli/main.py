@@ -17,6 +17,7 @@ import json
 import math
 import os
 import re
+import signal
 import sys
 import threading
 import traceback
@@ -40,6 +41,7 @@ from ..config import (
 from ..errors import ConfigError, DetectorError
 from ..evaluation import CalibrationResult, calibration_from_result, describe_weights
 from ..ingest import run_record
+from ..jit import SEED_ENV, seed_cache
 from ..logs import configure_logging
 from ..loop import TickLoop, episode_params
 from ..model import XidEvent
@@ -57,7 +59,15 @@ from ..replay import (
 )
 from ..series import LabelRules, SeriesIndex
 from ..service import main_run
-from ..sim import Scenario, SimulatedCluster, node_jobs, serve, write_dump
+from ..sim import (
+    Scenario,
+    SimulatedCluster,
+    node_jobs,
+    plan_lines,
+    plant_cues,
+    serve,
+    write_dump,
+)
 from .actions import cmd_actions
 from .args import build_parser as _parser
 from .checks import check_output, check_source_flags, threshold_source, warn_unmatchable
@@ -263,6 +273,9 @@ def _weight_lines(fitted: Fitted, failures: int, days: float, budget: float) -> 
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
+    if args.speed is not None and not args.serve:
+        raise ConfigError("simulate: --speed needs --serve (a dump is written at full speed)")
+    speed = 1.0 if args.speed is None else args.speed
     scenario = dataclasses.replace(
         Scenario(),
         nodes=args.nodes,
@@ -277,8 +290,11 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         pod_per_gpu=args.pod_per_gpu,
         dcgm_fields=args.dcgm_fields,
     )
+    if args.failure_at:  # the planted failures replace the drawn ones
+        failures = plant_cues(scenario, tuple(args.failure_at), speed)
+        scenario = dataclasses.replace(scenario, failures=failures)
     if args.serve:
-        return _serve(scenario, args.port, args.job_label)
+        return _serve(scenario, args.port, args.job_label, speed)
     if args.out is None or args.events is None:
         raise ConfigError("simulate: give --out DUMP and --events EVENTS (or --serve)")
     check_output(args.out, args.events)
@@ -287,19 +303,26 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(scenario: Scenario, port: int, job_label: str | None = None) -> int:
-    """Serve the simulated exporters until Ctrl-C; print a config that scrapes them. (serve()
-    runs them in daemon threads: returning at once, as this did, ended them with the process.)"""
+def _serve(scenario: Scenario, port: int, job_label: str | None = None, speed: float = 1.0) -> int:
+    """Serve the simulated exporters until Ctrl-C or SIGTERM; print the plan of failures on
+    stderr and a config that scrapes them on stdout. (serve() runs them in daemon threads:
+    returning at once, as this did, ended them with the process.)"""
     try:
-        exporters = serve(scenario, port=port)
+        exporters = serve(scenario, port=port, speed=speed)
     except OSError as exc:
         raise DetectorError(f"--port {port}: cannot listen: {exc.strerror or exc}") from None
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         print(
             f"serving {scenario.nodes} simulated nodes x {scenario.gpus} GPUs (dcgm-exporter "
-            "and node-exporter pages); Ctrl-C stops. On stdout, a config that scrapes them:",
+            f"and node-exporter pages) at --speed {speed:g}; Ctrl-C stops.",
             file=sys.stderr,
         )
+        for line in plan_lines(scenario, exporters.cluster.failures, speed, exporters.started_at):
+            print(line, file=sys.stderr)
+        print("On stdout, a config that scrapes them.", file=sys.stderr)
+        sys.stderr.flush()
         job_of = {scenario.node_name(n): job for n, job in node_jobs(scenario).items()}
         print("targets:\n  static:")
         for node, (dcgm, node_exporter) in exporters.urls.items():
@@ -310,10 +333,12 @@ def _serve(scenario: Scenario, port: int, job_label: str | None = None) -> int:
         if job_label is not None:
             print(f"labels:\n  cohort_labels: [{job_label}]")
         sys.stdout.flush()
-        threading.Event().wait()  # until Ctrl-C
+        stop.wait()  # until Ctrl-C or SIGTERM
+        print("stopped", file=sys.stderr)
     except KeyboardInterrupt:  # the way to stop a server: not an error
         print("stopped", file=sys.stderr)
     finally:
+        signal.signal(signal.SIGTERM, previous)
         exporters.close()
     return 0
 
@@ -405,6 +430,14 @@ def main(
     (default: os.environ) are seams for tests."""
     args = _parser().parse_args(argv)
     env = os.environ if env is None else env
+    try:
+        seed_cache(env)  # an image's compiled kernels, before any kernel runs
+    except OSError as exc:
+        print(
+            f"detector: warning: cannot copy the compiled kernels of ${SEED_ENV} into "
+            f"$NUMBA_CACHE_DIR ({exc}); they compile on first use",
+            file=sys.stderr,
+        )
     try:
         return commands[args.command](args)
     except DetectorError as exc:

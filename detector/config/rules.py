@@ -23,7 +23,17 @@ from .yamlfile import read_yaml
 
 _M = TypeVar("_M", bound=BaseModel)
 
-DEFAULT_RULES_DIR = Path(__file__).resolve().parents[2] / "rules"
+
+def _default_rules_dir() -> Path:
+    """rules/ of the checkout this package runs from, else the copy a wheel installs as
+    ``detector/builtin_rules`` (pyproject.toml)."""
+    checkout = Path(__file__).resolve().parents[2] / "rules"
+    if (checkout / "signals.yaml").is_file():
+        return checkout
+    return Path(__file__).resolve().parents[1] / "builtin_rules"
+
+
+DEFAULT_RULES_DIR = _default_rules_dir()
 
 Transform = Literal["level", "rate", "edge", "presence", "ratio"]
 Entity = Literal["gpu", "node"]

@@ -4,6 +4,7 @@
     SimulatedCluster    .series(), .frames(), .events(), .exposition(node, t, values)
     write_dump          OpenMetrics dump with timestamps + events JSONL
     serve               live dcgm-exporter / node-exporter HTTP endpoints
+    parse_cue, plant_cues, plan_lines   failures on cue (``--failure-at 5m:79``) and the plan
 
 docs/simulator.md describes the workload, the failure library and how the InfiniteHBD fault
 trace sets failure rates and the type mix.
@@ -12,6 +13,7 @@ trace sets failure rates and the type mix.
 from __future__ import annotations
 
 from .cluster import SimulatedCluster, with_pod
+from .cues import CUE_KINDS, FailureCue, parse_cue, plan_lines, plant_cues
 from .exposition import write_dump, write_events
 from .scenario import FailureSpec, JobSpec, Scenario
 from .serve import Exporters, serve
@@ -19,8 +21,10 @@ from .trace import DEFAULT_RATES, TraceRates, derive_rates
 from .workload import node_jobs
 
 __all__ = [
+    "CUE_KINDS",
     "DEFAULT_RATES",
     "Exporters",
+    "FailureCue",
     "FailureSpec",
     "JobSpec",
     "Scenario",
@@ -28,6 +32,9 @@ __all__ = [
     "TraceRates",
     "derive_rates",
     "node_jobs",
+    "parse_cue",
+    "plan_lines",
+    "plant_cues",
     "serve",
     "with_pod",
     "write_dump",

@@ -76,10 +76,14 @@ class LiveClock:
 
 @dataclass
 class Exporters:
-    """Running servers; ``urls`` maps node -> (dcgm url, node-exporter url)."""
+    """Running servers; ``urls`` maps node -> (dcgm url, node-exporter url); ``cluster`` is
+    the one served (its ``failures`` are the plan) and ``started_at`` the wall time (unix
+    seconds) at which its simulated clock stood at ``scenario.start``."""
 
     servers: list[_ClusterHTTPServer]
     urls: dict[str, tuple[str, str]]
+    cluster: SimulatedCluster
+    started_at: float
     threads: list[threading.Thread] = field(default_factory=list)
 
     def close(self) -> None:
@@ -104,7 +108,10 @@ def _handler(live: LiveClock, routes: dict[str, tuple[str, int]]) -> type[BaseHT
             self.send_header("Content-Type", CONTENT_TYPE)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                return  # the scraper gave up or stopped (a timeout, a daemon shut down)
 
         def log_message(self, format: str, *args: object) -> None:
             return  # scrapes every few seconds would flood stderr
@@ -125,6 +132,7 @@ def serve(
     if scenario.job_label_runs:  # target labels are the printed config's, not the pages'
         raise ConfigError("serve: job_label_runs relabels a dump's series; it cannot be served")
     cluster = SimulatedCluster(scenario)
+    started_at = time.time()
     live = LiveClock(cluster, speed, clock)
     names = [scenario.node_name(n) for n in range(scenario.nodes)]
     plans: list[tuple[int, dict[str, tuple[str, int]]]] = []
@@ -137,7 +145,7 @@ def serve(
         routes = {f"/{name}/dcgm": (name, 0) for name in names}
         routes |= {f"/{name}/node": (name, 1) for name in names}
         plans.append((port, routes))
-    exporters = Exporters([], {})
+    exporters = Exporters([], {}, cluster, started_at)
     for bind_port, routes in plans:
         server = _ClusterHTTPServer((host, bind_port), _handler(live, routes))
         server.daemon_threads = True

@@ -1,7 +1,8 @@
-"""The report's charts as inline SVG, built from plain arrays (``report.py`` picks the data).
+"""The report's charts as inline SVG, built from plain arrays (``html.py`` picks the data).
 
 - ``timeline_svg``: one node's fused score over the whole replay plus zoom panels around its
-  failures; alert bands, XID lines and the lead-time bracket from first alert to XID.
+  failures; alert bands, XID lines and the lead-time bracket from first alert to XID. The
+  zoom windows are shaded under the alert bands, so a band keeps its colour inside one.
 - ``heatmap_svg``: node x time, max-pooled to at most ``HEAT_BINS`` columns so a one-tick
   spike still shows, drawn as an inline PNG under SVG axes, failure XIDs marked, with a
   colour legend that marks the alert threshold.
@@ -154,14 +155,20 @@ def timeline_svg(
     (alert bands, failure XIDs with their lead-time bracket, fused score, threshold)."""
     plot_w = TIMELINE_WIDTH - _LEFT - _RIGHT
     overview = Axes(_LEFT, 14, plot_w, 60, span[0], span[1])
-    body = [overview.frame((0.0, 1.0), 12), _spans(overview, spans)]
+    body = [overview.frame((0.0, 1.0), 12)]
     names = "ABCDEFGH"
+    # A zoom window is shaded under the alert bands and outlined over them: a band keeps its
+    # colour inside a window (drawn over a band, the blue shade turned matched amber grey).
+    edges = []
     for i, (lo, hi) in enumerate(windows):
         x0, x1 = overview.xf(lo), overview.xf(hi)
-        body.append(
-            f'<rect x="{x0:.1f}" y="13" width="{max(x1 - x0, 2):.1f}" height="62" class="win"/>'
+        box = f'x="{x0:.1f}" y="13" width="{max(x1 - x0, 2):.1f}" height="62"'
+        body.append(f'<rect {box} class="win"/>')
+        edges.append(
+            f'<rect {box} class="winedge"/>'
             f'<text x="{x0:.1f}" y="11" class="winlab">{names[i]}</text>'
         )
+    body += [_spans(overview, spans), *edges]
     body += [_marks(overview, marks, labels=False), _score_line(overview, times, scores, threshold)]
     height = 104.0
     if windows:
@@ -310,7 +317,7 @@ svg{background:#fff;display:block}svg text{font-size:10px;fill:#374151}
 .xidlab,.leadlab{paint-order:stroke;stroke:#fff;stroke-width:3px}
 .lead{stroke:#15803d;stroke-width:2}
 .leadlab{fill:#15803d;font-weight:600}
-.win{fill:#dbeafe;fill-opacity:.5;stroke:#60a5fa}.winlab{font-weight:600}
+.win{fill:#dbeafe;fill-opacity:.5}.winedge{fill:none;stroke:#60a5fa}.winlab{font-weight:600}
 .legend .sw{display:inline-block;width:18px;height:10px;margin:0 4px 0 12px;
  vertical-align:middle}
 .sw.score{border-top:2px solid #1d4ed8;height:0}.sw.thr{border-top:2px dashed #111827;height:0}

@@ -5,13 +5,15 @@ through the ``ReplayData`` protocol, which ``replay.ReplayResult`` satisfies; th
 below the drivers and does not import them). It needs the result recorded with
 ``record_scores=True`` for the timelines and the heat map; without scores those sections say so.
 
-Sections, each under an element id the tests look for: ``summary`` (headline table, and
-``inputs``: the failures by source and the named signals the data fed),
+Sections, each under an element id the tests look for: ``summary`` (headline table, the
+``incidents`` note saying what a cluster incident is, ``inputs``: the failures by source and
+how many named signals the data fed, then ``unfed``: those it did not, collapsed),
 ``failures`` (a row per failure XID with its lead time), ``timelines`` (an SVG per node with a
-failure: fused score, threshold, alert bands, XIDs, zoom panels around the failures, and the
-top signals listed under it), ``heatmap`` (node x time, max-pooled, with a colour legend),
-``signals`` (the dominant signal per failure type, from ``signals_first``), ``fp`` (FP/day per
-daily bucket of unmatched alerts) and ``offenders`` (nodes ranked by alerts and failures).
+failure: fused score, threshold, alert bands, XIDs, zoom panels around the failures clamped
+to the data's span, and the top signals listed under it), ``heatmap`` (node x time,
+max-pooled, with a colour legend), ``signals`` (the dominant signal per failure type, from
+``signals_first``), ``fp`` (FP/day per daily bucket of unmatched alerts) and ``offenders``
+(nodes ranked by alerts and failures).
 
 No network resources: CSS and SVG are inline, the heat map is an inline PNG (``data:`` URI).
 """
@@ -145,12 +147,15 @@ def _summary(result: ReplayData, threshold: float, weights: Mapping[str, float])
         ("false positives", str(s.false_positives)),
         ("FP/day", f"{s.fp_per_day:.2f}"),
         ("lead time p25 / median / p75", f"{_lead(lt.p25)} / {_lead(lt.median)} / {_lead(lt.p75)}"),
-        ("cluster incidents", str(result.incidents)),
+        ("<a href='#incidents'>cluster incidents</a>", str(result.incidents)),
         ("alert threshold", f"{threshold:.3f}"),
     ]
     return (
         "<section id=summary><h2>Summary</h2>"
         + _table("summary", [h for h, _ in cells], [[v for _, v in cells]])
+        + "<p class=note id=incidents>Cluster incidents: how many times one signal moved on "
+        "many nodes together (an NFS checkpoint storm, a job restart), each reported once as "
+        "a group event, not as node alerts or false positives.</p>"
         + "<p class=note>Lead time: XID time minus the start of the earliest matching alert "
         "(positive: the alert came first). Signal weights: "
         + (escape(describe_weights(weights)) if weights else "the rules' own (none calibrated)")
@@ -158,6 +163,7 @@ def _summary(result: ReplayData, threshold: float, weights: Mapping[str, float])
         + (f" {escape(other[:1].upper() + other[1:])}." if other else "")
         + "</p>"
         + _inputs(result)
+        + _unfed(result)
         + "</section>"
     )
 
@@ -172,10 +178,9 @@ def _inputs(result: ReplayData) -> str:
         counted = ", ".join(f"{escape(k)} {n}" for k, n in sources)
         parts.append(f"Failures by the source that first reported each: {counted}.")
     if fed or unfed:
-        missing = ", ".join(f"<code>{escape(n)}</code>" for n in unfed) or "none"
         parts.append(
             f"Signals named in rules/signals.yaml that the data fed: {len(fed)} of "
-            f"{len(fed) + len(unfed)}; not fed: {missing}."
+            f"{len(fed) + len(unfed)}" + ("; the others are listed below." if unfed else ".")
         )
     unlabelled = "GPUs that no workload label names moved"
     for nodes, what, setting in (
@@ -202,6 +207,20 @@ def _inputs(result: ReplayData) -> str:
     if result.cohort_advice:
         parts.append(f"{escape(result.cohort_advice[0].upper() + result.cohort_advice[1:])}.")
     return f"<p class=note id=inputs>{' '.join(parts)}</p>" if parts else ""
+
+
+def _unfed(result: ReplayData) -> str:
+    """The named signals the data did not feed, last in the summary and collapsed: a long list
+    (dozens where a cluster exports no InfiniBand or ECC series) that matters when a figure
+    surprises, not before the figures."""
+    unfed = list(result.signals_missing)
+    if not unfed:
+        return ""
+    names = ", ".join(f"<code>{escape(n)}</code>" for n in unfed)
+    return (
+        f"<details class=note id=unfed><summary>{len(unfed)} signal(s) named in "
+        f"rules/signals.yaml not fed by the data</summary><p>{names}.</p></details>"
+    )
 
 
 def _node_link(node: str) -> str:
@@ -254,8 +273,12 @@ def _firing_at(ev: Evaluation, f: XidEvent) -> float | None:
     return None
 
 
-def _windows(times: list[float], leads: list[float]) -> list[tuple[float, float]]:
-    """Zoom windows around failures; failures within MERGE_S of each other share one."""
+def _windows(
+    times: list[float], leads: list[float], span: tuple[float, float]
+) -> list[tuple[float, float]]:
+    """Zoom windows around failures; failures within MERGE_S of each other share one. A
+    window is clamped to the data's ``span``: none starts before the first tick or ends after
+    the last (a failure near either end would show an empty stretch)."""
     windows: list[tuple[float, float]] = []
     for t, lead in sorted(zip(times, leads, strict=True)):
         before = min(max(ZOOM_BEFORE_S, lead + 1800.0), 8 * ZOOM_BEFORE_S)
@@ -264,7 +287,9 @@ def _windows(times: list[float], leads: list[float]) -> list[tuple[float, float]
             windows[-1] = (min(lo, t - before), t + ZOOM_AFTER_S)
         else:
             windows.append((t - before, t + ZOOM_AFTER_S))
-    return windows[:MAX_PANELS]
+    first, last = span
+    clamped = [(max(lo, first), min(hi, last)) for lo, hi in windows]
+    return [(lo, hi) for lo, hi in clamped if lo < hi][:MAX_PANELS]
 
 
 def _timelines(result: ReplayData, threshold: float) -> str:
@@ -305,7 +330,7 @@ def _timelines(result: ReplayData, threshold: float) -> str:
             if x.node == node and (x.time, x.xid) not in failure_times
         ]
         windows = _windows(
-            [r.event.time for r in rows], [max(r.lead_time_s or 0.0, 0.0) for r in rows]
+            [r.event.time for r in rows], [max(r.lead_time_s or 0.0, 0.0) for r in rows], span
         )
         scores = (
             result.node_scores[:, column[node]]
