@@ -3,7 +3,7 @@
 from .calibration_file import Achieved, Calibration, FittedOn, load_calibration, save_calibration
 from .load import describe_config, load_config
 from .rules import SignalCatalog, XidCatalog, export_pattern, load_signal_rules, load_xid_catalog
-from .schema import AlertsConfig, Config, LabelsConfig, ScrapeConfig, Shard
+from .schema import AlertsConfig, Config, LabelsConfig, RemoteWriteConfig, ScrapeConfig, Shard
 
 __all__ = [
     "Achieved",
@@ -12,6 +12,7 @@ __all__ = [
     "Config",
     "FittedOn",
     "LabelsConfig",
+    "RemoteWriteConfig",
     "ScrapeConfig",
     "Shard",
     "SignalCatalog",

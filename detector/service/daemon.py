@@ -43,7 +43,14 @@ from ..alerting import AlertSender
 from ..config import Config, load_calibration, load_config
 from ..errors import DetectorError, StateError
 from ..evaluation import LiveAccounting
-from ..ingest import KernelXids, KmsgFollower, Scraper, ScrapeRound, TargetSource
+from ..ingest import (
+    KernelXids,
+    KmsgFollower,
+    RemoteWriteSource,
+    Scraper,
+    ScrapeRound,
+    TargetSource,
+)
 from ..logs import configure_logging, get_logger
 from ..model import Frame, XidEvent
 from ..pipeline import (
@@ -55,7 +62,7 @@ from ..pipeline import (
     pipeline_state,
     restore_pipeline,
 )
-from ..series import LabelRules, SeriesIndex
+from ..series import LabelRules, SeriesIndex, merge_frames
 from .entity_stats import NodeScoreStats
 from .export import Exporter
 from .server import Readiness, Server, start_server
@@ -158,6 +165,12 @@ class Daemon:
             capacity=self.config.scrape.max_series_total,
         )
         self.pipeline: Pipeline = build_pipeline(self.config, self.index, self.calibration)
+        # remote_write: a second source of each tick's frame, fed by POST /api/v1/write
+        self.remote_write = (
+            RemoteWriteSource.from_config(self.config.remote_write, self.index)
+            if self.config.remote_write.enabled
+            else None
+        )
         self.kernel = KernelXids(self.index, self.config.node_name or socket.gethostname())
 
     def _advise_cohorts(self) -> None:
@@ -303,6 +316,8 @@ class Daemon:
             grown = np.full(len(self.index), np.nan)
             grown[: frame.values.shape[0]] = frame.values
             frame = Frame(frame.time, grown)
+        if self.remote_write is not None:  # what Prometheus remote-wrote since the last tick
+            frame = merge_frames(frame, self.remote_write.frame(now))
         tick = self.pipeline.step(frame)
         self.last_tick = tick
         self.alerts.update(tick, self.pipeline.open_alerts(), self._muted_nodes())
@@ -354,6 +369,8 @@ class Daemon:
             }
         )
         exporter.observe_series(len(self.index), self.index.refused, self.index.dropped)
+        if self.remote_write is not None:
+            exporter.remote_write = self.remote_write.stats
         exporter.set_alert_stats(self.alerts.stats())
         exporter.set_accounting(self.accounting.snapshot(now))
 
@@ -427,7 +444,9 @@ async def run_daemon(
     server: Server | None = None
     try:
         daemon.restore()
-        server = daemon.server = await start_server(config, daemon.exporter, readiness, port=port)
+        server = daemon.server = await start_server(
+            config, daemon.exporter, readiness, port=port, remote_write=daemon.remote_write
+        )
         delivery = asyncio.create_task(daemon.alerts.run(delivery_stop), name="alert-delivery")
         _log.info(
             "daemon started",
@@ -440,7 +459,7 @@ async def run_daemon(
             # interpreted: no executable memory for numba (MemoryDenyWriteExecute), ~800x slower
             scorer_kernels="compiled" if jit.COMPILED else "interpreted",
         )
-        if config.scrapes_nothing():
+        if config.scrapes_nothing() and not config.remote_write.enabled:
             _log.warning(
                 "no targets: nothing will be scraped (set targets.static or targets.file_sd, "
                 "or run in agent mode, which scrapes this node's own exporters)"
