@@ -102,8 +102,9 @@ def decode_write_request(body: bytes, max_decoded_bytes: int) -> WriteBatch:
     if jit.COMPILED:
         status, at, starts, ends, series, values, stamps = walk(np.frombuffer(raw, np.uint8))
         if status == 0:
-            spans = zip(starts.tolist(), ends.tolist(), strict=True)
-            keys = [raw[s:e].decode("latin-1") for s, e in spans]
+            # latin-1 maps byte i to character i: one decode, then a slice per series
+            text = raw.decode("latin-1")
+            keys = [text[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
             return WriteBatch(keys, series, values, stamps)
         if status != WIRE_SCATTERED:
             detail = WIRE_PROBLEMS.get(status, f"wire status {status}")
