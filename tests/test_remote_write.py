@@ -33,7 +33,8 @@ from detector.ingest.remote_write import (
     split_key,
 )
 from detector.ingest.remote_write import prompb_pb2 as pb
-from detector.series import LabelRules, SeriesIndex
+from detector.model import Frame
+from detector.series import LabelRules, SeriesIndex, merge_frames
 from detector.service.daemon import Daemon
 from detector.service.export import Exporter
 from detector.service.server import Readiness, Server, start_server
@@ -459,3 +460,13 @@ async def test_the_daemon_scores_remote_written_nodes_without_targets(tmp_path: 
     page = parse_exposition(daemon.exporter.render()[0], "metrics")
     got = dict(zip(page.keys, page.values, strict=True))
     assert 8.0 == got['detector_remote_write_samples_total{result="accepted"}']
+
+
+def test_a_tick_frame_merges_the_scrape_round_and_remote_write() -> None:
+    """Scraped values fill what remote write did not bring; remote-written values win where
+    both have one; a scrape frame shorter than the grown index is NaN-padded."""
+    scraped = Frame(15.0, np.array([1.0, 2.0, np.nan]))
+    written = Frame(15.0, np.array([np.nan, 20.0, np.nan, 40.0]))
+    merged = merge_frames(scraped, written)
+    assert 15.0 == merged.time
+    assert [1.0, 20.0, None, 40.0] == [None if np.isnan(v) else v for v in merged.values]

@@ -78,8 +78,9 @@ def check_headers(headers: Mapping[str, str]) -> None:
             )
 
 
-def decompress(body: bytes, max_decoded_bytes: int) -> bytes:
-    """The snappy block-format payload; its declared size is checked first."""
+def decompress(body: bytes, max_decoded_bytes: int) -> memoryview:
+    """The snappy block-format payload (a view of cramjam's buffer: not copied into bytes);
+    its declared size is checked first."""
     try:
         size = cramjam.snappy.decompress_raw_len(body)
     except cramjam.DecompressionError as exc:
@@ -91,7 +92,7 @@ def decompress(body: bytes, max_decoded_bytes: int) -> bytes:
             f"({max_decoded_bytes})",
         )
     try:
-        return bytes(cramjam.snappy.decompress_raw(body))
+        return memoryview(cramjam.snappy.decompress_raw(body))
     except cramjam.DecompressionError as exc:
         raise RemoteWriteError("snappy", f"corrupt snappy data: {exc}") from None
 
@@ -103,7 +104,7 @@ def decode_write_request(body: bytes, max_decoded_bytes: int) -> WriteBatch:
         status, at, starts, ends, series, values, stamps = walk(np.frombuffer(raw, np.uint8))
         if status == 0:
             # latin-1 maps byte i to character i: one decode, then a slice per series
-            text = raw.decode("latin-1")
+            text = str(raw, "latin-1")
             keys = [text[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
             return WriteBatch(keys, series, values, stamps)
         if status != WIRE_SCATTERED:
@@ -112,10 +113,10 @@ def decode_write_request(body: bytes, max_decoded_bytes: int) -> WriteBatch:
     return _decode_with_protobuf(raw)
 
 
-def _decode_with_protobuf(raw: bytes) -> WriteBatch:
+def _decode_with_protobuf(raw: memoryview) -> WriteBatch:
     request = pb.WriteRequest()
     try:
-        request.ParseFromString(raw)
+        request.ParseFromString(bytes(raw))
     except DecodeError as exc:
         raise RemoteWriteError("protobuf", f"not a WriteRequest: {exc}") from None
     keys: list[str] = []
