@@ -470,3 +470,21 @@ def test_a_tick_frame_merges_the_scrape_round_and_remote_write() -> None:
     merged = merge_frames(scraped, written)
     assert 15.0 == merged.time
     assert [1.0, 20.0, None, 40.0] == [None if np.isnan(v) else v for v in merged.values]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200), st.integers(0, 199), st.integers(0, 255))
+def test_any_bytes_decode_or_are_refused_cleanly(junk: bytes, at: int, byte: int) -> None:
+    """Random bytes, and a valid request with one byte changed, either decode or raise
+    RemoteWriteError: the compiled walk never reads past the payload nor raises anything
+    else."""
+    valid = encode_write_request([(*TEMP, [(T0, 40.0)]), ("up", (("job", "dcgm"),), [(T0, 1.0)])])
+    raw = bytearray(cramjam.snappy.decompress_raw(valid))
+    raw[at % len(raw)] = byte
+    for payload in (junk, bytes(raw)):
+        try:
+            batch = decode_write_request(_snappy(payload), LIMIT)
+        except RemoteWriteError:
+            continue
+        assert len(batch.values) == len(batch.timestamps_ms) == len(batch.sample_series)
+        assert all(0 <= i < len(batch.keys) for i in batch.sample_series.tolist())

@@ -3,7 +3,9 @@ alerts, count detections, export metrics, keep state across restarts.
 
 One tick (every ``scrape.interval_s`` of wall time, started on a fixed schedule):
     targets -> scrape (whole round bounded by ``scrape.timeout_s``: one slow target never
-    delays the tick) -> frame -> kernel-log XIDs injected -> ``Pipeline.step`` -> alerts
+    delays the tick) -> frame (with ``remote_write`` on, merged with the newest sample of each
+    series Prometheus remote-wrote since the last tick: ingest.RemoteWriteSource) -> kernel-log
+    XIDs injected -> ``Pipeline.step`` -> alerts
     (``AlertSender.update``; delivery runs in its own task) -> accounting -> export.
 A tick that overruns the interval skips the missed slots instead of bunching up.
 
