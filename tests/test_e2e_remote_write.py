@@ -223,7 +223,8 @@ def test_remote_written_data_finds_the_failure_direct_scraping_finds(runs: Runs)
 @pytest.mark.tools
 @pytest.mark.slow
 def test_prometheus_requests_are_all_taken(runs: Runs) -> None:
-    """Every remote-write request of Prometheus (with basic auth) was taken, with samples."""
+    """Every remote-write request of Prometheus (with basic auth) was taken, and every sample
+    in it: none out of order, repeated, too old or kept out."""
     metrics = runs.remote_metrics
     requests = {
         key: value for key, value in metrics.items() if key.startswith("detector_remote_write_req")
@@ -231,3 +232,9 @@ def test_prometheus_requests_are_all_taken(runs: Runs) -> None:
     assert requests.get('detector_remote_write_requests_total{result="ok"}', 0) > 0, requests
     assert {'detector_remote_write_requests_total{result="ok"}'} == set(requests), requests
     assert metrics['detector_remote_write_samples_total{result="accepted"}'] > 0
+    late = {
+        result: metrics[f'detector_remote_write_samples_total{{result="{result}"}}']
+        for result in ("out_of_order", "duplicate", "too_old", "dropped")
+    }
+    # Prometheus sends each series in order, once, and (200 ms batches) well within a minute
+    assert {"out_of_order": 0, "duplicate": 0, "too_old": 0, "dropped": 0} == late

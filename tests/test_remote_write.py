@@ -133,11 +133,30 @@ def test_labels_written_after_the_samples_are_still_read() -> None:
     )
 
 
+STALE = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0]
+
+
 def test_a_stale_marker_is_read_as_nan() -> None:
-    """Prometheus' staleness marker (a NaN) arrives as NaN: the series is not observed."""
-    stale = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0]
-    ((_, _, _, value),) = _decoded(encode_write_request([("up", (), [(T0, stale)])]))
+    """Prometheus' staleness marker arrives as its NaN."""
+    ((_, _, _, value),) = _decoded(encode_write_request([("up", (), [(T0, STALE)])]))
     assert math.isnan(value)
+
+
+def test_a_stale_marker_never_takes_the_place_of_a_sample() -> None:
+    """A GPU's workload changes: the old series' staleness marker and the new series' first
+    sample share a timestamp and a column. The sample is taken, the marker counted as stale;
+    a plain NaN sample stays a sample."""
+    gpu = (("Hostname", "node-01"), ("gpu", "0"))
+    rules = LabelRules(workload_labels=("pod",))
+    source = RemoteWriteSource(SeriesIndex(rules))
+    old = ("DCGM_FI_DEV_GPU_TEMP", (*gpu, ("pod", "job-a")))
+    new = ("DCGM_FI_DEV_GPU_TEMP", (*gpu, ("pod", "job-b")))
+    _write(source, (T0, 40.0), series=old)
+    assert [40.0] == source.frame(T0 / 1000).values.tolist()
+    body = encode_write_request([(*old, [(T0 + 1000, STALE)]), (*new, [(T0 + 1000, 41.0)])])
+    assert Counter({"stale": 1, "accepted": 1}) == source.receive(body, LOWER)
+    assert [41.0] == source.frame(T0 / 1000 + 1).values.tolist()
+    assert Counter({"accepted": 1}) == _write(source, (T0 + 2000, math.nan), series=new)
 
 
 @pytest.mark.parametrize(

@@ -267,7 +267,8 @@ class Exporter:
         samples = CounterMetricFamily(
             "detector_remote_write_samples",
             "Remote-written samples by result: accepted, or dropped as out_of_order, duplicate, "
-            "too_old (remote_write.max_sample_age_s) or dropped (labels.drop, index full).",
+            "too_old (remote_write.max_sample_age_s), dropped (labels.drop, index full) or "
+            "stale (Prometheus' staleness marker).",
             labels=["result"],
         )
         for result in SAMPLE_RESULTS:

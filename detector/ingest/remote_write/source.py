@@ -15,7 +15,13 @@ Contract
     equal to it a ``duplicate``; one older than ``max_sample_age_s`` before the last tick's
     time is ``too_old`` (Prometheus' "out of bounds": a sender replaying a backlog after an
     outage would otherwise have its old state scored as the present); one whose series the
-    index keeps out (``labels.drop``) or has no room for is ``dropped``. All of them are
+    index keeps out (``labels.drop``) or has no room for is ``dropped``; Prometheus'
+    staleness marker (the NaN it writes when a series leaves its target's page) is ``stale``:
+    a series with no sample in a tick is unobserved anyway, as a vanished scraped key is, and
+    the marker must not take the place of a sample. When a GPU's workload label changes, the
+    old series' marker and the new series' first sample have one timestamp and one column
+    (the index follows the GPU's workload): admitted, the marker would make the new sample a
+    ``duplicate`` and leave NaN in the tick, or the other way round. All of them are
     counted in ``stats`` and dropped; the request's other samples are kept (Prometheus'
     receiver refuses the whole request with 400 instead, which its sender then discards).
     The lateness allowance exists because a sender batches: Prometheus sends a sample up to
@@ -43,8 +49,9 @@ from .decode import check_headers, decode_write_request, split_key
 __all__ = ["SAMPLE_RESULTS", "RemoteWriteSource", "RemoteWriteStats"]
 
 # Index = the code ``_admit`` gives a sample.
-SAMPLE_RESULTS = ("accepted", "dropped", "too_old", "out_of_order", "duplicate")
+SAMPLE_RESULTS = ("accepted", "dropped", "too_old", "out_of_order", "duplicate", "stale")
 _NEVER = np.iinfo(np.int64).min
+STALE_NAN_BITS = 0x7FF0000000000002  # Prometheus' staleness marker (value.StaleNaN)
 
 
 @dataclass(slots=True)
@@ -66,12 +73,16 @@ def _admit(
     seen: BoolArray,
 ) -> IntArray:
     """Each sample's SAMPLE_RESULTS code, in request order; admitted ones update ``newest``
-    (per column, ms), ``latest`` (value) and ``seen``."""
+    (per column, ms), ``latest`` (value) and ``seen``. A staleness marker is counted and
+    otherwise ignored."""
     codes = np.empty(columns.shape[0], np.int64)
+    bits = values.view(np.uint64)
     for i in range(columns.shape[0]):
         column = columns[i]
         stamp = stamps[i]
-        if column < 0:
+        if bits[i] == np.uint64(STALE_NAN_BITS):
+            codes[i] = 5
+        elif column < 0:
             codes[i] = 1
         elif stamp < oldest_ms:
             codes[i] = 2
