@@ -7,6 +7,8 @@
     ├── EventsError               an events JSONL file: names file and line
     ├── ScrapeError               one target's scrape failed (httpx errors translated in
     │                             ingest/scrape.py only); carries target and reason
+    ├── RemoteWriteError          a remote-write request is unusable (snappy and protobuf
+    │                             errors translated in ingest/remote_write/ only); carries reason
     ├── StateError                a state file cannot be read or written
     ├── AlertDeliveryError        an Alertmanager did not accept alerts
     └── ActionError               a scheduler refused or missed an exclusion or release
@@ -55,6 +57,19 @@ class ScrapeError(DetectorError):
         self.reason = reason
         self.detail = detail
         super().__init__(f"scrape {target}: {reason}" + (f": {detail}" if detail else ""))
+
+
+class RemoteWriteError(DetectorError):
+    """A Prometheus remote-write request could not be read. ``reason`` is one of
+    ``too_large`` (body or declared decoded size over the limit), ``unsupported_media_type``
+    (not remote-write 1.0: another Content-Type or a 2.0 ``proto=``), ``encoding`` (not
+    snappy), ``snappy`` (corrupt compression), ``protobuf`` (not a WriteRequest), ``series``
+    (a series the index cannot take: no metric name, a label name twice)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"remote write: {reason}: {detail}")
 
 
 class StateError(DetectorError):

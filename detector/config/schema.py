@@ -548,6 +548,20 @@ class ServerConfig(_Section):
         return int(self.listen.rsplit(":", 1)[1])
 
 
+class RemoteWriteConfig(_Section):
+    """Prometheus remote-write 1.0 in: ``POST /api/v1/write`` on the daemon's HTTP server
+    (its TLS and basic auth apply). Samples join the series index and frame of each tick like
+    scraped ones (ingest/remote_write/source.py). ``max_body_bytes`` caps the snappy body
+    (413 over it), ``max_decoded_bytes`` its declared decompressed size (checked before
+    decompressing); a sample older than ``max_sample_age_s`` before the last tick is dropped
+    as too old."""
+
+    enabled: bool = False
+    max_body_bytes: int = Field(default=16 * MiB, gt=0)
+    max_decoded_bytes: int = Field(default=64 * MiB, gt=0)
+    max_sample_age_s: float = Field(default=60.0, gt=0)
+
+
 class KmsgConfig(_Section):
     """Kernel log source of NVRM Xid lines. ``enabled`` None: on in agent mode only."""
 
@@ -619,6 +633,7 @@ class Config(_Section):
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     state: StateConfig = Field(default_factory=StateConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
+    remote_write: RemoteWriteConfig = Field(default_factory=RemoteWriteConfig)
     kmsg: KmsgConfig = Field(default_factory=KmsgConfig)
     record: RecordConfig = Field(default_factory=RecordConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)

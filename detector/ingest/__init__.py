@@ -6,14 +6,18 @@ from .dumps.writer import OpenMetricsWriter
 from .events import load_events, place_events
 from .kmsg import KernelXids, KmsgFollower
 from .record import RoundRecorder, run_record
+from .remote_write import SAMPLE_RESULTS, RemoteWriteSource, RemoteWriteStats
 from .scrape import Scraper, ScrapeRound
 from .targets import TargetSource
 
 __all__ = [
+    "SAMPLE_RESULTS",
     "DumpStats",
     "KernelXids",
     "KmsgFollower",
     "OpenMetricsWriter",
+    "RemoteWriteSource",
+    "RemoteWriteStats",
     "RoundRecorder",
     "ScrapeRound",
     "Scraper",

@@ -1,6 +1,6 @@
 """detector.series"""
 
-from .frame import frames_from_batches
+from .frame import frames_from_batches, merge_frames
 from .index import SeriesIndex
 from .labels import (
     SCRAPE_HEALTH_METRICS,
@@ -21,6 +21,7 @@ __all__ = [
     "frames_from_batches",
     "group_value",
     "host_names",
+    "merge_frames",
     "normalize",
     "pod_named_nodes",
     "raw_grouping",

@@ -15,6 +15,18 @@ import numpy as np
 from ..model import FloatArray, Frame, SampleBatch
 
 
+def merge_frames(base: Frame, top: Frame) -> Frame:
+    """One tick's frame from two sources aligned to one index (a scrape round and remote
+    write): ``top``'s observed values win, ``base`` fills the rest; ``base``'s time. The
+    shorter vector is NaN-padded (the index grows between the two)."""
+    width = max(base.values.shape[0], top.values.shape[0])
+    values: FloatArray = np.full(width, np.nan)
+    values[: base.values.shape[0]] = base.values
+    observed = np.flatnonzero(~np.isnan(top.values))
+    values[observed] = top.values[observed]
+    return Frame(base.time, values)
+
+
 def infer_step(batch: SampleBatch, default: float = 30.0) -> float:
     """The data's own scrape interval: the median positive gap between samples of a series,
     as whole seconds when it is within 0.5% of them. Raw scrape times jitter by milliseconds

@@ -3,7 +3,9 @@ alerts, count detections, export metrics, keep state across restarts.
 
 One tick (every ``scrape.interval_s`` of wall time, started on a fixed schedule):
     targets -> scrape (whole round bounded by ``scrape.timeout_s``: one slow target never
-    delays the tick) -> frame -> ``TickLoop.step`` with the kernel log's XIDs and the nodes
+    delays the tick) -> frame (with ``remote_write`` on, merged with the newest sample of each
+    series Prometheus remote-wrote since the last tick: ingest.RemoteWriteSource) ->
+    ``TickLoop.step`` with the kernel log's XIDs and the nodes
     under maintenance (scores, XIDs judged, alert episodes, the alert policy, accounting:
     the very loop ``replay`` and ``calibrate`` drive) -> its notifications queued for
     Alertmanager (``AlertSender.queue``; delivery runs in its own task) -> export.
@@ -45,11 +47,19 @@ from ..actions import ActionRunner, build_executor, drain_inbox, inbox_path
 from ..alerting import AlertSender
 from ..config import Config, load_calibration, load_config
 from ..errors import DetectorError, StateError
-from ..ingest import KernelXids, KmsgFollower, RoundRecorder, Scraper, ScrapeRound, TargetSource
+from ..ingest import (
+    KernelXids,
+    KmsgFollower,
+    RemoteWriteSource,
+    RoundRecorder,
+    Scraper,
+    ScrapeRound,
+    TargetSource,
+)
 from ..logs import configure_logging, get_logger
 from ..loop import LoopTick, TickLoop
 from ..model import Frame
-from ..series import LabelRules, SeriesIndex
+from ..series import LabelRules, SeriesIndex, merge_frames
 from .entity_stats import NodeScoreStats
 from .export import Exporter
 from .server import Readiness, Server, start_server
@@ -159,6 +169,12 @@ class Daemon:
         )
         self.loop = TickLoop.from_config(self.config, self.index, self.calibration)
         self.pipeline = self.loop.pipeline
+        # remote_write: a second source of each tick's frame, fed by POST /api/v1/write
+        self.remote_write = (
+            RemoteWriteSource.from_config(self.config.remote_write, self.index)
+            if self.config.remote_write.enabled
+            else None
+        )
         self.kernel = KernelXids(self.index, self.config.node_name or socket.gethostname())
 
     def _advise_cohorts(self) -> None:
@@ -298,6 +314,8 @@ class Daemon:
             grown = np.full(len(self.index), np.nan)
             grown[: frame.values.shape[0]] = frame.values
             frame = Frame(frame.time, grown)
+        if self.remote_write is not None:  # what Prometheus remote-wrote since the last tick
+            frame = merge_frames(frame, self.remote_write.frame(now))
         tick = self.loop.step(frame, xids=kernel, muted=self._muted_nodes())
         self.last_tick = tick
         if not self.loop.policy.shadow:
@@ -363,6 +381,8 @@ class Daemon:
             }
         )
         exporter.observe_series(len(self.index), self.index.refused, self.index.dropped)
+        if self.remote_write is not None:
+            exporter.remote_write = self.remote_write.stats
         exporter.set_alert_stats(self.alerts.stats(self.loop.policy))
         exporter.set_accounting(self.loop.accounting.snapshot(now))
 
@@ -423,7 +443,9 @@ async def run_daemon(
     server: Server | None = None
     try:
         daemon.restore()
-        server = daemon.server = await start_server(config, daemon.exporter, readiness, port=port)
+        server = daemon.server = await start_server(
+            config, daemon.exporter, readiness, port=port, remote_write=daemon.remote_write
+        )
         delivery = asyncio.create_task(daemon.alerts.run(delivery_stop), name="alert-delivery")
         _log.info(
             "daemon started",
@@ -436,7 +458,7 @@ async def run_daemon(
             # interpreted: no executable memory for numba (MemoryDenyWriteExecute), ~300x slower
             scorer_kernels="compiled" if jit.COMPILED else "interpreted",
         )
-        if config.scrapes_nothing():
+        if config.scrapes_nothing() and not config.remote_write.enabled:
             _log.warning(
                 "no targets: nothing will be scraped (set targets.static or targets.file_sd, "
                 "or run in agent mode, which scrapes this node's own exporters)"

@@ -36,6 +36,7 @@ from prometheus_client.metrics_core import (
 from ..actions import ActionStats
 from ..alerting import AlertStats
 from ..evaluation import AccountingSnapshot
+from ..ingest import SAMPLE_RESULTS, RemoteWriteStats
 from ..loop import LoopTick
 from ..model import SignalScore
 from ..pipeline import TickResult
@@ -102,6 +103,7 @@ class Exporter:
         self._series_refused = 0
         self._series_dropped = 0
         self.node_stats: NodeScoreStats | None = None  # read when scraped
+        self.remote_write: RemoteWriteStats | None = None  # read when scraped
         self.registry.register(self)
 
     def observe_tick(self, tick: LoopTick, duration_s: float) -> None:
@@ -189,6 +191,7 @@ class Exporter:
         dropped.add_metric([], float(self._series_dropped))
         yield from (series, refused, dropped)
         yield from self._node_stats()
+        yield from self._remote_write()
         yield from self._delivery()
         yield from self._evaluation()
         yield from self._actions()
@@ -256,6 +259,29 @@ class Exporter:
         for (target, reason), count in sorted(self._scrape_errors.items()):
             errors.add_metric([target, reason], float(count))
         yield from (duration, errors)
+
+    def _remote_write(self) -> Iterator[Metric]:
+        stats = self.remote_write
+        if stats is None:  # remote write is off: no families at all
+            return
+        requests = CounterMetricFamily(
+            "detector_remote_write_requests",
+            "Remote-write requests by result: ok, or why it was refused (too_large, "
+            "unsupported_media_type, encoding, snappy, protobuf, series).",
+            labels=["result"],
+        )
+        for result, count in sorted(stats.requests.items()):
+            requests.add_metric([result], float(count))
+        samples = CounterMetricFamily(
+            "detector_remote_write_samples",
+            "Remote-written samples by result: accepted, or dropped as out_of_order, duplicate, "
+            "too_old (remote_write.max_sample_age_s), dropped (labels.drop, index full) or "
+            "stale (Prometheus' staleness marker).",
+            labels=["result"],
+        )
+        for result in SAMPLE_RESULTS:
+            samples.add_metric([result], float(stats.samples.get(result, 0)))
+        yield from (requests, samples)
 
     def _delivery(self) -> Iterator[Metric]:
         stats = self._alert_stats

@@ -1,18 +1,25 @@
-"""The daemon's HTTP server: GET /metrics, /healthz, /readyz on asyncio streams.
+"""The daemon's HTTP server: GET /metrics, /healthz, /readyz and, when remote write is on,
+POST /api/v1/write, on asyncio streams.
 
-No framework: three read-only endpoints do not need one. Contract:
+No framework: four endpoints do not need one. Contract:
 
 - ``/metrics``: the exporter's exposition (OpenMetrics when the Accept header asks for it).
   ``/healthz``: 200 while the process serves. ``/readyz``: 200 after the first completed tick
   while the latest one is at most 3 scrape intervals old, else 503 with the reason.
-- One request per connection (``Connection: close``); GET and HEAD only (405 otherwise).
-- Limits: a request head over ``max_request_bytes`` gets 431, a body over it 413, chunked
-  bodies 400; a client that has not sent its whole request within ``request_timeout_s`` is
-  disconnected; over ``max_connections`` concurrent connections get 503.
+- ``/api/v1/write`` (only with a ``remote_write`` sink, see ``RemoteWriteSink``): Prometheus
+  remote-write 1.0; POST only (405 otherwise); 204 once the samples are admitted; 400 with
+  the reason for an unreadable request, 415 for another protocol version, 413 for a body over
+  ``remote_write.max_body_bytes`` or a declared decompressed size over its limit.
+- One request per connection (``Connection: close``); GET and HEAD only elsewhere (405).
+- Limits: a request head over ``max_request_bytes`` gets 431, a body over it 413 (over the
+  sink's ``max_body_bytes`` on /api/v1/write), chunked bodies 400; a client that has not sent
+  its whole request within ``request_timeout_s`` is disconnected; over ``max_connections``
+  concurrent connections get 503.
 - TLS when ``tls_cert``/``tls_key`` are set. Basic auth when ``basic_auth`` has users: hashes
   are ``sha256:<hex>`` (checked with ``hmac.compare_digest``) or bcrypt, which needs the
   ``bcrypt`` package: without it ``start_server`` refuses bcrypt hashes with a ConfigError.
-  /healthz and /readyz stay open (probes carry no credentials and they reveal nothing).
+  /healthz and /readyz stay open (probes carry no credentials and they reveal nothing);
+  /api/v1/write needs the credentials too (Prometheus' ``remote_write.basic_auth``).
   Credentials and hashes are never logged.
 """
 
@@ -32,28 +39,55 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..config import Config
-from ..errors import ConfigError
+from ..errors import ConfigError, RemoteWriteError
 from ..logs import get_logger
 
-__all__ = ["MetricsSource", "Readiness", "Server", "start_server", "tls_context"]
+__all__ = [
+    "WRITE_PATH",
+    "MetricsSource",
+    "Readiness",
+    "RemoteWriteSink",
+    "Server",
+    "start_server",
+    "tls_context",
+]
 
 log = get_logger(component="server")
 _REASONS = {
     200: "OK",
+    204: "No Content",
     400: "Bad Request",
     401: "Unauthorized",
     404: "Not Found",
     405: "Method Not Allowed",
     413: "Content Too Large",
+    415: "Unsupported Media Type",
     431: "Request Header Fields Too Large",
     503: "Service Unavailable",
 }
 _OPEN_PATHS = ("/healthz", "/readyz")
+WRITE_PATH = "/api/v1/write"
+# RemoteWriteError reasons that are not a plain 400
+_WRITE_STATUS = {"too_large": 413, "unsupported_media_type": 415}
 _DUMMY_HASH = "sha256:" + "0" * 64  # compared against for unknown users: uniform timing
 
 
 class MetricsSource(Protocol):
     def render(self, accept: str | None = None) -> tuple[bytes, str]: ...
+
+
+class RemoteWriteSink(Protocol):
+    """Where POST /api/v1/write bodies go (ingest.RemoteWriteSource)."""
+
+    max_body_bytes: int
+
+    def receive(self, body: bytes, headers: Mapping[str, str]) -> object:
+        """Admit a request; raise RemoteWriteError when it cannot be read."""
+        ...
+
+    def refused(self, reason: str) -> None:
+        """Count a request the server refused before reading its body."""
+        ...
 
 
 class Readiness:
@@ -115,12 +149,19 @@ def _password_ok(stored: str, password: bytes) -> bool:
 class Server:
     """A running server; ``port`` is the bound port (useful with port 0)."""
 
-    def __init__(self, config: Config, export: MetricsSource, readiness: Readiness) -> None:
+    def __init__(
+        self,
+        config: Config,
+        export: MetricsSource,
+        readiness: Readiness,
+        remote_write: RemoteWriteSink | None = None,
+    ) -> None:
         srv = config.server
         self.limits = (srv.max_request_bytes, srv.request_timeout_s, srv.max_connections)
         self.users = {u: h.get_secret_value() for u, h in srv.basic_auth.items()}
         self.export = export
         self.readiness = readiness
+        self.remote_write = remote_write
         self.port = 0
         self._server: asyncio.Server | None = None
         self._active = 0
@@ -172,13 +213,24 @@ class Server:
             length = int(headers.get("content-length", "0"))
         except ValueError:
             raise _Reject(400, "bad Content-Length") from None
-        if length < 0 or len(head) + length > max_bytes:
-            raise _Reject(413, f"request larger than {max_bytes} bytes")
-        await reader.readexactly(length)  # read and ignore: nothing here takes a body
         path = target.split("?", 1)[0]
-        status, body, content_type = self._route(method, path, headers)
+        writing = self.remote_write is not None and path == WRITE_PATH
+        if writing and self.remote_write is not None and length > self.remote_write.max_body_bytes:
+            self.remote_write.refused("too_large")
+            limit = self.remote_write.max_body_bytes
+            raise _Reject(413, f"body larger than remote_write.max_body_bytes ({limit})")
+        if length < 0 or (not writing and len(head) + length > max_bytes):
+            raise _Reject(413, f"request larger than {max_bytes} bytes")
+        if writing and self.users and not self._authorized(headers):  # before reading the body
+            raise _Reject(401, "unauthorized")
+        payload = await reader.readexactly(length)  # only /api/v1/write reads a body
+        if writing:
+            status, body, content_type = self._write(method, headers, payload)
+        else:
+            status, body, content_type = self._route(method, path, headers)
         log.debug("http request", method=method, path=path, status=status)
-        return self._response(status, body, content_type, head_only=method == "HEAD")
+        allow = "POST" if writing else "GET, HEAD"
+        return self._response(status, body, content_type, head_only=method == "HEAD", allow=allow)
 
     def _route(self, method: str, path: str, headers: dict[str, str]) -> tuple[int, bytes, str]:
         text = "text/plain; charset=utf-8"
@@ -195,6 +247,20 @@ class Server:
             ready, reason = self.readiness.status()
             return (200 if ready else 503), f"{reason}\n".encode(), text
         return 404, b"not found: try /metrics, /healthz, /readyz\n", text
+
+    def _write(
+        self, method: str, headers: dict[str, str], payload: bytes
+    ) -> tuple[int, bytes, str]:
+        text = "text/plain; charset=utf-8"
+        if method != "POST":
+            return 405, f"only POST on {WRITE_PATH}\n".encode(), text
+        assert self.remote_write is not None
+        try:
+            self.remote_write.receive(payload, headers)
+        except RemoteWriteError as exc:
+            log.warning("remote write refused", reason=exc.reason, detail=exc.detail)
+            return _WRITE_STATUS.get(exc.reason, 400), f"{exc}\n".encode(), text
+        return 204, b"", text
 
     def _authorized(self, headers: dict[str, str]) -> bool:
         scheme, _, credential = headers.get("authorization", "").partition(" ")
@@ -215,6 +281,7 @@ class Server:
         content_type: str = "text/plain; charset=utf-8",
         *,
         head_only: bool = False,
+        allow: str = "GET, HEAD",
     ) -> bytes:
         lines = [
             f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}",
@@ -225,7 +292,7 @@ class Server:
         if status == 401:
             lines.append('WWW-Authenticate: Basic realm="detector", charset="UTF-8"')
         if status == 405:
-            lines.append("Allow: GET, HEAD")
+            lines.append(f"Allow: {allow}")
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         return head if head_only else head + body
 
@@ -237,13 +304,15 @@ async def start_server(
     *,
     host: str | None = None,
     port: int | None = None,
+    remote_write: RemoteWriteSink | None = None,
 ) -> Server:
-    """Listen on ``config.server.listen`` (``host``/``port`` override it; port 0 picks one).
+    """Listen on ``config.server.listen`` (``host``/``port`` override it; port 0 picks one);
+    ``remote_write`` set: POST /api/v1/write goes to it.
 
     Raises ConfigError for unusable TLS files or bcrypt hashes without the bcrypt package.
     """
     srv = config.server
-    server = Server(config, export, readiness)
+    server = Server(config, export, readiness, remote_write)
     _check_hashes(server.users)
     context = tls_context(srv.tls_cert, srv.tls_key) if srv.tls_cert and srv.tls_key else None
     server._server = await asyncio.start_server(

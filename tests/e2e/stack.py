@@ -88,6 +88,17 @@ def shorten_rules(src: Path, dst: Path, factor: float = RULE_TIME_FACTOR) -> dic
     return doc
 
 
+def sim_targets(exporters: Exporters, page: int) -> str:
+    """Prometheus static_configs (YAML flow) of the simulated exporters' ``page`` (0 dcgm,
+    1 node-exporter): one target a node, named by a ``node`` target label as relabelling
+    does in a real cluster, its path in ``__metrics_path__``."""
+    configs = []
+    for node, urls in sorted(exporters.urls.items()):
+        address, path = re.match(r"http://([^/]+)(/.*)", urls[page]).groups()  # type: ignore[union-attr]
+        configs.append({"targets": [address], "labels": {"__metrics_path__": path, "node": node}})
+    return json.dumps(configs)
+
+
 def _render(template: str, dst: Path, **values: object) -> Path:
     dst.write_text(Template((HERE / template).read_text()).substitute(values))
     return dst
@@ -203,17 +214,8 @@ class Stack:
         self.poller.start()
 
     def _sim_targets(self, page: int) -> str:
-        """Prometheus static_configs (YAML flow) of the simulated exporters' ``page`` (0 dcgm,
-        1 node-exporter): one target a node, named by a ``node`` target label as relabelling
-        does in a real cluster, its path in ``__metrics_path__``."""
         assert self.exporters is not None
-        configs = []
-        for node, urls in sorted(self.exporters.urls.items()):
-            address, path = re.match(r"http://([^/]+)(/.*)", urls[page]).groups()  # type: ignore[union-attr]
-            configs.append(
-                {"targets": [address], "labels": {"__metrics_path__": path, "node": node}}
-            )
-        return json.dumps(configs)
+        return sim_targets(self.exporters, page)
 
     def _start(self, name: str, *argv: str, cwd: Path | None = None, **kw: Any) -> Proc:
         proc = Proc(name, argv, self.tmp / "logs", cwd=cwd, **kw)
