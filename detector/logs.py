@@ -115,6 +115,10 @@ def configure_logging(level: str = "info", fmt: str = "json", stream: TextIO | N
         cache_logger_on_first_use=False,
     )
     _route_stdlib(level_no, renderers, out)
+    # Python warnings (numpy's RuntimeWarnings where kernels run interpreted, deprecations)
+    # become log lines of the same format through the stdlib "py.warnings" logger, not raw
+    # text on stderr.
+    logging.captureWarnings(True)
 
 
 def _route_stdlib(level_no: int, renderers: list[Processor], out: TextIO) -> None:

@@ -309,20 +309,29 @@ async def start_server(
     """Listen on ``config.server.listen`` (``host``/``port`` override it; port 0 picks one);
     ``remote_write`` set: POST /api/v1/write goes to it.
 
-    Raises ConfigError for unusable TLS files or bcrypt hashes without the bcrypt package.
+    Raises ConfigError for unusable TLS files, bcrypt hashes without the bcrypt package, or an
+    address it cannot listen on (a taken port).
     """
     srv = config.server
     server = Server(config, export, readiness, remote_write)
     _check_hashes(server.users)
     context = tls_context(srv.tls_cert, srv.tls_key) if srv.tls_cert and srv.tls_key else None
-    server._server = await asyncio.start_server(
-        server._handle,
-        host if host is not None else srv.host,
-        port if port is not None else srv.port,
-        ssl=context,
-        ssl_handshake_timeout=srv.request_timeout_s if context else None,
-        limit=srv.max_request_bytes,
-    )
+    bind_host = host if host is not None else srv.host
+    bind_port = port if port is not None else srv.port
+    try:
+        server._server = await asyncio.start_server(
+            server._handle,
+            bind_host,
+            bind_port,
+            ssl=context,
+            ssl_handshake_timeout=srv.request_timeout_s if context else None,
+            limit=srv.max_request_bytes,
+        )
+    except OSError as exc:  # a taken port, an address this host does not have
+        raise ConfigError(
+            f"server.listen {bind_host}:{bind_port}: cannot listen: {exc.strerror or exc} "
+            "(another detector or program on that port? set server.listen)"
+        ) from None
     server.port = int(server._server.sockets[0].getsockname()[1])
     log.info("http server listening", port=server.port, tls=context is not None)
     return server
