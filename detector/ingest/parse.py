@@ -7,10 +7,12 @@ Contract
     SECONDS or None, ``types`` the declared ``# TYPE`` per family. Keys stay raw: label parsing
     is the slow part, so it happens only in :func:`split_series`, once per new key (cached).
 
-    Syntax is checked strictly (metric and label names, quoting and escapes ``\\\\ \\" \\n``,
-    numbers, ``# TYPE``/``# HELP``/``# UNIT``/``# EOF`` lines, exemplars), but a bad line is
-    never fatal: it becomes a :class:`~detector.errors.ParseError` (source, line number,
-    content, reason) in ``Exposition.errors`` and the lines around it are kept.
+    Syntax is checked strictly (metric and label names, quoting and escapes: ``\\\\ \\" \\n`` are
+    unescaped, a backslash before any other character is kept as written, as Prometheus and
+    prometheus_client keep it; numbers; ``# TYPE``/``# HELP``/``# UNIT``/``# EOF`` lines, every
+    type of both formats; exemplars), but a bad line is never fatal: it becomes a
+    :class:`~detector.errors.ParseError` (source, line number, content, reason) in
+    ``Exposition.errors`` and the lines around it are kept.
     Tolerated because real exporters emit them: missing HELP/TYPE, unknown ``#`` comments,
     blank lines, CRLF, leading/trailing blanks, ``NaN``/``+Inf``/``-Inf`` in any case, counters
     with or without ``_total``. Exemplars (`` # {labels} value [ts]``) are checked and dropped.
@@ -74,7 +76,9 @@ SPLIT_CACHE_KEYS = 1 << 14
 # keeps every pattern linear on hostile input (no two adjacent optional blank runs either).
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*+"
 _LNAME = r"[a-zA-Z_][a-zA-Z0-9_]*+"
-_LVALUE = r'"[^"\\\n]*+(?:\\[\\"n][^"\\\n]*+)*+"'
+# A backslash escapes any character: \\ \" \n are unescaped, any other pair is kept as
+# written (as Prometheus and prometheus_client keep it).
+_LVALUE = r'"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"'
 # Optional parts are possessive too (?+): a number is always followed by a blank, '#' or the
 # line end, never by '.', 'e', a digit or a sign, so giving an optional part back cannot help,
 # and sre runs a possessive optional group without the backtracking bookkeeping (~6% faster).
@@ -85,7 +89,9 @@ _NUMBER = (
 )
 _TS_MS = r"[-+]?\d++"  # Prometheus text: integer milliseconds
 _TS_S = rf"[-+]?+(?:\d++(?:\.\d*+)?+{_EXP}|\.\d++{_EXP})"  # OpenMetrics: seconds
-_TYPES = "counter|gauge|histogram|summary|untyped|unknown|info|stateset|gaugehistogram"
+# Longest first where one type is a prefix of another (gaugehistogram, gauge): the line's
+# grammar is possessive, so a shorter alternative that matched is never given back.
+_TYPES = "counter|gaugehistogram|gauge|histogram|summary|untyped|unknown|info|stateset"
 _KEYWORDS = r"(?:TYPE|HELP|UNIT|EOF)(?:[ \t]|\r?$)"
 _BLANKS = r"[ \t]++"  # a separator, in the tolerant grammar
 _PAD = r"[ \t]*+"  # optional blanks, in the tolerant grammar
@@ -406,7 +412,7 @@ def _diagnose(line: str, openmetrics: bool) -> str:
     if rest.startswith("{"):
         labels = _LABELS_AT.match(rest)
         if labels is None:
-            return 'invalid label set: expected {name="value",...} (escapes \\\\ \\" \\n only)'
+            return 'invalid label set: expected {name="value",...}'
         rest = rest[labels.end() :]
     if rest[:1] not in (" ", "\t"):
         return "expected a blank between the series and its value"
