@@ -2,7 +2,15 @@
 
 from .calibration_file import Achieved, Calibration, FittedOn, load_calibration, save_calibration
 from .load import describe_config, load_config
-from .rules import SignalCatalog, XidCatalog, export_pattern, load_signal_rules, load_xid_catalog
+from .rules import (
+    SignalCatalog,
+    XidCatalog,
+    counter_family,
+    export_pattern,
+    load_signal_rules,
+    load_xid_catalog,
+    other_spelling,
+)
 from .schema import AlertsConfig, Config, LabelsConfig, ScrapeConfig, Shard
 
 __all__ = [
@@ -16,11 +24,13 @@ __all__ = [
     "Shard",
     "SignalCatalog",
     "XidCatalog",
+    "counter_family",
     "describe_config",
     "export_pattern",
     "load_calibration",
     "load_config",
     "load_signal_rules",
     "load_xid_catalog",
+    "other_spelling",
     "save_calibration",
 ]
