@@ -353,3 +353,18 @@ def test_openmetrics_timestamps_with_exponents_are_seconds() -> None:
     exp = parse_exposition("# TYPE a gauge\na 1 1.7e9\na 2 17E8\n# EOF\n", "t")
     assert [] == exp.errors
     assert [1.7e9, 1.7e9] == exp.timestamps
+
+
+def test_prometheus_text_is_not_taken_for_openmetrics_by_look_alikes() -> None:
+    """Timestamps stay milliseconds when ` # {` is inside a label value (no exemplar) and
+    when a `*_created` series is a declared gauge (kube-state-metrics' kube_pod_created)."""
+    for text in (
+        'a{x="p # {q"} 1 1700000000000\nb 2 1700000000000\n',
+        '# TYPE kube_pod_created gauge\nkube_pod_created{pod="p"} 1.7e9 1700000000000\n',
+    ):
+        exp = parse_exposition(text, "t")
+        assert [] == exp.errors
+        assert {1700000000.0} == set(exp.timestamps), text
+        assert _reference(prom_reference(text)) == _with_total(exp, _ours(exp))
+    exemplar = parse_exposition('x_total{a="}"} 1 1700000000 # {t="1"} 1\n', "t")
+    assert [1700000000.0] == exemplar.timestamps

@@ -143,7 +143,8 @@ _LABEL_PAIR = re.compile(rf'({_LNAME})[ \t]*+=[ \t]*+"([^"\\\n]*+(?:\\.[^"\\\n]*
 _UNESCAPE = re.compile(r"\\(.)")
 _UNESCAPED = {"\\": "\\", '"': '"', "n": "\n"}
 _EOF_LINE = re.compile(r"#[ \t]++EOF[ \t]*+\r?")
-_CREATED = re.compile(r"\n[ \t]*[a-zA-Z_:][a-zA-Z0-9_:]*_created[{ \t]")  # not possessive!
+_CREATED = re.compile(r"\n[ \t]*([a-zA-Z_:][a-zA-Z0-9_:]*_created)[{ \t]")  # not possessive!
+_TYPED = re.compile(r"^#[ \t]+TYPE[ \t]+([a-zA-Z_:][a-zA-Z0-9_:]*)[ \t]", re.MULTILINE)
 _DCGM_PREFIXES = ("DCGM_", "dcgm_")
 _INF = float("inf")
 _NAN = float("nan")
@@ -153,6 +154,11 @@ _NAN = float("nan")
 Row = tuple[str, ...]
 _NAME_AT = re.compile(_NAME)
 _LABELS_AT = re.compile(_LABELS)
+# a sample line's exemplar: where `` # {`` follows the value (and timestamp), not a label value
+_EXEMPLAR_AT = re.compile(
+    rf"^{_PAD}{_NAME}(?:{_LABELS})?+{_BLANKS}{_NUMBER}(?:{_BLANKS}{_TS_S})?+{_BLANKS}#{_BLANKS}\{{",
+    re.MULTILINE,
+)
 NUMBER_PATTERN = re.compile(_NUMBER)  # a sample value (fullmatch)
 _TS_MS_FULL = re.compile(_TS_MS)
 SECONDS_PATTERN = re.compile(_TS_S)  # an OpenMetrics timestamp (fullmatch)
@@ -200,12 +206,20 @@ def _ends_with_eof(text: str) -> bool:
 
 
 def _looks_like_openmetrics(text: str) -> bool:
-    """Any OpenMetrics-only syntax: ``# EOF`` or ``# UNIT`` lines, exemplars, ``_created``."""
+    """Any OpenMetrics-only syntax: ``# EOF`` or ``# UNIT`` lines, an exemplar after a
+    sample's value (not `` # {`` inside a label value), a ``*_created`` sample that no
+    ``# TYPE`` line declares under that name (kube-state-metrics' ``kube_pod_created`` gauge
+    is Prometheus text; an OpenMetrics counter's ``_created`` belongs to its family's TYPE)."""
     if "# EOF" in text and _find_eof(text) >= 0:
         return True
-    if text.startswith("# UNIT") or "\n# UNIT" in text or " # {" in text:
+    if text.startswith("# UNIT") or "\n# UNIT" in text:
         return True
-    return "_created" in text and _CREATED.search("\n" + text) is not None
+    if " # {" in text and _EXEMPLAR_AT.search(text) is not None:
+        return True
+    if "_created" not in text:
+        return False
+    created = {m.group(1) for m in _CREATED.finditer("\n" + text)}
+    return bool(created - set(_TYPED.findall(text)))
 
 
 def _find_eof(text: str) -> int:
