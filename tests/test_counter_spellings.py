@@ -6,6 +6,7 @@ gets it: the three dump formats here, and scrapes, which index their samples the
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
@@ -13,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Literal
 
+import httpx
 import pytest
 from e2e.procs import promtool_backfill, require_tool
 
@@ -24,10 +26,12 @@ from detector.config import (
     load_xid_catalog,
     other_spelling,
 )
-from detector.ingest import load_events
+from detector.ingest import Scraper, load_events
+from detector.ingest.targets import make_target
 from detector.pipeline import build_pipeline
 from detector.replay import dump_frames, run_replay
 from detector.series import LabelRules, SeriesIndex
+from detector.signals import SignalMap
 from detector.sim import FailureSpec, Scenario, write_dump
 
 SCENARIO = Scenario(
@@ -239,3 +243,48 @@ def test_promtool_backfills_the_strict_dump_and_its_tsdb_replays_alike(
     assert '__name__="DCGM_FI_DEV_PCIE_REPLAY_COUNTER_total"' in dumped.stdout
     columns, _ = _replay(back, events, tmp_path / "back.csv")
     assert _replay(*dumps["bare"], tmp_path / "bare.csv")[0] == columns
+
+
+def _dcgm_page(node: str, count: int, *, strict: bool) -> str:
+    """A GPU's counters as dcgm-exporter writes them (bare) or strict OpenMetrics."""
+    suffix = "_total" if strict else ""
+    labels = f'gpu="0",UUID="GPU-{node}",Hostname="{node}"'
+    lines = []
+    for family in ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_FOO_ERROR_COUNT"):
+        lines += [f"# TYPE {family} counter", f"{family}{suffix}{{{labels}}} {count}"]
+    lines += ["# TYPE DCGM_FI_DEV_GPU_TEMP gauge", f"DCGM_FI_DEV_GPU_TEMP{{{labels}}} 40"]
+    return "\n".join([*lines, "# EOF"] if strict else lines) + "\n"
+
+
+async def test_a_cluster_scraped_in_both_spellings_has_one_signal_per_counter() -> None:
+    """Scraped live, one node's exporter bare and the other's strict OpenMetrics: each counter
+    is one signal over both nodes (its rule's, or for one no rule names its family), rated
+    alike, so the two GPUs are peers."""
+    counts = iter([100, 100, 130, 130])  # per scrape: gpu-01, gpu-02; 30 more 15 s later
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        strict = request.url.host == "gpu-02"
+        return httpx.Response(200, text=_dcgm_page(request.url.host, next(counts), strict=strict))
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    targets = [make_target(f"http://{host}:9400/metrics") for host in ("gpu-01", "gpu-02")]
+    index = SeriesIndex()
+    signals = SignalMap(load_signal_rules(), index)
+    async with Scraper(client, timeout_s=5.0, jitter_fraction=0.0) as scraper:
+        for t in (1000.0, 1015.0):
+            round_ = await asyncio.wait_for(scraper.scrape_all(targets, index, t), 30.0)
+            out = signals.compute(t, round_.frame.values)
+    rates = {
+        (name, node, gpu): float(out[i])
+        for i in range(len(signals))
+        for name, node, gpu, series in [signals.column_names(i)]
+        if series >= 0 and gpu is not None
+    }
+    assert {
+        ("pcie_replay", "gpu-01", "0"): 2.0,
+        ("pcie_replay", "gpu-02", "0"): 2.0,
+        ("DCGM_FI_DEV_FOO_ERROR_COUNT", "gpu-01", "0"): 2.0,
+        ("DCGM_FI_DEV_FOO_ERROR_COUNT", "gpu-02", "0"): 2.0,
+        ("gpu_temp", "gpu-01", "0"): 40.0,
+        ("gpu_temp", "gpu-02", "0"): 40.0,
+    } == rates
