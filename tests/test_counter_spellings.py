@@ -18,6 +18,7 @@ import httpx
 import pytest
 from e2e.procs import promtool_backfill, require_tool
 
+from detector.cli.main import main
 from detector.config import (
     counter_family,
     export_pattern,
@@ -288,3 +289,26 @@ async def test_a_cluster_scraped_in_both_spellings_has_one_signal_per_counter() 
         ("gpu_temp", "gpu-01", "0"): 40.0,
         ("gpu_temp", "gpu-02", "0"): 40.0,
     } == rates
+
+
+def test_simulate_writes_strict_openmetrics_and_replay_finds_the_same_signals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`detector simulate --counter-names openmetrics` writes X_total counters; `detector
+    replay` of it reports the same named signals found, and the same report, as of the
+    exporters' own spelling."""
+    simulate = ["simulate", "--nodes", "3", "--gpus", "2", "--days", "0.05", "--seed", "7"]
+    found = {}
+    for spelling in ("exporters", "openmetrics"):
+        dump, events = tmp_path / f"{spelling}.om", tmp_path / f"{spelling}.jsonl"
+        argv = [*simulate, "--counter-names", spelling, "--out", str(dump), "--events", str(events)]
+        assert 0 == main(argv)
+        report = tmp_path / f"{spelling}.json"
+        argv = ["replay", str(dump), "--events", str(events), "--report-json", str(report)]
+        capsys.readouterr()
+        assert 0 == main([*argv, "--quiet"])
+        lines = [line for line in capsys.readouterr().out.splitlines() if "signals:" in line]
+        found[spelling] = (lines, json.loads(report.read_text()))
+    assert "DCGM_FI_DEV_PCIE_REPLAY_COUNTER_total{" in (tmp_path / "openmetrics.om").read_text()
+    assert 1 == len(found["exporters"][0])
+    assert found["exporters"] == found["openmetrics"]

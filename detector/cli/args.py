@@ -259,6 +259,14 @@ def build_parser() -> argparse.ArgumentParser:
         "NVLink-error and throttle-violation counters off), 'all' with those on too, as in "
         "the built-in cluster of replay (default: %(default)s)",
     )
+    sp.add_argument(
+        "--counter-names",
+        choices=("exporters", "bare", "openmetrics"),
+        default="exporters",
+        help="how the dump spells counters: as the exporters do (dcgm-exporter's bare, "
+        "node-exporter's with _total), all 'bare', or strict 'openmetrics' (# TYPE X counter, "
+        "X_total samples); replay reads all three alike (default: %(default)s)",
+    )
     sp.add_argument("--serve", action="store_true", help="serve live exporters over HTTP instead")
     sp.add_argument(
         "--port",
