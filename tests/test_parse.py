@@ -322,3 +322,49 @@ def test_rendered_samples_parse_back(
     assert [] == exp.errors
     expected = [(n, tuple(sorted(lab.items())), _value(v)) for n, lab, v in series]
     assert expected == [(s.name, s.labels, _value(s.value)) for s in iter_samples(exp)]
+
+
+# --- every valid line other parsers accept ------------------------------------------------
+
+
+def test_every_metric_type_of_both_formats_is_a_valid_type_line() -> None:
+    """All nine TYPE words parse, gaugehistogram too (gauge is a prefix of it)."""
+    kinds = ["counter", "gauge", "gaugehistogram", "histogram", "summary"]
+    kinds += ["untyped", "unknown", "info", "stateset"]
+    text = "".join(f"# TYPE m{i} {kind}\nm{i} 1\n" for i, kind in enumerate(kinds))
+    exp = parse_exposition(text, "t")
+    assert [] == exp.errors
+    assert {f"m{i}": kind for i, kind in enumerate(kinds)} == exp.types
+
+
+def test_a_backslash_before_any_other_character_is_kept_as_written() -> None:
+    """`\\t`, `\\d`, `\\\\` then `t`: Prometheus and prometheus_client keep `\\x` as written."""
+    text = 'm{path="C:\\dir\\tmp",re="\\d+",both="\\\\t"} 1\n'
+    exp = parse_exposition(text, "t")
+    assert [] == exp.errors
+    labels = (("both", "\\t"), ("path", "C:\\dir\\tmp"), ("re", "\\d+"))
+    assert ("m", labels) == split_series(exp.keys[0])
+    assert _reference(prom_reference(text)) == _ours(exp)
+
+
+def test_openmetrics_timestamps_with_exponents_are_seconds() -> None:
+    """`1.7e9` is a valid OpenMetrics timestamp (Prometheus reads it so; prometheus_client
+    misreads it, so the generated differential tests leave exponents out)."""
+    exp = parse_exposition("# TYPE a gauge\na 1 1.7e9\na 2 17E8\n# EOF\n", "t")
+    assert [] == exp.errors
+    assert [1.7e9, 1.7e9] == exp.timestamps
+
+
+def test_prometheus_text_is_not_taken_for_openmetrics_by_look_alikes() -> None:
+    """Timestamps stay milliseconds when ` # {` is inside a label value (no exemplar) and
+    when a `*_created` series is a declared gauge (kube-state-metrics' kube_pod_created)."""
+    for text in (
+        'a{x="p # {q"} 1 1700000000000\nb 2 1700000000000\n',
+        '# TYPE kube_pod_created gauge\nkube_pod_created{pod="p"} 1.7e9 1700000000000\n',
+    ):
+        exp = parse_exposition(text, "t")
+        assert [] == exp.errors
+        assert {1700000000.0} == set(exp.timestamps), text
+        assert _reference(prom_reference(text)) == _with_total(exp, _ours(exp))
+    exemplar = parse_exposition('x_total{a="}"} 1 1700000000 # {t="1"} 1\n', "t")
+    assert [1700000000.0] == exemplar.timestamps

@@ -212,7 +212,8 @@ def test_presence_ignores_xid_series_that_come_and_go() -> None:
 
 
 def test_named_default_ignored_and_truth_series() -> None:
-    """Named rules win, unnamed numeric series get the default rule, XID and ignored are skipped."""
+    """Named rules win, unnamed numeric series get the default rule (a counter as its family,
+    without _total), XID and ignored are skipped."""
     cluster = Cluster()
     cluster.tick(
         0,
@@ -228,7 +229,7 @@ def test_named_default_ignored_and_truth_series() -> None:
     assert {
         "gpu_temp",
         "DCGM_FI_DEV_ENC_UTIL",
-        "node_context_switches_total",
+        "node_context_switches",
         "health_series_missing_fraction",
         "health_gpu_count",
         "health_targets_frozen_fraction",
@@ -246,7 +247,7 @@ def test_default_counter_is_rated_and_can_be_disabled() -> None:
     key = ("node_context_switches_total", (("instance", "n1:9100"),))
     cluster.tick(0, {key: 100.0})
     out = cluster.tick(10, {key: 200.0})
-    assert 10.0 == out[cluster.column("node_context_switches_total")]
+    assert 10.0 == out[cluster.column("node_context_switches")]
     catalog = node_level_defaults()
     off = catalog.model_copy(
         update={"default_rule": catalog.default_rule.model_copy(update={"enabled": False})}
@@ -322,7 +323,7 @@ def test_layout_is_consistent() -> None:
 def test_hashed_gpu_numbers_are_the_same_in_every_process() -> None:
     """A non-numeric GPU label maps to the same int in a process with another str-hash seed
     (a stable hash, not Python's salted hash()), so a restarted daemon numbers GPUs alike."""
-    code = "from detector.signal_columns import gpu_number; print(gpu_number('nvidia7'))"
+    code = "from detector.signals.columns import gpu_number; print(gpu_number('nvidia7'))"
     seed = "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1"  # not this process's seed
     env = {**os.environ, "PYTHONHASHSEED": seed}
     other = subprocess.run(

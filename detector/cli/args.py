@@ -288,6 +288,14 @@ def build_parser() -> argparse.ArgumentParser:
         "stderr; node and GPU default to a choice fixed by --seed; repeatable, replaces "
         "--failures (e.g. 2m:79 or 5m:79@node-03/2)",
     )
+    sp.add_argument(
+        "--counter-names",
+        choices=("exporters", "bare", "openmetrics"),
+        default="exporters",
+        help="how the dump spells counters: as the exporters do (dcgm-exporter's bare, "
+        "node-exporter's with _total), all 'bare', or strict 'openmetrics' (# TYPE X counter, "
+        "X_total samples); replay reads all three alike (default: %(default)s)",
+    )
     sp.add_argument("--serve", action="store_true", help="serve live exporters over HTTP instead")
     sp.add_argument(
         "--speed",

@@ -298,7 +298,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if args.out is None or args.events is None:
         raise ConfigError("simulate: give --out DUMP and --events EVENTS (or --serve)")
     check_output(args.out, args.events)
-    write_dump(scenario, args.out, args.events)
+    write_dump(scenario, args.out, args.events, counter_names=args.counter_names)
     print(f"wrote {args.out} and {args.events}")
     return 0
 

@@ -3,7 +3,15 @@
 from .calibration_file import Achieved, Calibration, FittedOn, load_calibration, save_calibration
 from .load import describe_config, load_config
 from .reference import config_reference, undescribed_fields
-from .rules import SignalCatalog, XidCatalog, export_pattern, load_signal_rules, load_xid_catalog
+from .rules import (
+    SignalCatalog,
+    XidCatalog,
+    counter_family,
+    export_pattern,
+    load_signal_rules,
+    load_xid_catalog,
+    other_spelling,
+)
 from .schema import (
     DEFAULT_THRESHOLD,
     ActionsConfig,
@@ -34,12 +42,14 @@ __all__ = [
     "SignalCatalog",
     "XidCatalog",
     "config_reference",
+    "counter_family",
     "describe_config",
     "export_pattern",
     "load_calibration",
     "load_config",
     "load_signal_rules",
     "load_xid_catalog",
+    "other_spelling",
     "save_calibration",
     "undescribed_fields",
 ]

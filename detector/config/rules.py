@@ -7,6 +7,16 @@ Matching contract (``SignalCatalog.classify``): a metric named by a rule (exact 
 the first rule whose ``pattern`` fully matches, rules in file order) belongs to that rule, even
 if it also matches ``ignore``; otherwise an ignored metric is never scored; otherwise the
 ``default_rule`` scores it (level for gauges, rate for counters) unless it is disabled.
+
+Counters have two spellings: OpenMetrics names a counter family ``X`` and its samples
+``X_total`` (so does Prometheus when it scrapes OpenMetrics, and so do strict OpenMetrics
+dumps), while dcgm-exporter's text names its counters bare. Every lookup here (rules, ignore,
+XID sources, the export selector) is by the name as spelled first, then by its other spelling
+(``other_spelling``: ``_total`` added or removed), so a rule naming ``X`` reads ``X_total`` and a
+rule naming ``X_total`` reads bare ``X``, whichever path the samples came by (scrape, any dump
+format). A rule's signal keeps the rule's name; a metric no rule names is the signal of its
+family (``default_signal_name``: the name without ``_total``), so a cluster whose exporters
+spell a counter both ways has one signal for it.
 """
 
 from __future__ import annotations
@@ -63,6 +73,23 @@ PRESENCE_SIGNALS: dict[str, Entity] = {
     "health_targets_frozen_fraction": "node",
 }
 DEFAULT_SCORERS: tuple[ScorerName, ...] = ("zscore", "changepoint", "peers")
+
+
+COUNTER_SUFFIX = "_total"
+
+
+def other_spelling(metric: str) -> str:
+    """``metric`` as the other spelling of a counter: without the OpenMetrics ``_total``
+    suffix when it has it, with it when it has not."""
+    if metric.endswith(COUNTER_SUFFIX):
+        return metric[: -len(COUNTER_SUFFIX)]
+    return metric + COUNTER_SUFFIX
+
+
+def counter_family(metric: str) -> str:
+    """The family a sample name belongs to as a counter: the name without ``_total``. Both
+    spellings of a counter give the same family."""
+    return metric.removesuffix(COUNTER_SUFFIX)
 
 
 def _compile(pattern: str) -> re.Pattern[str]:
@@ -205,20 +232,31 @@ class SignalCatalog(_Strict):
         return tables
 
     def rule_for(self, metric: str) -> SignalRule | None:
-        """The first rule (file order) naming ``metric`` exactly or by pattern, else None."""
+        """The first rule (file order) naming ``metric`` exactly or by pattern as it is
+        spelled, else the first naming its other spelling (``other_spelling``), else None."""
         tables = self._lookup()
+        best = self._first_rule(tables, metric)
+        if best == len(self.signals):
+            best = self._first_rule(tables, other_spelling(metric))
+        return self.signals[best] if best < len(self.signals) else None
+
+    def _first_rule(self, tables: _Tables, metric: str) -> int:
+        """Index of the first rule naming ``metric`` as spelled; len(signals) for none."""
         best = tables.exact.get(metric, len(self.signals))
         for i, pattern in tables.patterns:
             if i >= best:
                 break
             if pattern.fullmatch(metric):
-                best = i
-                break
-        return self.signals[best] if best < len(self.signals) else None
+                return i
+        return best
 
     def is_ignored(self, metric: str) -> bool:
+        """Whether ``ignore`` names ``metric`` in either spelling (``other_spelling``)."""
         ignore = self._lookup().ignore
-        return ignore is not None and ignore.fullmatch(metric) is not None
+        if ignore is None:
+            return False
+        spellings = (metric, other_spelling(metric))
+        return any(ignore.fullmatch(name) is not None for name in spellings)
 
     def is_counter(self, metric: str, declared_type: str | None = None) -> bool:
         """Counters are rated by the default rule: declared type, _total suffix or pattern."""
@@ -228,6 +266,11 @@ class SignalCatalog(_Strict):
             return True
         counter = self._lookup().counter
         return counter is not None and counter.fullmatch(metric) is not None
+
+    def default_signal_name(self, metric: str) -> str:
+        """The signal a metric no rule names is scored as: its family (``counter_family``),
+        one name for both spellings of a counter."""
+        return counter_family(metric)
 
     def classify(self, metric: str) -> SignalRule | Literal["ignore", "default", "off"]:
         """The rule scoring ``metric``; "ignore", "default", or "off" (default rule disabled)."""
@@ -321,6 +364,16 @@ class XidCatalog(_Strict):
     def model_post_init(self, context: Any, /) -> None:
         self._by_code.update({rule.code: rule for rule in self.xids})
 
+    def source_kind(self, metric: str) -> Literal["gauge", "count"] | None:
+        """Whether ``sources`` name ``metric`` (either spelling, ``other_spelling``) as the
+        sticky XID gauge or the windowed XID count; None when they do not."""
+        for name in (metric, other_spelling(metric)):
+            if name in self.sources.gauge_metrics:
+                return "gauge"
+            if name in self.sources.count_metrics:
+                return "count"
+        return None
+
     def get(self, code: int) -> XidRule | None:
         return self._by_code.get(code)
 
@@ -388,7 +441,8 @@ def export_pattern(signals: SignalCatalog, xids: XidCatalog) -> str:
     DCGM field (GPU series no rule names are still compared with their peers) and the series
     that name hosts and pods. An export selected by it (``{__name__=~"..."}``) replays as the
     whole Prometheus would, without node-exporter's thousands of series no rule reads; with
-    ``default_rule.node_level`` on, every ``node_`` series too."""
+    ``default_rule.node_level`` on, every ``node_`` series too. Each name and pattern admits
+    both spellings of a counter (``both_spellings``), as the rules read both."""
     broad = list(_EXPORT_ALWAYS)
     if signals.default_rule.enabled and signals.default_rule.node_level:
         broad.append("node_.*")
@@ -401,5 +455,52 @@ def export_pattern(signals: SignalCatalog, xids: XidCatalog) -> str:
     names.extend((*xids.sources.gauge_metrics, *xids.sources.count_metrics))
     # metric names are [a-zA-Z_:][a-zA-Z0-9_:]*: nothing to escape; a name a broad pattern
     # covers (every DCGM field) is left out
-    named = [n for n in names if not covered.fullmatch(n)]
+    named = [both_spellings(n) for n in names if not covered.fullmatch(n)]
     return "|".join(dict.fromkeys([*broad, *named]))
+
+
+_PLAIN_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+
+
+def both_spellings(pattern: str) -> str:
+    """A regular expression (RE2 and Python) for what ``pattern``, a metric name or a rule's
+    pattern, names in either spelling of a counter (``other_spelling``): ``X`` and ``X_total``
+    for a name, each top-level alternative with an optional ``_total`` (one that ends in the
+    literal ``_total`` with it optional instead). Exact for names and for patterns whose
+    ``_total`` ends an alternative; a pattern with ``_total`` inside a group
+    (``a_(b_total|c_total)``) admits the bare spelling only as far as the rest allows."""
+    if _PLAIN_NAME.fullmatch(pattern):
+        return f"{counter_family(pattern)}(?:{COUNTER_SUFFIX})?"
+    out = []
+    for alternative in _alternatives(pattern):
+        body = alternative.removesuffix(COUNTER_SUFFIX)
+        if body != alternative and not body.endswith("\\"):
+            out.append(f"{body}(?:{COUNTER_SUFFIX})?")
+        else:
+            out.append(f"(?:{alternative})(?:{COUNTER_SUFFIX})?")
+    return "|".join(out)
+
+
+def _alternatives(pattern: str) -> list[str]:
+    """The top-level alternatives of a regular expression (``|`` outside groups and classes)."""
+    parts: list[str] = []
+    depth, start, i, in_class = 0, 0, 0, False
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "|" and depth == 0:
+            parts.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    parts.append(pattern[start:])
+    return parts

@@ -7,10 +7,12 @@ Contract
     SECONDS or None, ``types`` the declared ``# TYPE`` per family. Keys stay raw: label parsing
     is the slow part, so it happens only in :func:`split_series`, once per new key (cached).
 
-    Syntax is checked strictly (metric and label names, quoting and escapes ``\\\\ \\" \\n``,
-    numbers, ``# TYPE``/``# HELP``/``# UNIT``/``# EOF`` lines, exemplars), but a bad line is
-    never fatal: it becomes a :class:`~detector.errors.ParseError` (source, line number,
-    content, reason) in ``Exposition.errors`` and the lines around it are kept.
+    Syntax is checked strictly (metric and label names, quoting and escapes: ``\\\\ \\" \\n`` are
+    unescaped, a backslash before any other character is kept as written, as Prometheus and
+    prometheus_client keep it; numbers; ``# TYPE``/``# HELP``/``# UNIT``/``# EOF`` lines, every
+    type of both formats; exemplars), but a bad line is never fatal: it becomes a
+    :class:`~detector.errors.ParseError` (source, line number, content, reason) in
+    ``Exposition.errors`` and the lines around it are kept.
     Tolerated because real exporters emit them: missing HELP/TYPE, unknown ``#`` comments,
     blank lines, CRLF, leading/trailing blanks, ``NaN``/``+Inf``/``-Inf`` in any case, counters
     with or without ``_total``. Exemplars (`` # {labels} value [ts]``) are checked and dropped.
@@ -74,7 +76,9 @@ SPLIT_CACHE_KEYS = 1 << 14
 # keeps every pattern linear on hostile input (no two adjacent optional blank runs either).
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*+"
 _LNAME = r"[a-zA-Z_][a-zA-Z0-9_]*+"
-_LVALUE = r'"[^"\\\n]*+(?:\\[\\"n][^"\\\n]*+)*+"'
+# A backslash escapes any character: \\ \" \n are unescaped, any other pair is kept as
+# written (as Prometheus and prometheus_client keep it).
+_LVALUE = r'"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"'
 # Optional parts are possessive too (?+): a number is always followed by a blank, '#' or the
 # line end, never by '.', 'e', a digit or a sign, so giving an optional part back cannot help,
 # and sre runs a possessive optional group without the backtracking bookkeeping (~6% faster).
@@ -85,7 +89,9 @@ _NUMBER = (
 )
 _TS_MS = r"[-+]?\d++"  # Prometheus text: integer milliseconds
 _TS_S = rf"[-+]?+(?:\d++(?:\.\d*+)?+{_EXP}|\.\d++{_EXP})"  # OpenMetrics: seconds
-_TYPES = "counter|gauge|histogram|summary|untyped|unknown|info|stateset|gaugehistogram"
+# Longest first where one type is a prefix of another (gaugehistogram, gauge): the line's
+# grammar is possessive, so a shorter alternative that matched is never given back.
+_TYPES = "counter|gaugehistogram|gauge|histogram|summary|untyped|unknown|info|stateset"
 _KEYWORDS = r"(?:TYPE|HELP|UNIT|EOF)(?:[ \t]|\r?$)"
 _BLANKS = r"[ \t]++"  # a separator, in the tolerant grammar
 _PAD = r"[ \t]*+"  # optional blanks, in the tolerant grammar
@@ -137,7 +143,8 @@ _LABEL_PAIR = re.compile(rf'({_LNAME})[ \t]*+=[ \t]*+"([^"\\\n]*+(?:\\.[^"\\\n]*
 _UNESCAPE = re.compile(r"\\(.)")
 _UNESCAPED = {"\\": "\\", '"': '"', "n": "\n"}
 _EOF_LINE = re.compile(r"#[ \t]++EOF[ \t]*+\r?")
-_CREATED = re.compile(r"\n[ \t]*[a-zA-Z_:][a-zA-Z0-9_:]*_created[{ \t]")  # not possessive!
+_CREATED = re.compile(r"\n[ \t]*([a-zA-Z_:][a-zA-Z0-9_:]*_created)[{ \t]")  # not possessive!
+_TYPED = re.compile(r"^#[ \t]+TYPE[ \t]+([a-zA-Z_:][a-zA-Z0-9_:]*)[ \t]", re.MULTILINE)
 _DCGM_PREFIXES = ("DCGM_", "dcgm_")
 _INF = float("inf")
 _NAN = float("nan")
@@ -147,6 +154,11 @@ _NAN = float("nan")
 Row = tuple[str, ...]
 _NAME_AT = re.compile(_NAME)
 _LABELS_AT = re.compile(_LABELS)
+# a sample line's exemplar: where `` # {`` follows the value (and timestamp), not a label value
+_EXEMPLAR_AT = re.compile(
+    rf"^{_PAD}{_NAME}(?:{_LABELS})?+{_BLANKS}{_NUMBER}(?:{_BLANKS}{_TS_S})?+{_BLANKS}#{_BLANKS}\{{",
+    re.MULTILINE,
+)
 NUMBER_PATTERN = re.compile(_NUMBER)  # a sample value (fullmatch)
 _TS_MS_FULL = re.compile(_TS_MS)
 SECONDS_PATTERN = re.compile(_TS_S)  # an OpenMetrics timestamp (fullmatch)
@@ -194,12 +206,20 @@ def _ends_with_eof(text: str) -> bool:
 
 
 def _looks_like_openmetrics(text: str) -> bool:
-    """Any OpenMetrics-only syntax: ``# EOF`` or ``# UNIT`` lines, exemplars, ``_created``."""
+    """Any OpenMetrics-only syntax: ``# EOF`` or ``# UNIT`` lines, an exemplar after a
+    sample's value (not `` # {`` inside a label value), a ``*_created`` sample that no
+    ``# TYPE`` line declares under that name (kube-state-metrics' ``kube_pod_created`` gauge
+    is Prometheus text; an OpenMetrics counter's ``_created`` belongs to its family's TYPE)."""
     if "# EOF" in text and _find_eof(text) >= 0:
         return True
-    if text.startswith("# UNIT") or "\n# UNIT" in text or " # {" in text:
+    if text.startswith("# UNIT") or "\n# UNIT" in text:
         return True
-    return "_created" in text and _CREATED.search("\n" + text) is not None
+    if " # {" in text and _EXEMPLAR_AT.search(text) is not None:
+        return True
+    if "_created" not in text:
+        return False
+    created = {m.group(1) for m in _CREATED.finditer("\n" + text)}
+    return bool(created - set(_TYPED.findall(text)))
 
 
 def _find_eof(text: str) -> int:
@@ -406,7 +426,7 @@ def _diagnose(line: str, openmetrics: bool) -> str:
     if rest.startswith("{"):
         labels = _LABELS_AT.match(rest)
         if labels is None:
-            return 'invalid label set: expected {name="value",...} (escapes \\\\ \\" \\n only)'
+            return 'invalid label set: expected {name="value",...}'
         rest = rest[labels.end() :]
     if rest[:1] not in (" ", "\t"):
         return "expected a blank between the series and its value"

@@ -42,8 +42,6 @@ class XidExtractor:
     def __init__(self, index: SeriesIndex, catalog: XidCatalog) -> None:
         self.index = index
         self.catalog = catalog
-        self._gauges = set(catalog.sources.gauge_metrics)
-        self._counts = set(catalog.sources.count_metrics)
         self._synced = 0
         self._columns: list[int] = []
         self._kind: list[int] = []
@@ -76,9 +74,10 @@ class XidExtractor:
     def _sync(self) -> None:
         infos = self.index.infos
         for info in infos[self._synced :]:
-            if info.metric in self._gauges or info.metric in self._counts:
+            kind = self.catalog.source_kind(info.metric)  # either spelling of a counter
+            if kind is not None:
                 self._columns.append(info.column)
-                self._kind.append(_GAUGE if info.metric in self._gauges else _COUNT)
+                self._kind.append(_GAUGE if kind == "gauge" else _COUNT)
                 self._label_code.append(self._label_code_of(info))
                 self._infos.append(info)
         self._synced = len(infos)

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..config import SignalCatalog
+from ..config import SignalCatalog, counter_family, other_spelling
 from ..model import DCGM_BLANK_THRESHOLD, BoolArray, ColumnLayout, FloatArray, IntArray, SeriesInfo
 from ..series import SeriesIndex, without
 from .columns import FROZEN, GPU_COUNT, LEVEL, MISSING, RATE, RATIO, TRANSFORM, SignalColumns
@@ -263,6 +263,8 @@ class SignalMap:
         """Pair ratio columns with their denominator series once those are in the index."""
         for col, (metric, labels) in list(self._unresolved.items()):
             found = self.index.column_of(metric, labels)
+            if found is None:  # the counter spelled the other way (rules.other_spelling)
+                found = self.index.column_of(other_spelling(metric), labels)
             if found is not None:
                 self.columns.denom[col] = found
                 del self._unresolved[col]
@@ -289,10 +291,13 @@ class SignalMap:
         # its window): they are ground truth, not telemetry a GPU loses, so presence skips them.
         truth = not isinstance(verdict, str) and verdict.truth is not None
         self._series_gpu_entity.append(-1 if truth else entity)
+        # one slot for both spellings of a counter: a series renamed X -> X_total (its
+        # scrape turned OpenMetrics) replaces its predecessor
+        family = counter_family(info.metric)
         slot = (
             -1
             if truth or entity < 0
-            else self._slot_ids.setdefault((entity, info.metric), len(self._slot_ids))
+            else self._slot_ids.setdefault((entity, family), len(self._slot_ids))
         )
         self._series_slot.append(slot)
         if verdict in ("ignore", "off"):
@@ -309,7 +314,7 @@ class SignalMap:
                 info,
                 info.column,
                 kind,
-                info.metric,
+                self.catalog.default_signal_name(info.metric),
                 info.gpu or None,
                 direction=rule.direction,
                 weight=rule.weight,

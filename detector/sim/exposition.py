@@ -8,6 +8,11 @@ nodes (``Scenario.shared_nodes``) and with a pod per GPU (``Scenario.pod_per_gpu
 GPUs' series carry the pod each GPU runs at each sample (``SimulatedCluster.pod_gpu_series``):
 which GPUs are peers changes with it, and a replay follows it. The ground-truth
 events go to JSONL ({"time","node","gpu","xid","end"?}, ARCHITECTURE.md).
+
+``counter_names`` spells the counters: as the simulated exporters do ("exporters":
+dcgm-exporter's bare, node-exporter's with ``_total``), all bare ("bare": the dump a
+pipeline that drops the suffix writes), or as strict OpenMetrics does ("openmetrics":
+``# TYPE X counter`` then ``X_total`` samples, dcgm's too). A replay reads all three alike.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TextIO
+from typing import Literal, TextIO
 
 import numpy as np
 
@@ -37,18 +42,35 @@ def write_events(events: Iterable[XidEvent], out: TextIO) -> int:
     return count
 
 
-def write_dump(scenario: Scenario, dump_path: Path | str, events_path: Path | str) -> int:
-    """Simulate ``scenario`` into an OpenMetrics dump and an events JSONL; returns samples."""
+CounterNames = Literal["exporters", "bare", "openmetrics"]
+
+
+def write_dump(
+    scenario: Scenario,
+    dump_path: Path | str,
+    events_path: Path | str,
+    *,
+    counter_names: CounterNames = "exporters",
+) -> int:
+    """Simulate ``scenario`` into an OpenMetrics dump and an events JSONL; returns samples.
+    ``counter_names``: how counters are spelled (module docstring)."""
     cluster = SimulatedCluster(scenario)
     series = cluster.series()
     types = {fam.name: fam.kind for fam in cluster.families}
+    renamed: dict[str, str] = {}
+    if counter_names == "bare":
+        counters = [name for name, kind in types.items() if kind == "counter"]
+        renamed = {name: name.removesuffix("_total") for name in counters}
+        types.update(dict.fromkeys(renamed.values(), "counter"))
     with_pods = {c: where for where, cols in cluster.pod_gpu_series().items() for c in cols}
     samples = 0
-    with OpenMetricsWriter(Path(dump_path), types) as writer:
+    strict = counter_names == "openmetrics"
+    with OpenMetricsWriter(Path(dump_path), types, total_suffix=strict) as writer:
         for k, (t, values) in enumerate(cluster.frames()):
             pods = cluster.followed_pods(k)
             for column in np.flatnonzero(~np.isnan(values)).tolist():
                 name, labels = series[column]
+                name = renamed.get(name, name)
                 where = with_pods.get(column)
                 if where is not None:
                     labels = with_pod(labels, pods[where])

@@ -11,7 +11,9 @@ Output contract (what promtool needs, checked against the real binary in the tes
 - types are only claimed when OpenMetrics allows them for the sample names at hand: ``gauge``
   as declared; ``counter`` only for ``<family>_total`` samples (family = name without
   ``_total``); everything else (histogram and summary parts, counters without ``_total``,
-  untyped) is ``unknown`` under its own sample name, which loses no data.
+  untyped) is ``unknown`` under its own sample name, which loses no data. With
+  ``total_suffix`` a counter declared without ``_total`` (dcgm-exporter's names) is written as
+  strict OpenMetrics names it: ``# TYPE X counter`` and ``X_total`` samples.
 
 Samples may arrive in any order. Memory stays bounded: samples are buffered and, past
 ``spill_samples``, appended to one binary spill file per metric name in a temporary directory;
@@ -65,7 +67,9 @@ class OpenMetricsWriter:
     """Streaming writer of one dump file; use as a context manager (see module docstring).
 
     ``types`` maps metric family (or sample) names to their Prometheus type, as in
-    ``Exposition.types``. On an exception inside the ``with`` block nothing is written.
+    ``Exposition.types``. ``total_suffix``: samples of a counter named without ``_total`` are
+    renamed ``<name>_total`` (strict OpenMetrics; see the module docstring). On an exception
+    inside the ``with`` block nothing is written.
     """
 
     def __init__(
@@ -75,9 +79,11 @@ class OpenMetricsWriter:
         *,
         spill_samples: int = 1_000_000,
         spill_dir: Path | None = None,
+        total_suffix: bool = False,
     ) -> None:
         self.path = Path(path)
         self.types: dict[str, str] = dict(types or {})
+        self.total_suffix = total_suffix
         self.spill_samples = max(1, spill_samples)
         self._spill_parent = spill_dir
         self._spill: Path | None = None
@@ -110,9 +116,14 @@ class OpenMetricsWriter:
         sid = self._sid.get((name, labels))
         if sid is None:
             sid = self._sid[(name, labels)] = len(self._sid_text)
-            self._sid_name.append(self._names.setdefault(name, len(self._names)))
-            self._sid_text.append(series_text(name, labels))
+            written = name + "_total" if self.total_suffix and self._bare_counter(name) else name
+            self._sid_name.append(self._names.setdefault(written, len(self._names)))
+            self._sid_text.append(series_text(written, labels))
         return sid
+
+    def _bare_counter(self, name: str) -> bool:
+        """A counter's sample named without ``_total`` (its family is the name itself)."""
+        return not name.endswith("_total") and self.types.get(name) == "counter"
 
     def _append(self, sid: int, time: float | None, value: float) -> None:
         if time is None or time != time:
