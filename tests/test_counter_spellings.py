@@ -29,7 +29,7 @@ from detector.config import (
 )
 from detector.ingest import Scraper, load_events
 from detector.ingest.targets import make_target
-from detector.pipeline import build_pipeline
+from detector.loop import TickLoop
 from detector.replay import dump_frames, run_replay
 from detector.series import LabelRules, SeriesIndex
 from detector.signals import SignalMap
@@ -88,9 +88,10 @@ def _replay(dump: Path, events: Path, scores: Path) -> tuple[Counter[tuple[str, 
     """(signal columns as (signal, node, gpu) counts, report JSON) of one replay."""
     config = load_config(None, {})
     index = SeriesIndex(LabelRules.from_config(config.labels))
-    pipeline = build_pipeline(config, index, None)
+    loop = TickLoop.from_config(config, index)
+    pipeline = loop.pipeline
     result = run_replay(
-        pipeline,
+        loop,
         dump_frames([dump], index, None),
         events=load_events(events),
         scores_out=scores,
@@ -163,9 +164,9 @@ def test_tsdb_dump_and_json_of_strict_counters_read_the_rules(tmp_path: Path) ->
     for dump in (tsdb, matrix):
         config = load_config(None, {})
         index = SeriesIndex(LabelRules.from_config(config.labels))
-        pipeline = build_pipeline(config, index, None)
-        run_replay(pipeline, dump_frames([dump], index, None))
-        names = set(pipeline.signal_map.signal_names)
+        loop = TickLoop.from_config(config, index)
+        run_replay(loop, dump_frames([dump], index, None))
+        names = set(loop.pipeline.signal_map.signal_names)
         assert {"pcie_replay", "nfs_rpc_retransmissions"} <= names, dump.name
 
 
