@@ -1,6 +1,6 @@
 """NAB, cross-validated: how much of the best row's score survives choosing it on other files.
 
-    python bench/nab_cv.py --data ../shared/data/nab [--cache /tmp/nab-cv-cache]
+    python bench/nab_cv.py --data PATH/TO/NAB [--cache /tmp/nab-cv-cache]
 
 The fused NAB detectors were picked by their score on the whole corpus (bench/RESULTS.md
 "## NAB" counts the variants), so their corpus score is optimistic. This script replays the
@@ -269,7 +269,7 @@ def held_out(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", type=Path, required=True, help="NAB root (data/, labels/, ...)")
+    nab.add_data_argument(parser)
     parser.add_argument("--cache", type=Path, default=None, help="cache of per-file z scores")
     parser.add_argument("--forecasts", default="base", help=f"comma list of {list(FORECASTS)}")
     parser.add_argument(
@@ -296,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         help="candidate whose in-sample score is printed beside the CV",
     )
     args = parser.parse_args(argv)
+    args.data = nab.require_corpus(args.data)
 
     corpus = nab.load_corpus(args.data)
     profiles = nab_score.load_profiles(args.data / "config" / "profiles.json")

@@ -1,6 +1,6 @@
 """NAB: how much the whole file's value range is worth (a look-ahead our rules exclude).
 
-    python bench/nab_lookahead.py --data ../shared/data/nab --cache /tmp/nab-cv-cache
+    python bench/nab_lookahead.py --data PATH/TO/NAB --cache /tmp/nab-cv-cache
 
 NAB's detector base class hands every detector ``inputMin`` and ``inputMax``, the smallest
 and largest value of the WHOLE file, before the first row is streamed. The published leaders
@@ -98,9 +98,10 @@ def with_context(base: list[Components], ctx: list[FloatArray]) -> list[Componen
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", type=Path, required=True, help="NAB root (data/, labels/, ...)")
+    nab.add_data_argument(parser)
     parser.add_argument("--cache", type=Path, default=None, help="cache of per-file z scores")
     args = parser.parse_args(argv)
+    args.data = nab.require_corpus(args.data)
     corpus = nab.load_corpus(args.data)
     profiles = nab_score.load_profiles(args.data / "config" / "profiles.json")
     with multiprocessing.Pool(2) as pool:

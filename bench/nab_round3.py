@@ -1,6 +1,6 @@
 """NAB round 3: the structural variants scored against the labels, each judged cross-validated.
 
-    python bench/nab_round3.py --data ../shared/data/nab --cache /tmp/nab-cv-cache [--diagnose]
+    python bench/nab_round3.py --data PATH/TO/NAB --cache /tmp/nab-cv-cache [--diagnose]
 
 ``--diagnose`` prints the committed row's diagnosis instead (at its standard threshold: every
 missed window with what the series does there and each component's peak inside it, ungated
@@ -354,10 +354,11 @@ def diagnose(corpus: list[NabFile], base: list[Components], cost: nab_score.Cost
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", type=Path, required=True, help="NAB root (data/, labels/, ...)")
+    nab.add_data_argument(parser)
     parser.add_argument("--cache", type=Path, default=None, help="cache of per-file z scores")
     parser.add_argument("--diagnose", action="store_true", help="the committed row's misses/FPs")
     args = parser.parse_args(argv)
+    args.data = nab.require_corpus(args.data)
     corpus = nab.load_corpus(args.data)
     profiles = nab_score.load_profiles(args.data / "config" / "profiles.json")
     with multiprocessing.Pool(2) as pool:

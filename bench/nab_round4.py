@@ -1,6 +1,6 @@
 """NAB round 4: a periodic shape memory (PhaseShapeMemory), judged cross-validated.
 
-    python bench/nab_round4.py --data ../shared/data/nab --cache /tmp/nab-cv-cache [--calibration]
+    python bench/nab_round4.py --data PATH/TO/NAB --cache /tmp/nab-cv-cache [--calibration]
 
 ``--calibration`` prints label-free facts only (no label is read): how often the shape z
 exceeds 2..8 over the corpus's rows after each file's first 15 %, per category; its 99.9th
@@ -168,11 +168,12 @@ def variants(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", type=Path, required=True, help="NAB root (data/, labels/, ...)")
+    nab.add_data_argument(parser)
     parser.add_argument("--cache", type=Path, default=None, help="cache of per-file z scores")
     parser.add_argument("--calibration", action="store_true", help="label-free facts only")
     parser.add_argument("--only", default="", help="comma list of variant numbers to print")
     args = parser.parse_args(argv)
+    args.data = nab.require_corpus(args.data)
     corpus = nab.load_corpus(args.data)
     with multiprocessing.Pool(2) as pool:
         jobs = [("forecast", "base"), ("context", "L4O6"), ("seasonal", "")]

@@ -1,6 +1,6 @@
 """How often and how high the two changepoint scorers fire on NAB, label-free.
 
-    python bench/nab_score_spread.py --data ../shared/data/nab   # ~1 min
+    python bench/nab_score_spread.py --data PATH/TO/NAB   # ~1 min
 
 The z units (before the holdoff and the score map) of ``projectChangepoint`` (ChangePoint)
 and ``projectBocpd`` (BayesianChangePoint), configured as bench/nab.py streams them. Printed:
@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import argparse
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
-from nab import bocpd_z, load_corpus, project_z
+from nab import add_data_argument, bocpd_z, load_corpus, project_z, require_corpus
 
 PERCENTILES = (50, 90, 99, 99.9, 100)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", type=Path, required=True, help="NAB root (data/, labels/, ...)")
+    add_data_argument(parser)
     args = parser.parse_args(argv)
+    args.data = require_corpus(args.data)
     share: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     nonzero: dict[str, list[np.ndarray]] = defaultdict(list)
     for f in load_corpus(args.data):

@@ -322,7 +322,7 @@ def test_layout_is_consistent() -> None:
 def test_hashed_gpu_numbers_are_the_same_in_every_process() -> None:
     """A non-numeric GPU label maps to the same int in a process with another str-hash seed
     (a stable hash, not Python's salted hash()), so a restarted daemon numbers GPUs alike."""
-    code = "from detector.signal_columns import gpu_number; print(gpu_number('nvidia7'))"
+    code = "from detector.signals.columns import gpu_number; print(gpu_number('nvidia7'))"
     seed = "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1"  # not this process's seed
     env = {**os.environ, "PYTHONHASHSEED": seed}
     other = subprocess.run(
@@ -362,9 +362,9 @@ def test_compute_is_safe_on_short_frames() -> None:
     assert np.isnan(out).all()
 
 
-def test_node_exporter_fixture_maps_onto_signals(shared_data: Path) -> None:
+def test_node_exporter_fixture_maps_onto_signals(real_data: Path) -> None:
     """The real node-exporter payload maps onto named signals, with rates on a second scrape."""
-    text = (shared_data / "exporters" / "node_exporter" / "e2e-output.txt").read_text()
+    text = (real_data / "exporters" / "node_exporter" / "e2e-output.txt").read_text()
     samples, types = parse_text(text)
     index = SeriesIndex()
     signals = SignalMap(load_signal_rules(), index, metric_types=types)

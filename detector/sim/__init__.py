@@ -15,11 +15,12 @@ from .cluster import SimulatedCluster, with_pod
 from .exposition import write_dump, write_events
 from .scenario import FailureSpec, JobSpec, Scenario
 from .serve import Exporters, serve
-from .trace import DEFAULT_RATES, TraceRates, derive_rates
+from .trace import DEFAULT_RATES, FAULT_TRACE, TraceRates, derive_rates
 from .workload import node_jobs
 
 __all__ = [
     "DEFAULT_RATES",
+    "FAULT_TRACE",
     "Exporters",
     "FailureSpec",
     "JobSpec",
