@@ -19,7 +19,7 @@ Two ways a node keeps bringing series the detector has never seen:
   series it relabels (series.py, ``SeriesIndex._known``): no new series, signal column
   or scorer state. Variant: the default config with the cohort label.
 
-What runs: node-exporter's real end-to-end page (../shared/data/exporters/node_exporter/
+What runs: node-exporter's real end-to-end page (tests/data/exporters/node_exporter/
 e2e-output.txt, 5,483 lines) plus the churn above. Each 15 s tick does what the daemon does
 after the HTTP fetch: ``parse_exposition``, ``SeriesIndex.columns`` (the target's labels
 added), the frame, ``Pipeline.step`` (the production pipeline of the config). Each variant runs
@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 from fresh_process import in_fresh_process, resident_mb
 
-PAGE = Path(__file__).resolve().parents[2] / "shared/data/exporters/node_exporter/e2e-output.txt"
+PAGE = Path(__file__).resolve().parents[1] / "tests/data/exporters/node_exporter/e2e-output.txt"
 STEP_S = 15.0
 TARGET = (("instance", "10.0.0.1:9100"), ("job", "node"))
 

@@ -7,7 +7,7 @@ Targets (weights in ``TARGETS``): the exposition parser (text, bytes, and the "g
 kept" differential against prometheus_client), the three dump formats (plain, gzip, truncated
 or corrupted gzip) through ``read_dump``, the events JSONL loader, the config loader (YAML file
 plus ``DETECTOR_*`` environment) and both rules loaders. Inputs are real payloads
-(../shared/data node_exporter e2e output, dcgm pages generated from the dcgm counter lists),
+(tests/data: node_exporter's e2e output, dcgm pages generated from the dcgm counter lists),
 the shipped config and rules, cut to small random windows and mutated: line deletions,
 duplications and swaps, character flips, truncation, huge lines, NaN/Inf spellings, bad
 escapes, unbalanced braces, stray keywords, JSON/YAML values swapped for hostile ones.
@@ -50,7 +50,7 @@ from detector.logs import configure_logging
 from detector.series.index import SeriesIndex
 
 REPO = Path(__file__).resolve().parent.parent
-DATA = REPO.parent / "shared" / "data" / "exporters"
+DATA = REPO / "tests" / "data" / "exporters"
 # The "good lines are kept" reference is the fuzz test's own, so the two cannot drift apart.
 sys.path.insert(0, str(REPO / "tests"))
 from test_fuzz import parsed_rows, reference_rows  # noqa: E402

@@ -1,6 +1,9 @@
 """NAB benchmark: stream the Numenta Anomaly Benchmark corpus through detectors and score them.
 
-    python bench/nab.py --data ../shared/data/nab --out /tmp/nab-results
+    python bench/nab.py --data PATH/TO/NAB --out /tmp/nab-results
+
+``--data`` is a checkout of the NAB corpus (``git clone https://github.com/numenta/NAB``: its
+data/, labels/, config/ and results/ folders); tests/data/nab holds only 3 of its 58 files.
 
 Every file is streamed row by row in time order (no look-ahead) with ONE configuration for the
 whole corpus; each detector writes NAB result files ``OUT/<detector>/<category>/<detector>_<file>``
@@ -96,11 +99,50 @@ class NabFile:
         return label
 
 
-def load_corpus(root: Path) -> list[NabFile]:
-    """Read every file named in labels/combined_windows.json, in sorted order."""
+NAB_DATA_HELP = (
+    "a checkout of the whole NAB corpus (git clone https://github.com/numenta/NAB; its data/, "
+    "labels/, config/ and results/ folders)"
+)
+
+
+def add_data_argument(parser: argparse.ArgumentParser) -> None:
+    """The NAB benchmarks' ``--data PATH`` (checked by ``require_corpus`` after parsing)."""
+    parser.add_argument("--data", type=Path, default=None, metavar="PATH", help=NAB_DATA_HELP)
+
+
+def require_corpus(root: Path | None) -> Path:
+    """``root`` when it holds the whole NAB corpus; else exit saying what is missing and how to
+    get it (the repository keeps only a few NAB files, for the tests)."""
+    if root is None:
+        problem = "no --data PATH given"
+    else:
+        labels = root / "labels" / "combined_windows.json"
+        needed = [
+            labels,
+            root / "config" / "profiles.json",
+            root / "results" / "final_results.json",
+        ]
+        lacking = [str(p.relative_to(root)) for p in needed if not p.is_file()]
+        if not lacking:
+            names = json.loads(labels.read_text())
+            lacking = [f"data/{n}" for n in sorted(names) if not (root / "data" / n).is_file()]
+        if not lacking:
+            return root
+        more = f" and {len(lacking) - 1} more" if len(lacking) > 1 else ""
+        problem = f"{root} is not the whole NAB corpus: no {lacking[0]}{more}"
+    raise SystemExit(
+        f"{problem}. This benchmark needs the whole NAB corpus (58 files): "
+        "git clone https://github.com/numenta/NAB and pass --data PATH/TO/NAB "
+        "(tests/data/nab holds only 3 of its files, for the tests)"
+    )
+
+
+def load_corpus(root: Path, names: list[str] | None = None) -> list[NabFile]:
+    """Read every file named in labels/combined_windows.json (or only ``names``, such as the
+    few the repository keeps in tests/data/nab), in sorted order."""
     windows = json.loads((root / "labels" / "combined_windows.json").read_text())
     files = []
-    for name in sorted(windows):
+    for name in sorted(windows if names is None else names):
         path = root / "data" / name
         stamps: list[str] = []
         values: list[float] = []
@@ -788,7 +830,7 @@ OPTIONAL: dict[str, Callable[[NabFile], dict[str, FloatArray]]] = {"bocpd": bocp
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", type=Path, required=True, help="NAB root (data/, labels/, ...)")
+    add_data_argument(parser)
     parser.add_argument("--out", type=Path, required=True, help="where result files go")
     parser.add_argument(
         "--detectors",
@@ -797,6 +839,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--jobs", type=int, default=2, help="processes (files run in parallel)")
     args = parser.parse_args(argv)
+    args.data = require_corpus(args.data)
 
     corpus = load_corpus(args.data)
     profiles = nab_score.load_profiles(args.data / "config" / "profiles.json")
@@ -818,7 +861,25 @@ def main(argv: list[str] | None = None) -> int:
                 files.append(nab_score.FileRows(f.name, scores, f.windows))
             rows[name] = {p: nab_score.best_threshold(files, c) for p, c in profiles.items()}
 
-    print(table(rows, published(args.data), list(profiles)))
+    board = published(args.data)
+    print(table(rows, board, list(profiles)))
+    return baseline_check(rows, board)
+
+
+def baseline_check(
+    ours: dict[str, dict[str, nab_score.CorpusResult]], board: dict[str, dict[str, float]]
+) -> int:
+    """0 when this run's windowedGaussian (if it ran) gives NAB's published scores to 1e-6 under
+    every profile, checking the scorer and the harness end to end on the whole corpus; else 1."""
+    if "windowedGaussian" not in ours:
+        return 0
+    ran = {p: r.normalized for p, r in ours["windowedGaussian"].items()}
+    off = {p: (v, board["windowedGaussian"][p]) for p, v in ran.items()}
+    off = {p: pair for p, pair in off.items() if abs(pair[0] - pair[1]) > 1e-6}
+    if off:
+        print(f"baseline check FAILED: windowedGaussian (this run, published): {off}")
+        return 1
+    print("baseline check: windowedGaussian reproduces the published scoreboard to 1e-6")
     return 0
 
 

@@ -28,8 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from detector.ingest.parse import iter_samples, parse_exposition, split_series
 
 DEFAULT_FILE = (
-    Path(__file__).resolve().parent.parent.parent
-    / "shared/data/exporters/node_exporter/e2e-output.txt"
+    Path(__file__).resolve().parent.parent / "tests/data/exporters/node_exporter/e2e-output.txt"
 )
 
 

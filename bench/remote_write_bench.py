@@ -3,7 +3,7 @@
     python bench/remote_write_bench.py [--nodes N] [--rounds R] [--per-request S] [--profile]
 
 What runs: the requests Prometheus would send for ``--nodes`` GPU nodes, each the real
-node-exporter page (../shared/data/exporters/node_exporter/e2e-output.txt, 3,027 samples)
+node-exporter page (tests/data/exporters/node_exporter/e2e-output.txt, 3,027 samples)
 and a dcgm-exporter page of 8 GPUs with the whole field list of dcgm-exporter's
 dcp-metrics-included.csv (labels as dcgm-exporter writes them), plus the target labels
 Prometheus adds (instance, job, node); ``--per-request`` samples a request (Prometheus'
@@ -46,7 +46,7 @@ from detector.ingest.remote_write import prompb_pb2 as pb
 from detector.ingest.remote_write.decode import key_of
 from detector.series import SeriesIndex
 
-SHARED = Path(__file__).resolve().parents[2] / "shared/data/exporters"
+SHARED = Path(__file__).resolve().parents[1] / "tests/data/exporters"  # copies with licences
 NODE_PAGE = SHARED / "node_exporter/e2e-output.txt"
 DCGM_FIELDS = SHARED / "dcgm/dcp-metrics-included.csv"
 HEADERS = {"content-encoding": "snappy", "content-type": "application/x-protobuf"}

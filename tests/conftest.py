@@ -1,4 +1,4 @@
-"""Shared fixtures: where the real public data lives (../shared/data)."""
+"""Shared fixtures: where the real public payloads the tests read live (tests/data)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-SHARED_DATA = REPO.parent / "shared" / "data"
+REAL_DATA = Path(__file__).resolve().parent / "data"
 
 
 @pytest.fixture(scope="session")
-def shared_data() -> Path:
-    """The real public data set beside the project (exporter payloads, NAB, fault trace)."""
-    if not SHARED_DATA.is_dir():
-        raise RuntimeError(f"real data not found at {SHARED_DATA}: tests need ../shared/data")
-    return SHARED_DATA
+def real_data() -> Path:
+    """The real public payloads kept in the repository (tests/data/README.md names each
+    upstream, its version and licence): exporter pages and field lists, a few NAB files."""
+    if not (REAL_DATA / "README.md").is_file():
+        raise RuntimeError(f"{REAL_DATA}: the tests' data folder is missing (see git status)")
+    return REAL_DATA

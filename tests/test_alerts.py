@@ -464,7 +464,7 @@ async def test_run_delivers_queued_updates_until_stopped() -> None:
         task = asyncio.create_task(sender.run(stop))
         await asyncio.sleep(0)  # the task is now waiting: nothing pending
         sender.update(tick(T0), [alert("n1")])
-        await asyncio.wait_for(posted.wait(), 10)
+        await asyncio.wait_for(posted.wait(), 120)  # hang guards: it takes milliseconds
         stop.set()
-        await asyncio.wait_for(task, 10)
+        await asyncio.wait_for(task, 120)
     assert ["n1"] == [a["labels"]["node"] for post in received for a in post]

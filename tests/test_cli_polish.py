@@ -252,7 +252,7 @@ def run_cli(
                 interrupted = True
     finally:
         os.close(master)
-    rc = proc.wait(timeout=60)
+    rc = proc.wait(timeout=300)  # a hang guard: a loaded machine starts Python slowly
     return rc, received.decode(), stdout_path.read_text()
 
 

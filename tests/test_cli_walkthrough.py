@@ -474,12 +474,12 @@ def test_simulate_serve_keeps_serving_until_interrupted(tmp_path: Path) -> None:
             config.write_text("".join(printed))
             targets = load_config(config).targets.static
             assert [("node-01", "dcgm"), ("node-01", "node")] == [(t.node, t.kind) for t in targets]
-            pages = [httpx.get(t.url, timeout=30.0).text for t in targets]
+            pages = [httpx.get(t.url, timeout=120.0).text for t in targets]  # hang guards
             assert "DCGM_FI_DEV_GPU_TEMP" in pages[0]
             assert "node_load1" in pages[1]
             assert proc.poll() is None  # still serving after the scrapes
             proc.send_signal(signal.SIGINT)
-            _, err = proc.communicate(timeout=30)
+            _, err = proc.communicate(timeout=120)
         finally:
             proc.kill()
     assert 0 == proc.returncode

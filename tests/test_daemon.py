@@ -1,5 +1,9 @@
-"""The live daemon, in-process: the simulator's live exporters (fast clock, planted failure),
-a local fake Alertmanager, kernel-log XIDs from a file, systemd notifications, restarts."""
+"""The live daemon, in-process: the simulator's live exporters (planted failure), a local fake
+Alertmanager, kernel-log XIDs from a file, systemd notifications, restarts.
+
+The exporters and the daemon read one step clock (tests/step_clock.py) that moves one
+scrape interval (one 30 s simulated step) after each tick, so every run is the same sequence
+of ticks on a quiet or a loaded machine; the waits only bound a hang."""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 import yaml
+from step_clock import StepClock
 from structlog.testing import capture_logs
 
 from detector.config.load import Config, load_config
@@ -30,8 +35,9 @@ from detector.model import Alert, XidEvent
 from detector.service.daemon import Daemon, main_run, run_daemon, sd_notify
 from detector.sim import FailureSpec, JobSpec, Scenario, serve
 
-SPEED = 200.0  # simulated seconds per wall second: one 30 s sim step per 0.15 s tick
+SPEED = 200.0  # simulated seconds per clock second: one 30 s sim step per 0.15 s tick
 INTERVAL = 0.15
+HANG_GUARD_S = 300.0  # a run takes seconds; this only turns a hang into a failure
 SCENARIO = Scenario(
     nodes=3,
     gpus=2,
@@ -91,19 +97,23 @@ def alertmanager() -> Iterator[FakeAlertmanager]:
     thread.join(5)
 
 
-_ORIGIN: list[float] = []
+_CLOCK = [StepClock()]  # the current test's clock (a new one per exporters fixture)
 
 
 def sim_clock() -> float:
-    """The simulated cluster's time (the exporters run on the same scaled clock)."""
-    return SCENARIO.start + (time.monotonic() - _ORIGIN[0]) * SPEED
+    """The simulated cluster's time (the exporters serve on the same step clock)."""
+    return SCENARIO.start + _CLOCK[0]() * SPEED
+
+
+def serve_on_a_step_clock(scenario: Scenario) -> Any:
+    """The scenario's live exporters on a fresh step clock, which ``run_until`` moves."""
+    _CLOCK[0] = StepClock()
+    return serve(scenario, port=0, speed=SPEED, clock=_CLOCK[0])
 
 
 @pytest.fixture
 def exporters() -> Iterator[dict[str, tuple[str, str]]]:
-    _ORIGIN[:] = [time.monotonic()]
-    running = serve(SCENARIO, port=0, speed=SPEED, clock=time.monotonic)
-    _ORIGIN[:] = [time.monotonic()]  # serve() starts its clock at its own call; close enough
+    running = serve_on_a_step_clock(SCENARIO)
     yield running.urls
     running.close()
 
@@ -143,16 +153,18 @@ async def run_until(
     config: Config,
     done: Callable[[Daemon, TickResult], bool],
     *,
-    timeout_s: float = 15.0,
+    timeout_s: float = HANG_GUARD_S,
     **kwargs: Any,
 ) -> list[Daemon]:
-    """Run the daemon until ``done`` says so after a tick; returns the daemon (for asserts)."""
+    """Run the daemon until ``done`` says so after a tick; returns the daemon (for asserts).
+    Each tick moves the step clock one interval on."""
     stop = asyncio.Event()
     seen: list[Daemon] = []
 
     def on_tick(daemon: Daemon, tick: TickResult) -> None:
         if not seen:
             seen.append(daemon)
+        _CLOCK[0].advance(INTERVAL)
         if done(daemon, tick):
             stop.set()
 
@@ -194,7 +206,7 @@ async def test_planted_failure_fires_then_resolves_at_alertmanager(
             base = f"http://127.0.0.1:{daemon.server.port}"
             fetch = threading.Thread(
                 target=lambda: served.extend(
-                    httpx.get(f"{base}{path}", timeout=5).status_code
+                    httpx.get(f"{base}{path}", timeout=HANG_GUARD_S).status_code
                     for path in ("/readyz", "/metrics")
                 )
             )
@@ -205,7 +217,7 @@ async def test_planted_failure_fires_then_resolves_at_alertmanager(
 
     [daemon] = await run_until(config, done)
     for thread in pending:
-        thread.join(5)
+        thread.join(HANG_GUARD_S)
     assert [200, 200] == served[:2]  # /readyz and /metrics answered over HTTP while running
     late = metrics(daemon)
     for name in ("detector_alerts_total", "detector_true_positives_total"):
@@ -477,7 +489,7 @@ async def test_a_daemon_without_targets_warns_that_nothing_will_be_scraped(
                     handle_signals=False,
                     port=0,
                 ),
-                30.0,
+                HANG_GUARD_S,
             )
         return [e for e in logs if str(e["event"]).startswith("no targets: nothing")]
 
@@ -494,9 +506,7 @@ async def test_a_fleet_whose_gpus_run_two_jobs_is_told_once_which_cohort_label_t
     jobs = (JobSpec("a", (0, 1)), JobSpec("b", (2,)))
     # seed 4: both jobs run from the sixth step on (the other seeds start them later)
     scenario = dataclasses.replace(SCENARIO, seed=4, failures=(), pod_per_gpu=True, jobs=jobs)
-    _ORIGIN[:] = [time.monotonic()]
-    running = serve(scenario, port=0, speed=SPEED, clock=time.monotonic)
-    _ORIGIN[:] = [time.monotonic()]
+    running = serve_on_a_step_clock(scenario)
     try:
         told = {}
         for name, labels in (("all nodes", {}), ("pod", {"cohort_labels": ["pod"]})):

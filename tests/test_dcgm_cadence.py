@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from step_clock import StepClock
 
 from detector.config.load import load_config
 from detector.config.rules import load_signal_rules
@@ -307,14 +307,15 @@ def test_a_failing_gpu_next_to_cached_scrapes_is_caught_before_its_xid(
 
 async def test_the_live_daemon_does_not_observe_a_cached_page(tmp_path: Path) -> None:
     """The daemon, scraping the simulator's live exporters (dcgm-exporter collecting every
-    other 30 s step, a step per 0.15 s), runs the same rule: cached pages are blanked."""
+    other 30 s step, a step per tick on a step clock), runs the same rule: cached pages are
+    blanked."""
     scenario = Scenario(
         nodes=2, gpus=2, days=0.1, fault_trace=None, noisy_nodes=0, seed=1, failure_count=0,
         dcgm_collect_every=2,
     )  # fmt: skip
     speed = 200.0
-    origin = time.monotonic()
-    running = serve(scenario, port=0, speed=speed, clock=time.monotonic)
+    step = StepClock()  # one 30 s simulated step per tick, however slow the machine
+    running = serve(scenario, port=0, speed=speed, clock=step)
     static = [
         {"url": url, "node": node, "kind": kind}
         for node, (dcgm, node_exp) in running.urls.items()
@@ -334,6 +335,7 @@ async def test_the_live_daemon_does_not_observe_a_cached_page(tmp_path: Path) ->
 
     def on_tick(daemon: Daemon, tick: object) -> None:
         seen[:] = [daemon]
+        step.advance(0.15)
         if daemon.stats.ticks >= 16:
             stop.set()
 
@@ -341,13 +343,13 @@ async def test_the_live_daemon_does_not_observe_a_cached_page(tmp_path: Path) ->
         await asyncio.wait_for(
             run_daemon(
                 load_config(path, env={}),
-                clock=lambda: scenario.start + (time.monotonic() - origin) * speed,
+                clock=step.scaled(scenario.start, speed),
                 stop=stop,
                 on_tick=on_tick,
                 handle_signals=False,
                 port=0,
             ),
-            20.0,
+            300.0,  # 16 ticks take seconds; this only turns a hang into a failure
         )
     finally:
         running.close()

@@ -428,10 +428,10 @@ def test_promtool_backfills_our_dump_and_dumps_it_back_identical(tmp_path: Path)
     assert same_rows(rows_of(samples, index), read_rows(tmp_path / "back.txt", index, cache=False))
 
 
-def record_node_exporter(shared_data: Path, path: Path, scrapes: int) -> tuple[int, int]:
+def record_node_exporter(real_data: Path, path: Path, scrapes: int) -> tuple[int, int]:
     """Write ``scrapes`` copies of the real node_exporter payload, 15 s apart, as a dump;
     return (samples per scrape, distinct series)."""
-    payload = shared_data / "exporters" / "node_exporter" / "e2e-output.txt"
+    payload = real_data / "exporters" / "node_exporter" / "e2e-output.txt"
     exp = parse_exposition(payload.read_bytes(), str(payload))
     assert [] == exp.errors
     with OpenMetricsWriter(path) as writer:
@@ -440,9 +440,9 @@ def record_node_exporter(shared_data: Path, path: Path, scrapes: int) -> tuple[i
     return len(exp.keys), len(set(exp.keys))
 
 
-def test_real_node_exporter_scrapes_round_trip(shared_data: Path, tmp_path: Path) -> None:
+def test_real_node_exporter_scrapes_round_trip(real_data: Path, tmp_path: Path) -> None:
     """Three recorded scrapes of the real node_exporter payload read back sample for sample."""
-    per_scrape, series = record_node_exporter(shared_data, tmp_path / "ne.om.gz", 3)
+    per_scrape, series = record_node_exporter(real_data, tmp_path / "ne.om.gz", 3)
     stats = DumpStats()
     index = SeriesIndex()
     rows = read_rows(tmp_path / "ne.om.gz", index, cache=False, stats=stats)
@@ -455,9 +455,9 @@ def test_real_node_exporter_scrapes_round_trip(shared_data: Path, tmp_path: Path
 
 
 @pytest.mark.tools
-def test_promtool_backfills_real_node_exporter_recording(shared_data: Path, tmp_path: Path) -> None:
+def test_promtool_backfills_real_node_exporter_recording(real_data: Path, tmp_path: Path) -> None:
     """promtool accepts a recording of real node_exporter output (summary, untyped, counters)."""
-    per_scrape, series = record_node_exporter(shared_data, tmp_path / "ne.om", 2)
+    per_scrape, series = record_node_exporter(real_data, tmp_path / "ne.om", 2)
     done = promtool_backfill(tmp_path / "ne.om", tmp_path / "tsdb")
     assert 0 == done.returncode, done.stderr
     summary = done.stdout.strip().splitlines()[-1].split()

@@ -67,32 +67,32 @@ def tsdb_line(key: str, value: str, stamp: str) -> str:
     return f"{{{inner}}} {value} {stamp}\n"
 
 
-def _real_sample_lines(shared_data: Path) -> list[str]:
+def _real_sample_lines(real_data: Path) -> list[str]:
     """node_exporter's end-to-end fixture, its comments and its 3 lines with UTF-8 label
     values left out (a block with those goes to the parser), a timestamp on each line."""
-    text = (shared_data / "exporters/node_exporter/e2e-output.txt").read_text()
+    text = (real_data / "exporters/node_exporter/e2e-output.txt").read_text()
     lines = [line for line in text.split("\n") if line and not line.startswith("#")]
     return [f"{line} {T0 + 15 * (i % 7)}" for i, line in enumerate(lines) if line.isascii()]
 
 
 def test_real_node_exporter_lines_read_as_the_parser_reads_them(
-    shared_data: Path,
+    real_data: Path,
 ) -> None:
     """Every label shape of the real fixture (escapes, le="+Inf", empty values, NaN): the
     fast path takes the block and yields the parser's samples, value for value."""
-    block = ("\n".join(_real_sample_lines(shared_data)) + "\n").encode()
+    block = ("\n".join(_real_sample_lines(real_data)) + "\n").encode()
     assert sample_fields(block) is not None
     out = _same_either_way(block)
-    assert out["samples"] == len(_real_sample_lines(shared_data)) > 1000
+    assert out["samples"] == len(_real_sample_lines(real_data)) > 1000
     assert out["bad"] == 0
 
 
 def test_a_block_with_comments_or_a_bad_line_goes_to_the_parser(
-    shared_data: Path,
+    real_data: Path,
 ) -> None:
     """A TYPE line, an exemplar, CRLF, a blank line, a line without timestamp, a tsdb-style key,
     a bad value or a time past float range: the parser reads the block and names the line."""
-    lines = _real_sample_lines(shared_data)[:50]
+    lines = _real_sample_lines(real_data)[:50]
     good = "\n".join(lines) + "\n"
     cases = {
         "# TYPE node_load1 gauge\n": 0,
@@ -202,12 +202,12 @@ def test_a_number_the_numba_pass_reads_is_valid_and_exactly_floats(text: str) ->
 
 
 def test_real_lines_as_promtool_tsdb_dump_writes_them_read_the_same_either_way(
-    shared_data: Path,
+    real_data: Path,
 ) -> None:
     """The real fixture's series as tsdb-dump lines (ms timestamps): the fast path takes the
     block, with the tsdb reader's samples; a non-integer or a '+' timestamp, a bad key or a
     bad value send the block back to it."""
-    lines = [line.rsplit(" ", 2) for line in _real_sample_lines(shared_data)]
+    lines = [line.rsplit(" ", 2) for line in _real_sample_lines(real_data)]
     good = "".join(tsdb_line(key, value, f"{stamp}000") for key, value, stamp in lines)
     assert sample_fields(good.encode(), tsdb=True) is not None
     out = _same_either_way(good.encode(), tsdb=True)
@@ -242,12 +242,12 @@ def test_generated_tsdb_lines_read_the_same_with_and_without_the_fast_path(
 
 
 def test_type_lines_and_bad_lines_amid_samples_keep_their_line_numbers(
-    shared_data: Path,
+    real_data: Path,
 ) -> None:
     """Runs of samples between a family's HELP/TYPE lines go the fast way, the comments and a
     run holding a bad line to the parser: the same samples, and each bad line named by its
     own line number, as when the parser read the whole block."""
-    good = _real_sample_lines(shared_data)[:40]
+    good = _real_sample_lines(real_data)[:40]
     lines = [
         "# HELP node_load1 1m load average.",
         "# TYPE node_load1 gauge",

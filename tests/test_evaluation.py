@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -12,6 +11,7 @@ from hypothesis import strategies as st
 
 from detector.evaluation.matching import evaluate
 from detector.model import Alert, XidEvent
+from detector.sim import FAULT_TRACE
 
 T = 1_700_000_000.0  # a failure time; every offset below is exact in float64
 DAY = 86400.0
@@ -267,9 +267,9 @@ def test_matches_brute_force_on_random_cases(
     _check_against_brute_force(alerts, failures, horizon, grace)
 
 
-def _trace_failures(shared_data: Path) -> list[XidEvent]:
+def _trace_failures() -> list[XidEvent]:
     """InfiniteHBD fault trace -> XidEvents: days to seconds, start/end paired per node."""
-    trace = json.loads((shared_data / "faults/infinitehbd/fault_trace.json").read_text())
+    trace = json.loads(FAULT_TRACE.read_text())
     open_faults: dict[str, float] = {}
     failures: list[XidEvent] = []
     for record in sorted(trace, key=lambda r: r["event_time"]):
@@ -281,9 +281,9 @@ def _trace_failures(shared_data: Path) -> list[XidEvent]:
     return failures + [XidEvent(t, node, None, 79) for node, t in open_faults.items()]
 
 
-def test_matches_brute_force_on_the_real_fault_trace(shared_data: Path) -> None:
+def test_matches_brute_force_on_the_real_fault_trace() -> None:
     """On the real 584-fault InfiniteHBD trace with seeded alerts, results equal brute force."""
-    failures = _trace_failures(shared_data)
+    failures = _trace_failures()
     assert len(failures) > 500
     rng = random.Random(7)
     nodes = sorted({f.node for f in failures})

@@ -223,7 +223,7 @@ def test_metrics_pass_promtool_check_metrics() -> None:
     promtool = require_tool(PROMTOOL)
     body, _ = full_exporter().render()
     done = subprocess.run(
-        [promtool, "check", "metrics"], input=body, capture_output=True, timeout=60, check=False
+        [promtool, "check", "metrics"], input=body, capture_output=True, timeout=120, check=False
     )
     assert (0, b"", b"") == (done.returncode, done.stdout, done.stderr)
 

@@ -41,7 +41,7 @@ from detector.model import Exposition
 from detector.series.index import SeriesIndex
 
 REPO = Path(__file__).resolve().parent.parent
-DATA = REPO.parent / "shared" / "data" / "exporters"  # the shared_data fixture's directory
+DATA = REPO / "tests" / "data" / "exporters"  # the real_data fixture's exporters/
 T0 = 1_700_000_000
 
 

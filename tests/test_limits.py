@@ -45,7 +45,7 @@ from detector.signals.map import SignalMap
 T0 = 1_700_000_040.0  # a multiple of the 30 s step: tick times equal sample times
 STEP = 30.0
 HOUR = 3600.0
-HANG_GUARD_S = 60.0
+HANG_GUARD_S = 120.0
 
 
 def scraper(handler: Callable[[httpx.Request], httpx.Response], **limits: int) -> Scraper:

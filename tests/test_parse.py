@@ -56,9 +56,9 @@ def _escape(value: str) -> str:
 # --- differential tests against the reference parser -----------------------------------
 
 
-def test_node_exporter_payload_matches_prometheus_client(shared_data: Path) -> None:
+def test_node_exporter_payload_matches_prometheus_client(real_data: Path) -> None:
     """The real node_exporter payload gives exactly prometheus_client's samples."""
-    text = (shared_data / "exporters/node_exporter/e2e-output.txt").read_text()
+    text = (real_data / "exporters/node_exporter/e2e-output.txt").read_text()
     exp = parse_exposition(text, "node_exporter")
     assert [] == exp.errors
     assert 3027 == len(exp.keys)
@@ -98,10 +98,10 @@ def test_openmetrics_document_matches_prometheus_client() -> None:
     } == exp.types
 
 
-def _dcgm_page(shared_data: Path, gpus: int = 8) -> tuple[str, dict[str, str]]:
+def _dcgm_page(real_data: Path, gpus: int = 8) -> tuple[str, dict[str, str]]:
     """A dcgm-exporter page for the default counters: HELP/TYPE and `gpus` GPUs each."""
     fields: list[tuple[str, str, str]] = []
-    for line in (shared_data / "exporters/dcgm/default-counters.csv").read_text().splitlines():
+    for line in (real_data / "exporters/dcgm/default-counters.csv").read_text().splitlines():
         if line.strip() and not line.startswith("#"):
             name, kind, help_text = (part.strip() for part in line.split(",", 2))
             if kind != "label":  # 'label' fields become labels (DCGM_FI_DRIVER_VERSION)
@@ -121,9 +121,9 @@ def _dcgm_page(shared_data: Path, gpus: int = 8) -> tuple[str, dict[str, str]]:
     return "\n".join(out) + "\n", {name: kind for name, kind, _ in fields}
 
 
-def test_dcgm_page_matches_prometheus_client_except_blank_sentinel(shared_data: Path) -> None:
+def test_dcgm_page_matches_prometheus_client_except_blank_sentinel(real_data: Path) -> None:
     """A generated 8-GPU dcgm page reads as the reference; the blank sentinel becomes NaN."""
-    page, types = _dcgm_page(shared_data)
+    page, types = _dcgm_page(real_data)
     before = PARSE_STATS.dcgm_blanks
     exp = parse_exposition(page, "dcgm")
     assert [] == exp.errors

@@ -172,9 +172,9 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
         load_xid_catalog(tmp_path / "nope.yaml")
 
 
-def test_every_dcgm_field_has_a_deliberate_fate(shared_data: Path) -> None:
+def test_every_dcgm_field_has_a_deliberate_fate(real_data: Path) -> None:
     """Each field of dcgm-exporter's default and DCP lists is named, ignored, truth or default."""
-    csv_dir = shared_data / "exporters" / "dcgm"
+    csv_dir = real_data / "exporters" / "dcgm"
     fields = _dcgm_fields(csv_dir / "default-counters.csv") | _dcgm_fields(
         csv_dir / "dcp-metrics-included.csv"
     )
@@ -364,7 +364,7 @@ def test_copied_catalog_uses_its_own_rules() -> None:
     assert catalog.rule_for("DCGM_FI_DEV_SM_CLOCK") is not None
 
 
-def test_the_export_selector_keeps_what_the_rules_read_and_little_else(shared_data: Path) -> None:
+def test_the_export_selector_keeps_what_the_rules_read_and_little_else(real_data: Path) -> None:
     """export_pattern (``detector export-selector``) matches every metric a rule names or
     matches, the XID sources, every DCGM field, the host- and pod-naming series; of the real
     node-exporter page it keeps the series a rule reads and leaves out the rest (here 95%)."""
@@ -372,14 +372,14 @@ def test_the_export_selector_keeps_what_the_rules_read_and_little_else(shared_da
     selected = re.compile(export_pattern(catalog, xids))
     for rule in catalog.signals:
         assert all(selected.fullmatch(m) for m in rule.metrics), rule.name
-    csv_dir = shared_data / "exporters" / "dcgm"
+    csv_dir = real_data / "exporters" / "dcgm"
     for field in _dcgm_fields(csv_dir / "default-counters.csv"):
         assert selected.fullmatch(field), field
     also = ("DCGM_FI_DEV_XID_ERRORS", "DCGM_EXP_XID_ERRORS_COUNT", "dcgm_gpu_temp")
     also += ("node_uname_info", "kube_pod_info", "node_infiniband_symbol_error_total")
     for name in also:
         assert selected.fullmatch(name), name
-    page = (shared_data / "exporters" / "node_exporter" / "e2e-output.txt").read_text()
+    page = (real_data / "exporters" / "node_exporter" / "e2e-output.txt").read_text()
     lines = [ln for ln in page.splitlines() if ln and not ln.startswith("#")]
     names = [re.split(r"[{ ]", ln, maxsplit=1)[0] for ln in lines]
     read = [n for n in names if catalog.rule_for(n) is not None]

@@ -294,10 +294,10 @@ def test_extend_from_restores_columns_and_lookups() -> None:
         SeriesIndex().extend_from(saved.infos[1:])
 
 
-def test_real_node_exporter_payload_keeps_every_series_apart(shared_data: Path) -> None:
+def test_real_node_exporter_payload_keeps_every_series_apart(real_data: Path) -> None:
     """node_exporter's e2e output (3k series: NUMA, devices, mounts) scraped as a target: no
     two distinct series share a column, and all land on the target's node."""
-    text = (shared_data / "exporters/node_exporter/e2e-output.txt").read_text()
+    text = (real_data / "exporters/node_exporter/e2e-output.txt").read_text()
     exp = parse_exposition(text, "e2e-output.txt")
     keys = list(dict.fromkeys(exp.keys))
     index = SeriesIndex()

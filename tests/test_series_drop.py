@@ -46,13 +46,13 @@ def churned_page(page: str, eth0: list[str], pod: int) -> bytes:
 
 @pytest.mark.parametrize("drop", [None, {}])
 def test_pods_that_come_and_go_add_no_series_unless_the_filter_is_off(
-    shared_data: Path, drop: dict[str, str] | None
+    real_data: Path, drop: dict[str, str] | None
 ) -> None:
     """40 scrapes of node-exporter's real page, each with a new pod's veth (27 series) and
     token mount: with the default labels.drop the index and the pipeline's signal columns stay
     as after the first scrape (the host's own devices and root filesystem in them); with
     ``drop: {}`` every pod adds its 28 series for good."""
-    page = (shared_data / "exporters/node_exporter/e2e-output.txt").read_text()
+    page = (real_data / "exporters/node_exporter/e2e-output.txt").read_text()
     eth0 = [ln for ln in page.splitlines() if 'device="eth0"' in ln and not ln.startswith("#")]
     assert 27 == len(eth0)
     index = index_for(drop)

@@ -58,7 +58,7 @@ async def raw(port: int, data: bytes, *, tls: ssl.SSLContext | None = None) -> b
     reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=tls)
     writer.write(data)
     await writer.drain()
-    reply = await asyncio.wait_for(reader.read(), 10)
+    reply = await asyncio.wait_for(reader.read(), 120)  # a hang guard: it takes milliseconds
     writer.close()
     return reply
 
@@ -209,7 +209,7 @@ def self_signed(tmp: Path) -> tuple[Path, Path]:
              "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
             check=True,
             capture_output=True,
-            timeout=60,
+            timeout=120,
         )  # fmt: skip
     else:
         pytest.skip("neither the cryptography package nor openssl is available")

@@ -363,9 +363,9 @@ def test_compute_is_safe_on_short_frames() -> None:
     assert np.isnan(out).all()
 
 
-def test_node_exporter_fixture_maps_onto_signals(shared_data: Path) -> None:
+def test_node_exporter_fixture_maps_onto_signals(real_data: Path) -> None:
     """The real node-exporter payload maps onto named signals, with rates on a second scrape."""
-    text = (shared_data / "exporters" / "node_exporter" / "e2e-output.txt").read_text()
+    text = (real_data / "exporters" / "node_exporter" / "e2e-output.txt").read_text()
     samples, types = parse_text(text)
     index = SeriesIndex()
     signals = SignalMap(load_signal_rules(), index, metric_types=types)

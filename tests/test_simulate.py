@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -28,7 +29,8 @@ from detector.series.index import SeriesIndex
 from detector.series.labels import LabelRules
 from detector.sim import FailureSpec, JobSpec, Scenario, SimulatedCluster, serve, write_dump
 from detector.sim.catalog import DCGM_FIELDS, parse_dcgm_csv
-from detector.sim.trace import DEFAULT_RATES, derive_rates
+from detector.sim.cluster import resolve_rates
+from detector.sim.trace import DEFAULT_RATES, FAULT_TRACE, derive_rates
 from detector.sim.workload import CHECKPOINT, TRAIN
 
 HOUR = 3600.0
@@ -313,18 +315,42 @@ def test_demo_has_a_dozen_failures_of_several_types() -> None:
     assert len({f.node for f in cluster.failures}) < len(cluster.failures)  # a repeat offender
 
 
-def test_trace_rates_are_derived_from_the_real_fault_trace(shared_data: Path) -> None:
+def test_trace_rates_are_derived_from_the_real_fault_trace() -> None:
     """derive_rates on the InfiniteHBD trace reproduces the built-in default constants."""
-    rates = derive_rates(shared_data / "faults/infinitehbd/fault_trace.json")
+    rates = derive_rates(FAULT_TRACE)
     assert DEFAULT_RATES.faults_simulated == rates.faults_simulated
     assert pytest.approx(DEFAULT_RATES.per_node_day) == rates.per_node_day
     assert pytest.approx(DEFAULT_RATES.mix) == rates.mix
     assert pytest.approx(DEFAULT_RATES.offender_shape, abs=1e-3) == rates.offender_shape
 
 
-def test_embedded_field_table_matches_dcgm_exporter_csvs(shared_data: Path) -> None:
+def test_auto_rates_come_from_the_packaged_trace_unless_the_variable_names_another(
+    tmp_path: Path,
+) -> None:
+    """``fault_trace: auto`` reads the trace shipped with the package (nothing beside the
+    clone); $DETECTOR_FAULT_TRACE replaces it with another trace file."""
+    assert derive_rates(FAULT_TRACE) == resolve_rates("auto", environ={})
+    records = json.loads(FAULT_TRACE.read_text())
+    own = tmp_path / "own_trace.json"
+    own.write_text(json.dumps(records[: len(records) // 2]))
+    expected = derive_rates(own)
+    assert expected != derive_rates(FAULT_TRACE)
+    assert expected == resolve_rates("auto", environ={"DETECTOR_FAULT_TRACE": str(own)})
+
+
+def test_a_fault_trace_variable_naming_no_file_is_an_error_naming_it(tmp_path: Path) -> None:
+    """$DETECTOR_FAULT_TRACE naming a missing file fails with the variable and the path, rather
+    than silently simulating other rates."""
+    missing = tmp_path / "trace.json"
+    with pytest.raises(
+        ConfigError, match="^" + re.escape(f"DETECTOR_FAULT_TRACE: {missing}: cannot read")
+    ):
+        resolve_rates("auto", environ={"DETECTOR_FAULT_TRACE": str(missing)})
+
+
+def test_embedded_field_table_matches_dcgm_exporter_csvs(real_data: Path) -> None:
     """The embedded DCGM table is the real default-counters.csv; the DCP list is a subset."""
-    dcgm = shared_data / "exporters/dcgm"
+    dcgm = real_data / "exporters/dcgm"
     assert DCGM_FIELDS == parse_dcgm_csv(dcgm / "default-counters.csv")
     assert set(parse_dcgm_csv(dcgm / "dcp-metrics-included.csv")) <= set(DCGM_FIELDS)
 

@@ -17,12 +17,13 @@ from .cues import CUE_KINDS, FailureCue, parse_cue, plan_lines, plant_cues
 from .exposition import write_dump, write_events
 from .scenario import FailureSpec, JobSpec, Scenario
 from .serve import Exporters, serve
-from .trace import DEFAULT_RATES, TraceRates, derive_rates
+from .trace import DEFAULT_RATES, FAULT_TRACE, TraceRates, derive_rates
 from .workload import node_jobs
 
 __all__ = [
     "CUE_KINDS",
     "DEFAULT_RATES",
+    "FAULT_TRACE",
     "Exporters",
     "FailureCue",
     "FailureSpec",

@@ -19,12 +19,13 @@ from __future__ import annotations
 import math
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from ..errors import ConfigError
 from ..model import FloatArray, IntArray, Labels, XidEvent
 from .catalog import NODE_FAMILIES, XID_COUNT_FIELD, dcgm_fields
 from .failures import FailureEffects, PlannedFailure, plan_failures
@@ -33,25 +34,29 @@ from .host import HostModel
 from .pages import PageFamily, node_layout, render
 from .relabel import RunLabels
 from .scenario import Scenario
-from .trace import DEFAULT_RATES, TraceRates, derive_rates
+from .trace import DEFAULT_RATES, FAULT_TRACE, TraceRates, derive_rates
 from .workload import Workload, build_workload, gpu_phase, node_jobs
 
 XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
 XID_WINDOW_S = 300.0  # dcgm-exporter's default xid-count window (window_size_in_ms)
 _PCI_BUS = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")  # HGX B200 GPU slots
-_SHARED_TRACE = Path(__file__).resolve().parents[3] / "shared/data/faults/infinitehbd"
 
 
-def resolve_rates(setting: str | None) -> TraceRates:
-    """``None``: built-in constants; ``"auto"``: $DETECTOR_FAULT_TRACE or the shared data
-    trace when present, else the constants; a path: that trace (errors if unreadable)."""
+def resolve_rates(setting: str | None, environ: Mapping[str, str] | None = None) -> TraceRates:
+    """``None``: built-in constants; ``"auto"``: the trace $DETECTOR_FAULT_TRACE names, else
+    the one shipped with the package (``FAULT_TRACE``); a path: that trace. A trace that cannot
+    be read raises ConfigError naming it (and the variable, when it came from there)."""
     if setting is None:
         return DEFAULT_RATES
-    if setting == "auto":
-        env = os.environ.get("DETECTOR_FAULT_TRACE")
-        path = Path(env) if env else _SHARED_TRACE / "fault_trace.json"
-        return derive_rates(path) if path.is_file() else DEFAULT_RATES
-    return derive_rates(Path(setting))
+    if setting != "auto":
+        return derive_rates(Path(setting))
+    env = (os.environ if environ is None else environ).get("DETECTOR_FAULT_TRACE")
+    if not env:
+        return derive_rates(FAULT_TRACE)
+    try:
+        return derive_rates(Path(env))
+    except ConfigError as exc:
+        raise ConfigError(f"DETECTOR_FAULT_TRACE: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,7 +76,7 @@ class Scenario:
     # scheduled in a simulated replay (``kubernetes_labels``).
     pod_per_gpu: bool = False
     # Failures. Rates and type mix come from the InfiniteHBD trace (see trace.py).
-    fault_trace: str | None = "auto"  # path, "auto" (shared data if present) or None (constants)
+    fault_trace: str | None = "auto"  # path, "auto" (the packaged trace) or None (constants)
     failure_rate_multiplier: float = 1.0
     failure_count: int | None = None  # draw exactly this many instead of Poisson(rate)
     failures: tuple[FailureSpec, ...] | None = None  # explicit list replaces drawn failures

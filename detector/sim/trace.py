@@ -1,9 +1,10 @@
 """Failure rates, type mix and repair times derived from the InfiniteHBD fault trace.
 
-The trace (../shared/data/faults/infinitehbd/fault_trace.json, Apache-2.0) lists 584 fault
-start/end pairs on 400 GPU servers over 348 days, typed by Level/Class/Desc. It carries no
-telemetry, so the simulator uses it only for *how often* each kind of failure happens, *on
-which servers* (repeat offenders) and *how long* the server stays out (repair time).
+The trace (``FAULT_TRACE``, shipped as package data in data/infinitehbd/ with its Apache-2.0
+licence and a README naming the source) lists 584 fault start/end pairs on 400 GPU servers over
+348 days, typed by Level/Class/Desc. It carries no telemetry, so the simulator uses it only for
+*how often* each kind of failure happens, *on which servers* (repeat offenders) and *how long*
+the server stays out (repair time).
 
 ``TRACE_KIND`` maps every trace description that shows up on a GPU node as an XID to one of the
 simulator's failure kinds; descriptions absent from the map (NIC, fans of the chassis counted
@@ -11,7 +12,7 @@ under thermal aside, software, "Unknown Error", stress tests, ...) leave no XID 
 telemetry trace, so they are not simulated. docs/simulator.md explains each choice.
 
 ``derive_rates(path)`` recomputes everything from the file; ``DEFAULT_RATES`` holds the same
-numbers as constants so the simulator runs without the shared data directory.
+numbers, rounded, as constants (``fault_trace=None``: a scenario that must not depend on the file).
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ from statistics import median
 from typing import Any
 
 from ..errors import ConfigError
+
+# The trace shipped with the package (``fault_trace="auto"`` reads it unless
+# $DETECTOR_FAULT_TRACE names another).
+FAULT_TRACE = Path(__file__).resolve().parent / "data" / "infinitehbd" / "fault_trace.json"
 
 # Simulator failure kinds (see failures.py for precursors and XIDs).
 KINDS = ("ecc", "row_remap", "pcie", "nvlink", "thermal", "power", "gsp", "straggler")

@@ -37,14 +37,15 @@ FAILURES = [
 # condition holds. The daemon runs in a subprocess in real time, and on a slow 2-core machine
 # with a second job running its starts and ticks ran several times slower than on a quiet
 # one (waits of 40 s and 20 s ran out in a full test run there, and passed alone); so each
-# guard is GUARD_FACTOR times the time it names.
+# guard is GUARD_FACTOR times the time it names, and never under HANG_GUARD_FLOOR_S.
 GUARD_FACTOR = 3.0
+HANG_GUARD_FLOOR_S = 120.0
 
 
 def wait_for(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
     """Poll ``condition`` until it is truthy; fail naming ``what`` after ``GUARD_FACTOR`` x
-    ``timeout_s``."""
-    waited = GUARD_FACTOR * timeout_s
+    ``timeout_s`` (at least ``HANG_GUARD_FLOOR_S``)."""
+    waited = max(HANG_GUARD_FLOOR_S, GUARD_FACTOR * timeout_s)
     deadline = time.monotonic() + waited
     while time.monotonic() < deadline:
         value = condition()

@@ -166,7 +166,7 @@ class ChaosFarm:
             writer.close()
         for srv in self._asyncio_servers:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(srv.wait_closed(), 2)
+                await asyncio.wait_for(srv.wait_closed(), 30)
         tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
         for task in tasks:
             task.cancel()

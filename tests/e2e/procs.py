@@ -123,6 +123,9 @@ class Proc:
         return self.popen.returncode
 
 
+HANG_GUARD_FLOOR_S = 120.0
+
+
 def wait_until(
     probe: Callable[[], T | None],
     timeout_s: float,
@@ -130,8 +133,11 @@ def wait_until(
     procs: Iterable[Proc] = (),
     interval_s: float = 0.2,
 ) -> T:
-    """Poll ``probe`` (exceptions count as "not yet") until truthy; fail with logs on timeout."""
+    """Poll ``probe`` (exceptions count as "not yet") until truthy; fail with logs after
+    ``timeout_s``, never less than ``HANG_GUARD_FLOOR_S``: the wait bounds a hang, it is not
+    a timing assertion (a loaded machine runs the stack several times slower)."""
     procs = list(procs)
+    timeout_s = max(HANG_GUARD_FLOOR_S, timeout_s)
     deadline = time.monotonic() + timeout_s
     last_error = ""
     while True:

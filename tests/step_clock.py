@@ -1,0 +1,37 @@
+"""A clock that moves only when the test moves it, for the live daemon tests.
+
+The in-process live tests run the simulator's exporters (``serve(clock=...)``) and the daemon
+(``run_daemon(clock=...)``) on one ``StepClock``, and advance it by one scrape interval after
+each daemon tick (``on_tick``). The simulated cluster is then exactly one step further at every
+tick, however slowly a loaded machine runs the ticks: what the daemon sees, when a planted
+failure shows and when an episode resolves are counted in ticks, not in wall seconds. The
+daemon still sleeps its interval in wall time between ticks; only the clocks it reads stand
+still while it works.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+
+class StepClock:
+    """Seconds as the exporters' clock (``serve(clock=StepClock())``): starts at 0 and moves
+    only by ``advance``. Thread-safe: the exporters read it from their server threads."""
+
+    def __init__(self) -> None:
+        self._now = 0.0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._now += seconds
+
+    def scaled(self, start: float, speed: float) -> Callable[[], float]:
+        """The simulated cluster's time on this clock: ``start + now * speed`` (what
+        ``serve(scenario, speed=speed, clock=self)`` serves, started at ``now == 0``)."""
+        return lambda: start + self() * speed
