@@ -118,6 +118,7 @@ def configure_logging(level: str = "info", fmt: str = "json", stream: TextIO | N
     # Python warnings (numpy's RuntimeWarnings where kernels run interpreted, deprecations)
     # become log lines of the same format through the stdlib "py.warnings" logger, not raw
     # text on stderr.
+    logging.captureWarnings(False)  # re-install: a test harness may have replaced the hook
     logging.captureWarnings(True)
 
 

@@ -158,6 +158,9 @@ class Daemon:
         self.last_tick: LoopTick | None = None
         self._last_time = float("-inf")
         self._last_save = float("-inf")
+        self._first_time: float | None = None  # the first tick of this process (warm-up)
+        self._warm_until = float("-inf")
+        self.warming = ""  # what still learns and until when (/readyz says it)
         self._cohorts_advised = False  # the cohort advice is logged once a process
         self._splits_told: set[str] = set()  # nodes logged as split by co-movement
         self._alone_told: set[str] = set()  # nodes logged with a GPU co-movement judged alone
@@ -232,6 +235,7 @@ class Daemon:
                 _log.warning("alert delivery state unusable", path=str(path), reason=str(exc))
         daemon = meta.get("daemon", {})
         self._last_time = float(daemon.get("last_time", float("-inf")))
+        self._first_time = float("-inf")  # the restored scorers have learnt: no warm-up
         _log.info(
             "state restored",
             path=str(path),
@@ -336,6 +340,7 @@ class Daemon:
         self._tell_inferred_splits()
         for node in self.node_stats.update(tick.scores.node_names, tick.scores.node_score):
             _log.info("node score level rose", node=node)
+        self._warm_up(now)
         self._export(tick, round_, now, time.perf_counter() - work_began)
         elapsed = time.perf_counter() - began
         stats = self.stats
@@ -354,6 +359,29 @@ class Daemon:
             series=len(self.index),
         )
         return tick
+
+    def _warm_up(self, now: float) -> None:
+        """What still learns and until when, in the log (once at the start, once when done),
+        /metrics and /readyz's reason."""
+        if self._first_time is None:
+            self._first_time = now
+            self._warm_until = now + self.config.scoring.warmup_s
+            if self._warm_until > now:
+                _log.info(
+                    "warming up: GPU-against-peer comparisons score from this tick; rare-event "
+                    "counters learn their rate first (scoring.warmup_s)",
+                    until=_iso(self._warm_until),
+                )
+        remaining = max(0.0, self._warm_until - now)
+        self.exporter.warmup_remaining_s = remaining
+        if remaining > 0:
+            self.warming = (
+                "warming up: rare-event counters learn their rate until "
+                f"{_iso(self._warm_until)} (scoring.warmup_s); peers score now"
+            )
+        elif self.warming:
+            self.warming = ""
+            _log.info("warm-up done: every scorer scores")
 
     async def _act(self, tick: LoopTick, now: float) -> None:
         """Carry out the loop's exclusions and a person's requests (``detector actions``)."""
@@ -477,7 +505,11 @@ async def run_daemon(
             if (held or daemon.save_due()) and config.state.path is not None:
                 await asyncio.to_thread(daemon.write_state, daemon.state_snapshot())
             daemon.alerts.release()
-            readiness.tick_done()
+            round_ = daemon.last_round
+            readiness.warming = daemon.warming
+            readiness.tick_done(
+                any(r.error is None for r in round_.targets) if round_ and round_.targets else None
+            )
             if on_tick is not None:
                 on_tick(daemon, tick)
             if not daemon.stats.ready:
@@ -550,3 +582,7 @@ def _run(coro: Any) -> None:
         return
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(coro)
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))

@@ -104,6 +104,7 @@ class Exporter:
         self._series_dropped = 0
         self.node_stats: NodeScoreStats | None = None  # read when scraped
         self.remote_write: RemoteWriteStats | None = None  # read when scraped
+        self.warmup_remaining_s = float("nan")  # NaN before the first tick
         self.registry.register(self)
 
     def observe_tick(self, tick: LoopTick, duration_s: float) -> None:
@@ -164,6 +165,15 @@ class Exporter:
         info.add_metric([self.version], 1.0)
         yield info
         yield from self._scores()
+        warmup = GaugeMetricFamily(
+            "detector_warmup_remaining_seconds",
+            "Seconds until the scorers that learn a signal's own past (rare-event counters' "
+            "rates, scoring.warmup_s) score; 0 once they do. Peer comparisons score from the "
+            "first tick.",
+        )
+        if math.isfinite(self.warmup_remaining_s):
+            warmup.add_metric([], self.warmup_remaining_s)
+        yield warmup
         alerts = CounterMetricFamily("detector_alerts", "Alerts started since process start.")
         alerts.add_metric([], float(self._alerts_total))
         yield alerts

@@ -91,7 +91,11 @@ class RemoteWriteSink(Protocol):
 
 
 class Readiness:
-    """Ready after the first completed tick while ticks are fresh (<= 3 intervals old)."""
+    """Ready after the first completed tick while ticks are fresh (<= ``stale_after`` intervals
+    old) and, when it scrapes targets, while some target answered within ``stale_after``
+    intervals: a detector whose every scrape fails scores nothing and is not ready. While the
+    statistics still learn (``warming``), the reason says what and until when (still ready:
+    peer comparisons score from the first tick)."""
 
     def __init__(
         self, interval_s: float, clock: Callable[[], float] = time.monotonic, stale_after: int = 3
@@ -100,17 +104,27 @@ class Readiness:
         self.clock = clock
         self.stale_after = stale_after
         self.last_tick: float | None = None
+        self.last_scrape_ok: float | None = None
+        self.warming = ""  # what still learns and until when; "" once every scorer has
 
-    def tick_done(self) -> None:
-        self.last_tick = self.clock()
+    def tick_done(self, scraped_ok: bool | None = None) -> None:
+        """A tick finished; ``scraped_ok``: some target answered (None: nothing to scrape)."""
+        now = self.clock()
+        self.last_tick = now
+        if scraped_ok is None or scraped_ok:
+            self.last_scrape_ok = now
 
     def status(self) -> tuple[bool, str]:
         if self.last_tick is None:
             return False, "no tick completed yet"
-        age = self.clock() - self.last_tick
-        if age > self.stale_after * self.interval_s:
+        now = self.clock()
+        limit = self.stale_after * self.interval_s
+        age = now - self.last_tick
+        if age > limit:
             return False, f"last tick {age:.0f}s ago (> {self.stale_after} intervals)"
-        return True, "ready"
+        if self.last_scrape_ok is None or now - self.last_scrape_ok > limit:
+            return False, f"no target scraped successfully for > {self.stale_after} intervals"
+        return True, f"ready; {self.warming}" if self.warming else "ready"
 
 
 class _Reject(Exception):

@@ -3,15 +3,16 @@
 Container (version ``FORMAT_VERSION``): an uncompressed ``.npz`` (a zip of ``.npy`` members,
 loaded without pickle) whose member ``__meta__`` is the UTF-8 JSON of
 ``{"format": FORMAT_VERSION, "meta": <caller's meta>}``. The caller's meta holds one key per
-part (the daemon writes ``pipeline``, ``accounting``, ``alerts``, ``daemon``).
+part (the daemon writes ``loop``, ``delivery``, ``daemon``).
 
 - ``save_state`` writes a temporary file in the target's directory, fsyncs it, renames it over
   the target (atomic on POSIX) and fsyncs the directory, so a crash leaves the old file or the
   new one, never half of one. Any OS failure (disk full, permission, missing directory) raises
   ``StateError`` naming the file; the temporary file is removed.
 - ``load_state`` returns ``None`` for a missing file (first start) and, with a warning naming
-  the file and the reason, for an unreadable, truncated, corrupt or other-version one: the
-  daemon then starts clean instead of crash-looping on a bad file.
+  the file and the reason, for a truncated, corrupt or other-version one: the daemon then
+  starts clean instead of crash-looping on a bad file. A path it can never use (a directory,
+  a file it may not read) raises ``StateError``: ``detector run`` exits 2 naming it.
 """
 
 from __future__ import annotations
@@ -78,6 +79,10 @@ def load_state(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]] | Non
     if not path.exists():
         _log.info("no state file, starting clean", path=str(path))
         return None
+    if path.is_dir() or not os.access(path, os.R_OK):
+        # not a damaged file (that is a clean start) but a path the daemon can never use
+        why = "is a directory" if path.is_dir() else "is not readable"
+        raise StateError(f"state.path {path}: {why}")
     problem = ""
     arrays: dict[str, np.ndarray] = {}
     header: Any = None
