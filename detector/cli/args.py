@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .. import __version__
@@ -93,6 +93,9 @@ def _cue(text: str) -> FailureCue:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+Add = Callable[..., argparse.ArgumentParser]  # build_parser's ``add``: one subcommand's parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``detector`` argument parser: every command, flag, help text and example."""
     parser = argparse.ArgumentParser(
@@ -118,6 +121,18 @@ def build_parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
 
+    common = _common_options()
+    _replay_command(add, common)
+    _calibrate_command(add, common)
+    _simulate_command(add)
+    _config_commands(add)
+    _run_and_record_commands(add)
+    _actions_command(add)
+    return parser
+
+
+def _common_options() -> argparse.ArgumentParser:
+    """Options of ``replay`` and ``calibrate``: the dump or the built-in cluster, config, events."""
     demo = Scenario.demo()
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -168,7 +183,11 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"built-in cluster only: simulated nodes ({demo.nodes})",
     )
     common.add_argument("--quiet", action="store_true", help="no progress bar")
+    return common
 
+
+def _replay_command(add: Add, common: argparse.ArgumentParser) -> None:
+    """``detector replay``."""
     rp = add(
         "replay",
         "replay a recorded dump (or the built-in simulated cluster)",
@@ -196,6 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="write a self-contained HTML report (charts, tables) here",
     )
 
+
+def _calibrate_command(add: Add, common: argparse.ArgumentParser) -> None:
+    """``detector calibrate``."""
     cp = add(
         "calibrate",
         "fit alert thresholds under a false-positives-per-day budget",
@@ -219,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
         "are fitted too and kept when they do better; this replays the history twice)",
     )
 
+
+def _simulate_command(add: Add) -> None:
+    """``detector simulate``: a dump and events, or live exporters."""
     sp = add("simulate", "simulate a GPU cluster: write a dump + events, or serve live exporters")
     sp.add_argument("--nodes", type=_count, default=63, help="nodes (default: %(default)s)")
     sp.add_argument("--gpus", type=_count, default=8, help="GPUs per node (default: %(default)s)")
@@ -313,6 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
         "0 picks a free one)",
     )
 
+
+def _config_commands(add: Add) -> None:
+    """``detector check-config``, ``config`` and ``export-selector``."""
     cc = add("check-config", "validate a config file and print what it resolves to")
     cc.add_argument("file", type=Path, metavar="FILE", help="config YAML to validate")
 
@@ -351,6 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     es.add_argument("--regex", action="store_true", help="print the bare __name__ regex")
 
+
+def _run_and_record_commands(add: Add) -> None:
+    """``detector run`` and ``detector record``."""
     rn = add("run", "run the live daemon: scrape, score, alert, export /metrics")
     rn.add_argument(
         "--config", type=Path, metavar="FILE", help="config YAML (DETECTOR_* env vars override)"
@@ -381,6 +412,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MINUTES",
         help="start a new file this often (default: %(default)g)",
     )
+
+
+def _actions_command(add: Add) -> None:
+    """``detector actions``: list, release, close the breaker."""
     ac = add(
         "actions",
         "list the nodes the detector excluded and why; release one; close the breaker",
@@ -395,7 +430,6 @@ def build_parser() -> argparse.ArgumentParser:
     rel = acs.add_parser("release", help="release NODE: undo its exclusion")
     rel.add_argument("node", metavar="NODE")
     acs.add_parser("close-breaker", help="close the action breaker (exclusions resume)")
-    return parser
 
 
 def _user() -> str:
