@@ -46,10 +46,13 @@ from ..replay import (
     Fitted,
     ProgressBar,
     ReplayResult,
+    diagnosis_model,
     dump_frames,
     fit_calibration,
+    learn_diagnosis,
     load_event_files,
     render_html,
+    report_document,
     run_replay,
     simulated_frames,
     summary_lines,
@@ -121,6 +124,7 @@ def _replay(
         progress=bar,
         expected_span=span,
         source=label,
+        diagnosis=diagnosis_model(pipeline.signal_map.catalog, pipeline.xid_catalog, calibration),
     )
     return result, label
 
@@ -139,7 +143,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     if args.scores_out is not None:
         print(f"scores written to {args.scores_out}")
     if args.report_json is not None:
-        args.report_json.write_text(json.dumps(result.evaluation.to_json(), indent=2) + "\n")
+        args.report_json.write_text(json.dumps(report_document(result), indent=2) + "\n")
         print(f"report written to {args.report_json}")
     if args.html is not None:
         html = render_html(
@@ -188,6 +192,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         failures=len(result.failures),
         signal_weights=fitted.signal_weights,
     )
+    if result.diagnosis_model is not None and result.failures:
+        # which signals led which class of failure, for replay's diagnosis (replay/diagnosis.py)
+        learned = learn_diagnosis(result, result.diagnosis_model)
+        cal = cal.model_copy(update={"diagnosis": learned})
     save_calibration(args.out, cal)
     print(f"detector calibrate: {label}")
     warn_unmatchable(result)

@@ -140,6 +140,7 @@ class Pipeline:
         self._xid_gpu: dict[int, str | None] = {}
         self._peak_signals: dict[int, tuple[str, ...]] = {}
         self._peak_gpu: dict[int, str | None] = {}
+        self._peak_evidence: dict[int, tuple[SignalScore, ...]] = {}  # see alert_evidence
         self._open: dict[int, Alert] = {}
         self._injected: list[XidEvent] = []
         self._prev_z = np.zeros(0)  # the previous tick's fused column scores
@@ -251,6 +252,7 @@ class Pipeline:
         for node in changes.opened.tolist():  # a new episode: no evidence yet
             self._peak_signals.pop(node, None)
             self._peak_gpu.pop(node, None)
+            self._peak_evidence.pop(node, None)
         for node in changes.new_peak.tolist():
             self._record_peak(node, fused.column_z, layout, entities, t)
         started = tuple(self._start(n, t) for n in changes.started.tolist())
@@ -307,11 +309,16 @@ class Pipeline:
             column_z, self._node_columns[node], layout, self.params.top_k, self.params.fusion.z0
         )
         names: list[str] = []
-        for col, _ in top:
+        evidence: list[SignalScore] = []
+        for col, z in top:
             name = layout.signal_names[int(layout.signal[col])]
             if name not in names:
                 names.append(name)
+            column_gpu = int(entities.gpu_entity[col])
+            gpu = entities.gpu_label[column_gpu] if column_gpu >= 0 else None
+            evidence.append(SignalScore(layout.node_names[node], gpu, name, z))
         self._peak_signals[node] = tuple(names)
+        self._peak_evidence[node] = tuple(evidence)
         gpu_entity = int(entities.gpu_entity[top[0][0]]) if top else -1
         self._peak_gpu[node] = entities.gpu_label[gpu_entity] if gpu_entity >= 0 else None
 
@@ -336,6 +343,18 @@ class Pipeline:
     def _end(self, node: int, t: float, start: float, peak: float) -> Alert:
         self._open.pop(node, None)
         return self._alert(node, t, start, peak)
+
+    def alert_evidence(self, node: str) -> tuple[SignalScore, ...]:
+        """The evidence behind the alert episode of ``node`` (open, or just ended on this
+        tick): its strongest columns at its latest precursor peak, strongest first, as
+        (node, GPU, signal, fused z: weighted robust sigmas from baseline or peers). What the
+        diagnosis reads beside ``Alert.signals``, which names the signals only. Empty when the
+        episode had no precursor peak (raised by an XID) or began before a restart (kept in
+        memory only, not in the state file)."""
+        layout = self._layout
+        if layout is None or node not in layout.node_names:
+            return ()
+        return self._peak_evidence.get(layout.node_names.index(node), ())
 
     def open_alerts(self) -> list[Alert]:
         """Alerts still firing, with their current peak evidence."""

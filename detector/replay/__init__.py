@@ -1,5 +1,6 @@
 """detector.replay"""
 
+from .diagnosis import diagnosis_model, learn_diagnosis, report_document
 from .fitting import Fitted, fit_calibration
 from .progress import ProgressBar
 from .report.html import render_html
@@ -10,10 +11,13 @@ __all__ = [
     "Fitted",
     "ProgressBar",
     "ReplayResult",
+    "diagnosis_model",
     "dump_frames",
     "fit_calibration",
+    "learn_diagnosis",
     "load_event_files",
     "render_html",
+    "report_document",
     "run_replay",
     "simulated_frames",
     "summary_lines",

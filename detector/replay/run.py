@@ -17,6 +17,7 @@ from typing import IO
 
 import numpy as np
 
+from ..diagnosis import Diagnosis, DiagnosisModel, Evidence, diagnose
 from ..errors import DumpError, EventsError
 from ..evaluation import Evaluation, evaluate
 from ..ingest import DumpStats, load_array, load_events, place_events, read_dump
@@ -65,6 +66,9 @@ class ReplayResult:
     alone_nodes: tuple[str, ...] = ()
     # set when nodes running different jobs were judged against each other (no cohort labels)
     cohort_advice: str = ""
+    # each alert's diagnosis when it started (what its page said), by (node, start)
+    diagnoses: dict[tuple[str, float], Diagnosis] = field(default_factory=dict)
+    diagnosis_model: DiagnosisModel | None = None
 
 
 class ScoreRecorder:
@@ -219,15 +223,18 @@ def run_replay(
     progress: ProgressSink | None = None,
     expected_span: tuple[float, float] | None = None,
     source: str = "replay",
+    diagnosis: DiagnosisModel | None = None,
 ) -> ReplayResult:
     """Drive ``frames`` through ``pipeline``; evaluate alerts against ``events`` + data XIDs.
     ``progress`` hears every tick's time (and ``expected_span`` when given) and is closed
     whether the replay ends or is interrupted. Fewer than two ticks span no time to evaluate:
-    DumpError naming ``source`` (the dump files, or the simulated cluster)."""
+    DumpError naming ``source`` (the dump files, or the simulated cluster). With a
+    ``diagnosis`` model every alert is diagnosed when it starts (``ReplayResult.diagnoses``)."""
     began = wallclock.perf_counter()
     alerts: list[Alert] = []
     data_xids: list[XidEvent] = []
     incidents = 0
+    diagnoses: dict[tuple[str, float], Diagnosis] = {}
     recorder = ScoreRecorder() if record_scores else None
     writer = ScoresCsv(scores_out) if scores_out is not None else None
     start = end = float("nan")
@@ -244,6 +251,10 @@ def run_replay(
             ticks += 1
             alerts.extend(tick.ended)
             data_xids.extend(tick.xids)
+            if diagnosis is not None:
+                for alert in tick.started:  # what the page says, when it goes out
+                    evidence = Evidence.of_alert(alert.signals, pipeline.alert_evidence(alert.node))
+                    diagnoses[(alert.node, alert.start)] = diagnose(evidence, diagnosis)
             if tick.incidents:
                 # one cluster incident until no signal has moved cluster-wide for the gap
                 if tick.time - last_incident > INCIDENT_GAP_S:
@@ -300,6 +311,8 @@ def run_replay(
         node_names=node_names,
         threshold=pipeline.params.episodes.threshold,
         signal_weights=dict(pipeline.params.signal_weights),
+        diagnoses=diagnoses,
+        diagnosis_model=diagnosis,
     )
     result.signals_found, result.signals_missing = signal_coverage(pipeline)
     result.split_nodes = tuple(sorted(pipeline.signal_map.teams.split_nodes))

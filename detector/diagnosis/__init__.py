@@ -1,0 +1,36 @@
+"""detector.diagnosis: what probably failed behind an alert, how sure, and what to do.
+
+A pure stage (no I/O): ``diagnose(evidence, model)`` on an alert's evidence, the model built
+from rules/diagnosis.yaml (``build_model``) and what ``detector calibrate`` learned
+(``learn_counts``), the confusion table replay prints (``confusion_table``), the Alertmanager
+labels and annotations of a diagnosis (``alert_text``), and the bottleneck of a checkpoint
+storm (``storm_bottleneck``). docs/diagnosis.md is the guide.
+"""
+
+from .confusion import Confusion, DiagnosedFailure, confusion_table
+from .diagnose import XID_CONFIDENCE, diagnose
+from .learn import learn_counts
+from .model import DiagnosisModel, build_model
+from .notify import AlertText, alert_text
+from .records import XID_PREFIX, Diagnosis, Evidence, SignalEvidence
+from .storm import NfsFigures, StormDiagnosis, storm_bottleneck
+
+__all__ = [
+    "XID_CONFIDENCE",
+    "XID_PREFIX",
+    "AlertText",
+    "Confusion",
+    "DiagnosedFailure",
+    "Diagnosis",
+    "DiagnosisModel",
+    "Evidence",
+    "NfsFigures",
+    "SignalEvidence",
+    "StormDiagnosis",
+    "alert_text",
+    "build_model",
+    "confusion_table",
+    "diagnose",
+    "learn_counts",
+    "storm_bottleneck",
+]

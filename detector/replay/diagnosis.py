@@ -1,0 +1,120 @@
+"""The diagnosis in ``detector replay`` and ``detector calibrate`` (detector/diagnosis/ is the
+model; docs/diagnosis.md the guide).
+
+- ``diagnosis_model``: the model replay runs with: rules/diagnosis.yaml checked against the
+  catalogs in use, plus what the calibration file learned (``Calibration.diagnosis``).
+- ``diagnosis_confusion``: per detected failure, the class diagnosed when its first alert
+  started against the class of the XID that followed (the terminal table, the report JSON's
+  ``diagnosis`` and the HTML report's table).
+- ``learn_diagnosis``: what calibrate stores: the leading signals of each detected failure's
+  first alert, counted per class of its XID (``diagnosis.learn_counts``).
+- ``report_document``: the ``--report-json`` document: the evaluation's (contract keys
+  unchanged) plus ``alerts[].failure_class``, ``alerts[].action``, ``alerts[].confidence`` and
+  the top-level ``diagnosis``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..config import (
+    Calibration,
+    DiagnosisCounts,
+    SignalCatalog,
+    XidCatalog,
+    load_diagnosis_rules,
+)
+from ..diagnosis import (
+    Confusion,
+    DiagnosedFailure,
+    Diagnosis,
+    DiagnosisModel,
+    Evidence,
+    build_model,
+    confusion_table,
+    diagnose,
+    learn_counts,
+)
+from ..model import Alert
+from .run import ReplayResult
+
+
+def diagnosis_model(
+    signals: SignalCatalog,
+    xids: XidCatalog,
+    calibration: Calibration | None = None,
+    rules: Path | None = None,
+) -> DiagnosisModel:
+    """The model for the catalogs in use: ``rules`` (default: the built-in rules/diagnosis.yaml)
+    checked against them (ConfigError naming the file), plus the calibration's counts."""
+    taxonomy = load_diagnosis_rules(rules)
+    where = str(rules) if rules is not None else "rules/diagnosis.yaml (built in)"
+    taxonomy.check_against(signals, xids, where)
+    learned = calibration.diagnosis if calibration is not None else None
+    return build_model(taxonomy, signals, xids, learned)
+
+
+def alert_diagnosis(result: ReplayResult, alert: Alert) -> Diagnosis | None:
+    """The diagnosis ``alert`` had when it started; one from its signal names where the replay
+    kept none (alerts re-run at another threshold); None without a model."""
+    model = result.diagnosis_model
+    if model is None:
+        return None
+    found = result.diagnoses.get((alert.node, alert.start))
+    return found if found is not None else diagnose(Evidence.from_names(alert.signals), model)
+
+
+def diagnosis_confusion(result: ReplayResult) -> Confusion | None:
+    """The confusion table of the replay's detected failures (module docstring); None without
+    a model."""
+    model = result.diagnosis_model
+    if model is None:
+        return None
+    rows: list[DiagnosedFailure] = []
+    for row in result.evaluation.failures:
+        if row.first_alert is None:
+            continue
+        found = alert_diagnosis(result, row.first_alert)
+        assert found is not None
+        event = row.event
+        rows.append(
+            DiagnosedFailure(
+                time=event.time,
+                node=event.node,
+                gpu=event.gpu,
+                xid=event.xid,
+                actual=model.class_of_xid(event.xid),
+                predicted=found.failure_class,
+                confidence=found.confidence,
+                basis=found.basis,
+                lead_time_s=row.lead_time_s,
+            )
+        )
+    return confusion_table(rows, model.classes)
+
+
+def learn_diagnosis(result: ReplayResult, model: DiagnosisModel) -> DiagnosisCounts:
+    """The counts calibrate stores: each detected failure's first alert's leading signals
+    (names, strongest first), under the class of the failure's XID."""
+    return learn_counts(
+        (model.class_of_xid(row.event.xid), row.first_alert.signals)
+        for row in result.evaluation.failures
+        if row.first_alert is not None
+    )
+
+
+def report_document(result: ReplayResult) -> dict[str, Any]:
+    """The ``--report-json`` document (module docstring)."""
+    document = result.evaluation.to_json()
+    confusion = diagnosis_confusion(result)
+    if confusion is None:
+        return document
+    for row, entry in zip(result.evaluation.alerts, document["alerts"], strict=True):
+        found = alert_diagnosis(result, row.alert)
+        assert found is not None
+        entry["failure_class"] = found.failure_class
+        entry["action"] = found.action
+        entry["confidence"] = round(found.confidence, 4)
+    document["diagnosis"] = confusion.to_json()
+    return document
