@@ -46,6 +46,8 @@ from ..replay import (
     Fitted,
     ProgressBar,
     ReplayResult,
+    alert_diagnoses,
+    diagnosis_confusion,
     diagnosis_model,
     dump_frames,
     fit_calibration,
@@ -147,7 +149,12 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         print(f"report written to {args.report_json}")
     if args.html is not None:
         html = render_html(
-            result, threshold=result.threshold, label=label, signal_weights=result.signal_weights
+            result,
+            threshold=result.threshold,
+            label=label,
+            signal_weights=result.signal_weights,
+            confusion=diagnosis_confusion(result),
+            diagnoses=alert_diagnoses(result),
         )
         args.html.write_text(html, "utf-8")
         print(f"HTML report written to {args.html}")

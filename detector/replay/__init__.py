@@ -1,6 +1,12 @@
 """detector.replay"""
 
-from .diagnosis import diagnosis_model, learn_diagnosis, report_document
+from .diagnosis import (
+    alert_diagnoses,
+    diagnosis_confusion,
+    diagnosis_model,
+    learn_diagnosis,
+    report_document,
+)
 from .fitting import Fitted, fit_calibration
 from .progress import ProgressBar
 from .report.html import render_html
@@ -11,6 +17,8 @@ __all__ = [
     "Fitted",
     "ProgressBar",
     "ReplayResult",
+    "alert_diagnoses",
+    "diagnosis_confusion",
     "diagnosis_model",
     "dump_frames",
     "fit_calibration",

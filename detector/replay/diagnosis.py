@@ -65,6 +65,12 @@ def alert_diagnosis(result: ReplayResult, alert: Alert) -> Diagnosis | None:
     return found if found is not None else diagnose(Evidence.from_names(alert.signals), model)
 
 
+def alert_diagnoses(result: ReplayResult) -> dict[tuple[str, float], Diagnosis]:
+    """Every alert's diagnosis (``alert_diagnosis``) by (node, start); empty without a model."""
+    found = {(a.node, a.start): alert_diagnosis(result, a) for a in result.alerts}
+    return {key: d for key, d in found.items() if d is not None}
+
+
 def diagnosis_confusion(result: ReplayResult) -> Confusion | None:
     """The confusion table of the replay's detected failures (module docstring); None without
     a model."""

@@ -11,7 +11,9 @@ Sections, each under an element id the tests look for: ``summary`` (headline tab
 failure: fused score, threshold, alert bands, XIDs, zoom panels around the failures, and the
 top signals listed under it), ``heatmap`` (node x time, max-pooled, with a colour legend),
 ``signals`` (the dominant signal per failure type, from ``signals_first``), ``fp`` (FP/day per
-daily bucket of unmatched alerts) and ``offenders`` (nodes ranked by alerts and failures).
+daily bucket of unmatched alerts), ``offenders`` (nodes ranked by alerts and failures) and,
+given the diagnoses, ``diagnosis`` (the confusion table of the class diagnosed at each detected
+failure's first alert against its XID's class, and every alert's class, action and confidence).
 
 No network resources: CSS and SVG are inline, the heat map is an inline PNG (``data:`` URI).
 """
@@ -25,6 +27,7 @@ from typing import Protocol
 
 import numpy as np
 
+from ...diagnosis import Confusion, Diagnosis
 from ...evaluation import (
     Evaluation,
     FailureRow,
@@ -91,16 +94,20 @@ def render_html(
     threshold: float,
     label: str,
     signal_weights: Mapping[str, float] | None = None,
+    confusion: Confusion | None = None,
+    diagnoses: Mapping[tuple[str, float], Diagnosis] | None = None,
 ) -> str:
-    """The whole report as one HTML document (module docstring)."""
+    """The whole report as one HTML document (module docstring). ``diagnoses``: each alert's
+    diagnosis by (node, start); ``confusion``: the table over the detected failures."""
     sections = [
         _summary(result, threshold, signal_weights or {}),
-        _failures(result.evaluation),
+        _failures(result.evaluation, diagnoses or {}),
         _timelines(result, threshold),
         _heatmap(result, threshold),
         _signals(result.evaluation),
         _fp_per_day(result),
         _offenders(result.evaluation),
+        _diagnosis(result.evaluation, confusion, diagnoses or {}),
     ]
     days = (result.end - result.start) / 86400
     head = (
@@ -208,7 +215,7 @@ def _node_link(node: str) -> str:
     return f"<a href='#node-{escape(node)}'>{escape(node)}</a>"
 
 
-def _failures(ev: Evaluation) -> str:
+def _failures(ev: Evaluation, diagnoses: Mapping[tuple[str, float], Diagnosis]) -> str:
     rows = []
     for row in ev.failures:
         f = row.event
@@ -218,8 +225,11 @@ def _failures(ev: Evaluation) -> str:
             found = "<span class=early>before</span>"
         else:
             found = "<span class=late>after</span>"
+        diagnosed = ""
         if row.first_alert is not None:
             signals = escape(", ".join(row.first_alert.signals))
+            diagnosis = diagnoses.get((row.first_alert.node, row.first_alert.start))
+            diagnosed = "" if diagnosis is None else _class_cell(diagnosis)
         else:
             firing = _firing_at(ev, f)
             signals = (
@@ -234,6 +244,7 @@ def _failures(ev: Evaluation) -> str:
                 found,
                 _lead(row.lead_time_s),
                 signals,
+                *([diagnosed] if diagnoses else []),
             ]
         )
     if not rows:
@@ -241,6 +252,7 @@ def _failures(ev: Evaluation) -> str:
             "<section id=failures><h2>Failures</h2><p>No failure XIDs in this replay.</p></section>"
         )
     header = ["time (UTC)", "node", "GPU", "XID", "detected", "lead time", "first alert's signals"]
+    header += ["first alert's diagnosis"] if diagnoses else []
     return f"<section id=failures><h2>Failures</h2>{_table('failures', header, rows)}</section>"
 
 
@@ -482,3 +494,61 @@ def _offenders(ev: Evaluation, limit: int = 20) -> str:
         else ""
     )
     return f"<section id=offenders><h2>Repeat offenders</h2>{table}{more}</section>"
+
+
+def _class_cell(d: Diagnosis) -> str:
+    """Class (its title on hover), confidence and action of a diagnosis."""
+    return (
+        f"<span title='{escape(d.title)}'>{escape(d.failure_class)}</span> "
+        f"{100 * d.confidence:.0f}% → {escape(d.action)}"
+    )
+
+
+def _diagnosis(
+    ev: Evaluation, confusion: Confusion | None, diagnoses: Mapping[tuple[str, float], Diagnosis]
+) -> str:
+    """The confusion table and every alert's diagnosis (module docstring)."""
+    if confusion is None or not diagnoses:
+        return ""
+    parts = ["<section id=diagnosis><h2>Diagnosis</h2>"]
+    if confusion.rows:
+        right, n = confusion.correct()
+        right_signals, n_signals = confusion.correct("signals")
+        parts.append(
+            f"<p>The class diagnosed when each detected failure's first alert started, against "
+            f"the class of the XID that followed: {right} of {n} on the diagonal; from precursor "
+            f"signals {right_signals} of {n_signals}, raised by the XID itself "
+            f"{confusion.correct('xid')[1]}.</p>"
+        )
+        matrix = confusion.matrix()
+        rows = [
+            [escape(actual)] + [str(matrix[actual].get(p, 0) or "·") for p in confusion.classes]
+            for actual in confusion.classes
+            if actual in matrix
+        ]
+        header = ["XID class \\ diagnosed", *(escape(c) for c in confusion.classes)]
+        parts.append(_table("confusion", header, rows))
+    else:
+        parts.append("<p>No detected failure to check the diagnosis against.</p>")
+    rows = []
+    for row in ev.alerts:
+        a = row.alert
+        found = diagnoses.get((a.node, a.start))
+        if found is None:
+            continue
+        rows.append(
+            [
+                utc(a.start, "%Y-%m-%d %H:%M"),
+                _node_link(a.node),
+                escape(a.gpu or "–"),
+                escape(found.failure_class),
+                escape(found.action),
+                f"{100 * found.confidence:.0f}%",
+                "yes" if row.matched else "no",
+                escape(", ".join(a.signals)),
+            ]
+        )
+    header = ["start (UTC)", "node", "GPU", "class", "action", "confidence", "matched", "signals"]
+    parts.append("<h3>Alerts</h3>" + _table("alerts", header, rows))
+    parts.append("</section>")
+    return "".join(parts)
