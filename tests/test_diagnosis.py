@@ -7,9 +7,11 @@ history says so, and the confusion table, alert text and storm bottleneck say wh
 from __future__ import annotations
 
 import math
+from dataclasses import astuple
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from detector.config import (
@@ -30,6 +32,7 @@ from detector.diagnosis import (
     DiagnosisModel,
     Evidence,
     NfsFigures,
+    NfsMeter,
     SignalEvidence,
     alert_text,
     build_model,
@@ -39,7 +42,7 @@ from detector.diagnosis import (
     storm_bottleneck,
 )
 from detector.errors import ConfigError
-from detector.model import SignalScore
+from detector.model import SeriesInfo, SignalScore
 
 RULES = load_diagnosis_rules()
 SIGNALS = load_signal_rules()
@@ -301,3 +304,37 @@ def test_a_storm_without_nfs_signals_has_no_nfs_bottleneck() -> None:
     storm = storm_bottleneck(["gpu_util"], _figures(0.6, 40.0, 1.2), BEFORE)
     assert "unknown" == storm.bottleneck
     assert math.isfinite(storm.figures["rtt_ms_per_op"])
+
+
+def _info(column: int, metric: str, node: str) -> SeriesInfo:
+    return SeriesInfo(column, metric, (("node", node),), node, "")
+
+
+MOUNTSTATS = (
+    "node_mountstats_nfs_transport_backlog_queue_total",
+    "node_mountstats_nfs_transport_sends_total",
+    "node_mountstats_nfs_operations_queue_time_seconds_total",
+    "node_mountstats_nfs_operations_response_time_seconds_total",
+    "node_mountstats_nfs_operations_request_time_seconds_total",
+    "node_mountstats_nfs_operations_requests_total",
+    "node_mountstats_nfs_write_bytes_total",
+    "node_infiniband_rate_bytes_per_second",
+)
+
+
+def test_the_nfs_meter_turns_mountstats_counters_into_per_operation_figures() -> None:
+    """Over 60 s: 100 sends, 20 backlogged; 50 operations with 0.1 s queued, 0.4 s RTT and
+    0.6 s in all; 6e8 bytes written on a 2.5e10 B/s link. A tick without a scrape (NaN) keeps
+    the last value; a node whose counter went backwards gets no figures."""
+    infos = [_info(i, m, "a") for i, m in enumerate(MOUNTSTATS)]
+    infos += [_info(len(MOUNTSTATS) + i, m, "b") for i, m in enumerate(MOUNTSTATS)]
+    meter = NfsMeter()
+    start = [1000.0, 5000.0, 10.0, 40.0, 60.0, 500.0, 1e9, LINK]
+    meter.observe(0.0, np.array(start * 2), infos)
+    older = meter.snapshot()
+    end_a = [1020.0, 5100.0, 10.1, 40.4, 60.6, 550.0, 1.6e9, LINK]
+    end_b = [1020.0, 5100.0, 10.1, 40.4, 60.6, 400.0, 1.6e9, LINK]  # requests went backwards
+    meter.observe(30.0, np.array(end_a + end_b), infos)
+    meter.observe(60.0, np.full(2 * len(MOUNTSTATS), np.nan), infos)  # not scraped: kept
+    (figures,) = meter.figures(older, meter.snapshot())
+    assert pytest.approx((0.2, 0.002, 0.008, 0.012, 1e7, LINK)) == astuple(figures)

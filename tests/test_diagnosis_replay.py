@@ -10,6 +10,8 @@ diagonal by design. Every other kind ends with an XID of its own class and is on
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from detector.config import load_config
@@ -123,3 +125,14 @@ def test_the_html_report_shows_the_confusion_table_and_each_alerts_class(
     assert "<td>before</td>" not in failures  # the detection column keeps its own cell
     before = replayed.evaluation.summary.detected_before_failure
     assert before == failures.count("<span class=early>before</span>")
+
+
+def test_every_cluster_incident_gets_a_bottleneck(replayed: ReplayResult) -> None:
+    """One record per counted incident, in the report JSON too; those on which an NFS signal
+    moved cluster-wide carry the NFS figures their bottleneck was named from."""
+    assert replayed.incidents == len(replayed.storms)
+    rows = report_document(replayed)["diagnosis"]["storms"]
+    assert [s.diagnosis.bottleneck for s in replayed.storms] == [r["bottleneck"] for r in rows]
+    nfs = [s for s in replayed.storms if any(x.startswith("nfs_") for x in s.signals)]
+    assert nfs
+    assert all(math.isfinite(s.diagnosis.figures["rtt_ms_per_op"]) for s in nfs)

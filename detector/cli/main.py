@@ -155,6 +155,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             signal_weights=result.signal_weights,
             confusion=diagnosis_confusion(result),
             diagnoses=alert_diagnoses(result),
+            storms=result.storms,
         )
         args.html.write_text(html, "utf-8")
         print(f"HTML report written to {args.html}")

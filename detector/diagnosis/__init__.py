@@ -11,11 +11,13 @@ from .confusion import Confusion, DiagnosedFailure, confusion_table
 from .diagnose import XID_CONFIDENCE, diagnose
 from .learn import learn_counts
 from .model import DiagnosisModel, build_model
+from .nfs_meter import NfsMeter, NfsSnapshot, nfs_figures
 from .notify import AlertText, alert_text
 from .records import XID_PREFIX, Diagnosis, Evidence, SignalEvidence
-from .storm import NfsFigures, StormDiagnosis, storm_bottleneck
+from .storm import NFS_SIGNAL_PREFIX, NfsFigures, StormDiagnosis, storm_bottleneck
 
 __all__ = [
+    "NFS_SIGNAL_PREFIX",
     "XID_CONFIDENCE",
     "XID_PREFIX",
     "AlertText",
@@ -25,6 +27,8 @@ __all__ = [
     "DiagnosisModel",
     "Evidence",
     "NfsFigures",
+    "NfsMeter",
+    "NfsSnapshot",
     "SignalEvidence",
     "StormDiagnosis",
     "alert_text",
@@ -32,5 +36,6 @@ __all__ = [
     "confusion_table",
     "diagnose",
     "learn_counts",
+    "nfs_figures",
     "storm_bottleneck",
 ]

@@ -7,11 +7,11 @@ against the same nodes before it:
 - ``network_bandwidth``: the NFS bytes per second fill the node's links (median node at or
   above ``LINK_FULL`` of its link rate): the wire is the limit.
 - ``nfs_rpc_slots``: requests wait on the client for an RPC slot (a share of requests of at
-  least ``BACKLOG_SATURATED`` went through the transport's backlog queue) and the time they
-  queue grew more than their round trip did: the server answers promptly, the client cannot
-  send more at once. The paradox of the study.
-- ``nfs_server``: the round trip (RTT) grew at least ``RTT_SLOW`` times and more than the
-  queueing did: the server (or its disks) answers slowly; the clients' queues are its echo.
+  least ``BACKLOG_SATURATED`` went through the transport's backlog queue, ``GREW`` times the
+  share before) and the time they queue grew more than their round trip did: the server
+  answers promptly, the client cannot send more at once. The paradox of the study.
+- ``nfs_server``: the round trip (RTT) grew at least ``GREW`` times and more than the queueing
+  did: the server (or its disks) answers slowly; the clients' queues are its echo.
 - ``unknown``: no NFS signal among the storm's common-mode signals, or none of the above.
 
 Figures are medians over the incident's nodes, so one odd node does not name the bottleneck.
@@ -30,7 +30,7 @@ Bottleneck = Literal["nfs_rpc_slots", "nfs_server", "network_bandwidth", "unknow
 
 LINK_FULL = 0.7  # share of the link rate the NFS traffic must reach to call the wire full
 BACKLOG_SATURATED = 0.05  # share of RPCs through the backlog queue: slots ran out
-RTT_SLOW = 2.0  # RTT growth over the time before the storm that calls the server slow
+GREW = 1.5  # growth over the time before the storm that counts (backlog share, RTT)
 NFS_SIGNAL_PREFIX = "nfs_"  # the rules' NFS signals (rules/signals.yaml)
 
 
@@ -80,6 +80,7 @@ def storm_bottleneck(
         "queue_ms_per_op": 1e3 * _median([f.queue_s_per_op for f in during]),
         "rtt_ms_per_op": 1e3 * _median([f.rtt_s_per_op for f in during]),
         "execute_ms_per_op": 1e3 * _median([f.execute_s_per_op for f in during]),
+        "backlog_per_rpc_before": _median([f.backlog_per_rpc for f in before]),
         "queue_ms_per_op_before": 1e3 * _median([f.queue_s_per_op for f in before]),
         "rtt_ms_per_op_before": 1e3 * _median([f.rtt_s_per_op for f in before]),
         "nfs_bytes_per_s": _median([f.bytes_per_s for f in during]),
@@ -97,23 +98,22 @@ def storm_bottleneck(
             f"NFS traffic used {link_share:.0%} of the links' rate",
         )
     backlog = figures["backlog_per_rpc"]
+    saturated = backlog >= BACKLOG_SATURATED and backlog >= GREW * figures["backlog_per_rpc_before"]
     used = "" if math.isnan(link_share) else f"; links {link_share:.1%} used"
-    if backlog >= BACKLOG_SATURATED and queue_growth > rtt_growth:
+    if saturated and queue_growth > rtt_growth:
         return StormDiagnosis(
             "nfs_rpc_slots",
             figures,
             f"{backlog:.0%} of RPCs waited for a slot; queueing grew {queue_growth:.1f} ms per "
             f"operation, the round trip {rtt_growth:.1f} ms{used}",
         )
-    if rtt_ratio >= RTT_SLOW and rtt_growth >= queue_growth:
+    if rtt_ratio >= GREW and rtt_growth >= queue_growth:
         return StormDiagnosis(
             "nfs_server",
             figures,
             f"the round trip grew {rtt_ratio:.1f}x to {figures['rtt_ms_per_op']:.1f} ms per "
             f"operation, more than queueing ({queue_growth:+.1f} ms){used}",
         )
-    if backlog >= BACKLOG_SATURATED:
-        return StormDiagnosis(
-            "nfs_rpc_slots", figures, f"{backlog:.0%} of RPCs waited for a slot{used}"
-        )
-    return StormDiagnosis("unknown", figures, "NFS moved, but no layer stands out" + used)
+    return StormDiagnosis(
+        "unknown", figures, "NFS moved, but no layer stands out against the time before" + used
+    )

@@ -10,11 +10,14 @@ model; docs/diagnosis.md the guide).
   first alert, counted per class of its XID (``diagnosis.learn_counts``).
 - ``report_document``: the ``--report-json`` document: the evaluation's (contract keys
   unchanged) plus ``alerts[].failure_class``, ``alerts[].action``, ``alerts[].confidence`` and
-  the top-level ``diagnosis``.
+  the top-level ``diagnosis`` (the confusion table, and ``storms``: each cluster incident's
+  bottleneck with its figures, replay/storms.py).
 """
 
 from __future__ import annotations
 
+import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -122,5 +125,46 @@ def report_document(result: ReplayResult) -> dict[str, Any]:
         entry["failure_class"] = found.failure_class
         entry["action"] = found.action
         entry["confidence"] = round(found.confidence, 4)
-    document["diagnosis"] = confusion.to_json()
+    document["diagnosis"] = {**confusion.to_json(), "storms": storm_rows(result)}
     return document
+
+
+def storm_rows(result: ReplayResult) -> list[dict[str, Any]]:
+    """Each cluster incident with its bottleneck and figures (NaN figures as null)."""
+    return [
+        {
+            "start": storm.start,
+            "end": storm.end,
+            "signals": list(storm.signals),
+            "bottleneck": storm.diagnosis.bottleneck,
+            "reason": storm.diagnosis.reason,
+            "figures": {
+                k: (None if math.isnan(v) else round(v, 6))
+                for k, v in storm.diagnosis.figures.items()
+            },
+        }
+        for storm in result.storms
+    ]
+
+
+def storm_lines(result: ReplayResult) -> list[str]:
+    """The terminal's account of the cluster incidents' bottlenecks: one line per kind."""
+    if not result.storms:
+        return []
+    by_kind: dict[str, list[float]] = {}
+    for storm in result.storms:
+        by_kind.setdefault(storm.diagnosis.bottleneck, []).append(storm.start)
+    counted = ", ".join(f"{kind} {len(starts)}" for kind, starts in sorted(by_kind.items()))
+    lines = [f"cluster incidents by bottleneck: {counted}"]
+    named = [s for s in result.storms if s.diagnosis.bottleneck != "unknown"]
+    if named:
+        worst = max(named, key=lambda s: s.diagnosis.figures["rtt_ms_per_op"])
+        lines.append(
+            f"  e.g. the storm of {_utc(worst.start)}: {worst.diagnosis.bottleneck}: "
+            f"{worst.diagnosis.reason}"
+        )
+    return lines
+
+
+def _utc(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))

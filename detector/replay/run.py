@@ -26,6 +26,7 @@ from ..pipeline import EpisodeParams, Episodes, Pipeline, TickResult, dedupe_epi
 from ..series import SeriesIndex, frames_from_batches, normalize
 from ..sim import SimulatedCluster, with_pod
 from .progress import ProgressSink
+from .storms import Storm, StormLog
 
 INCIDENT_GAP_S = 900.0  # this long without a common-mode signal ends a cluster incident
 
@@ -69,6 +70,7 @@ class ReplayResult:
     # each alert's diagnosis when it started (what its page said), by (node, start)
     diagnoses: dict[tuple[str, float], Diagnosis] = field(default_factory=dict)
     diagnosis_model: DiagnosisModel | None = None
+    storms: list[Storm] = field(default_factory=list)  # cluster incidents and their bottleneck
 
 
 class ScoreRecorder:
@@ -229,12 +231,14 @@ def run_replay(
     ``progress`` hears every tick's time (and ``expected_span`` when given) and is closed
     whether the replay ends or is interrupted. Fewer than two ticks span no time to evaluate:
     DumpError naming ``source`` (the dump files, or the simulated cluster). With a
-    ``diagnosis`` model every alert is diagnosed when it starts (``ReplayResult.diagnoses``)."""
+    ``diagnosis`` model every alert is diagnosed when it starts (``ReplayResult.diagnoses``)
+    and every cluster incident gets its bottleneck (``ReplayResult.storms``)."""
     began = wallclock.perf_counter()
     alerts: list[Alert] = []
     data_xids: list[XidEvent] = []
     incidents = 0
     diagnoses: dict[tuple[str, float], Diagnosis] = {}
+    storms = StormLog(INCIDENT_GAP_S) if diagnosis is not None else None
     recorder = ScoreRecorder() if record_scores else None
     writer = ScoresCsv(scores_out) if scores_out is not None else None
     start = end = float("nan")
@@ -255,6 +259,8 @@ def run_replay(
                 for alert in tick.started:  # what the page says, when it goes out
                     evidence = Evidence.of_alert(alert.signals, pipeline.alert_evidence(alert.node))
                     diagnoses[(alert.node, alert.start)] = diagnose(evidence, diagnosis)
+            if storms is not None:
+                storms.observe(tick, frame.values, pipeline.index.infos)
             if tick.incidents:
                 # one cluster incident until no signal has moved cluster-wide for the gap
                 if tick.time - last_incident > INCIDENT_GAP_S:
@@ -313,6 +319,7 @@ def run_replay(
         signal_weights=dict(pipeline.params.signal_weights),
         diagnoses=diagnoses,
         diagnosis_model=diagnosis,
+        storms=storms.finish() if storms is not None else [],
     )
     result.signals_found, result.signals_missing = signal_coverage(pipeline)
     result.split_nodes = tuple(sorted(pipeline.signal_map.teams.split_nodes))

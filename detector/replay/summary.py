@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..evaluation import describe_other_xids, describe_weights, failure_sources
-from .diagnosis import diagnosis_confusion
+from .diagnosis import diagnosis_confusion, storm_lines
 from .run import ReplayResult
 
 
@@ -78,7 +78,7 @@ def summary_lines(result: ReplayResult) -> list[str]:
     rows = result.evaluation.to_json()["failures"]
     confusion = diagnosis_confusion(result)
     if confusion is not None:
-        lines.extend(["", *confusion.lines()])
+        lines.extend(["", *confusion.lines(), *storm_lines(result)])
     if rows:
         lines.append("")
         header = (

@@ -13,7 +13,8 @@ top signals listed under it), ``heatmap`` (node x time, max-pooled, with a colou
 ``signals`` (the dominant signal per failure type, from ``signals_first``), ``fp`` (FP/day per
 daily bucket of unmatched alerts), ``offenders`` (nodes ranked by alerts and failures) and,
 given the diagnoses, ``diagnosis`` (the confusion table of the class diagnosed at each detected
-failure's first alert against its XID's class, and every alert's class, action and confidence).
+failure's first alert against its XID's class, every alert's class, action and confidence, and
+each cluster incident's bottleneck with its NFS figures).
 
 No network resources: CSS and SVG are inline, the heat map is an inline PNG (``data:`` URI).
 """
@@ -36,6 +37,7 @@ from ...evaluation import (
     failure_sources,
 )
 from ...model import Alert, FloatArray, XidEvent
+from ..storms import Storm
 from .charts import CSS, LEGEND, Mark, Span, bars_svg, heatmap_svg, timeline_svg
 from .svg import utc
 
@@ -96,9 +98,11 @@ def render_html(
     signal_weights: Mapping[str, float] | None = None,
     confusion: Confusion | None = None,
     diagnoses: Mapping[tuple[str, float], Diagnosis] | None = None,
+    storms: Sequence[Storm] = (),
 ) -> str:
     """The whole report as one HTML document (module docstring). ``diagnoses``: each alert's
-    diagnosis by (node, start); ``confusion``: the table over the detected failures."""
+    diagnosis by (node, start); ``confusion``: the table over the detected failures;
+    ``storms``: the cluster incidents with their bottlenecks."""
     sections = [
         _summary(result, threshold, signal_weights or {}),
         _failures(result.evaluation, diagnoses or {}),
@@ -107,7 +111,7 @@ def render_html(
         _signals(result.evaluation),
         _fp_per_day(result),
         _offenders(result.evaluation),
-        _diagnosis(result.evaluation, confusion, diagnoses or {}),
+        _diagnosis(result.evaluation, confusion, diagnoses or {}, storms),
     ]
     days = (result.end - result.start) / 86400
     head = (
@@ -505,7 +509,10 @@ def _class_cell(d: Diagnosis) -> str:
 
 
 def _diagnosis(
-    ev: Evaluation, confusion: Confusion | None, diagnoses: Mapping[tuple[str, float], Diagnosis]
+    ev: Evaluation,
+    confusion: Confusion | None,
+    diagnoses: Mapping[tuple[str, float], Diagnosis],
+    storms: Sequence[Storm],
 ) -> str:
     """The confusion table and every alert's diagnosis (module docstring)."""
     if confusion is None or not diagnoses:
@@ -550,5 +557,42 @@ def _diagnosis(
         )
     header = ["start (UTC)", "node", "GPU", "class", "action", "confidence", "matched", "signals"]
     parts.append("<h3>Alerts</h3>" + _table("alerts", header, rows))
+    if storms:
+        parts.append(_storms(storms))
     parts.append("</section>")
     return "".join(parts)
+
+
+def _storms(storms: Sequence[Storm]) -> str:
+    """One row per cluster incident: its signals, bottleneck and the NFS figures behind it."""
+
+    def ms(now: float, before: float) -> str:
+        return "–" if np.isnan(now) else f"{now:.1f} ({before:.1f})"
+
+    rows = []
+    for storm in storms:
+        f = storm.diagnosis.figures
+        rows.append(
+            [
+                utc(storm.start, "%Y-%m-%d %H:%M"),
+                f"{(storm.end - storm.start) / 60:.0f} min",
+                escape(", ".join(storm.signals)),
+                f"<span title='{escape(storm.diagnosis.reason)}'>"
+                f"{escape(storm.diagnosis.bottleneck)}</span>",
+                "–" if np.isnan(f["backlog_per_rpc"]) else f"{f['backlog_per_rpc']:.0%}",
+                ms(f["queue_ms_per_op"], f["queue_ms_per_op_before"]),
+                ms(f["rtt_ms_per_op"], f["rtt_ms_per_op_before"]),
+                "–" if np.isnan(f["link_share"]) else f"{f['link_share']:.1%}",
+            ]
+        )
+    header = [
+        "incident (UTC)",
+        "lasted",
+        "signals moving cluster-wide",
+        "bottleneck",
+        "RPCs backlogged",
+        "queue ms/op (before)",
+        "RTT ms/op (before)",
+        "links used",
+    ]
+    return "<h3>Cluster incidents</h3>" + _table("storms", header, rows)
