@@ -338,3 +338,10 @@ def test_the_nfs_meter_turns_mountstats_counters_into_per_operation_figures() ->
     meter.observe(60.0, np.full(2 * len(MOUNTSTATS), np.nan), infos)  # not scraped: kept
     (figures,) = meter.figures(older, meter.snapshot())
     assert pytest.approx((0.2, 0.002, 0.008, 0.012, 1e7, LINK)) == astuple(figures)
+
+
+def test_every_class_has_its_runbook_section_in_the_docs() -> None:
+    """Alerts link to docs/diagnosis.md#<class>: each class has that anchor."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "diagnosis.md").read_text()
+    missing = [c.name for c in RULES.classes if f'<a id="{c.name}"></a>' not in text]
+    assert [] == missing

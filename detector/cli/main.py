@@ -47,6 +47,7 @@ from ..replay import (
     ProgressBar,
     ReplayResult,
     alert_diagnoses,
+    describe_learned,
     diagnosis_confusion,
     diagnosis_model,
     dump_frames,
@@ -200,6 +201,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         failures=len(result.failures),
         signal_weights=fitted.signal_weights,
     )
+    learned = None
     if result.diagnosis_model is not None and result.failures:
         # which signals led which class of failure, for replay's diagnosis (replay/diagnosis.py)
         learned = learn_diagnosis(result, result.diagnosis_model)
@@ -217,6 +219,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     )
     for line in weight_lines:
         print(line)
+    print(f"diagnosis: {describe_learned(learned)}")
     print(f"calibration written to {args.out}")
     if days < _MIN_CALIBRATION_DAYS:
         print(

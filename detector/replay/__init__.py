@@ -2,6 +2,7 @@
 
 from .diagnosis import (
     alert_diagnoses,
+    describe_learned,
     diagnosis_confusion,
     diagnosis_model,
     learn_diagnosis,
@@ -18,6 +19,7 @@ __all__ = [
     "ProgressBar",
     "ReplayResult",
     "alert_diagnoses",
+    "describe_learned",
     "diagnosis_confusion",
     "diagnosis_model",
     "dump_frames",

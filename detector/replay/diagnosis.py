@@ -113,6 +113,17 @@ def learn_diagnosis(result: ReplayResult, model: DiagnosisModel) -> DiagnosisCou
     )
 
 
+def describe_learned(counts: DiagnosisCounts | None) -> str:
+    """One line on what the diagnosis model learned from history (calibrate and replay)."""
+    if counts is None:
+        return "the prior of rules/diagnosis.yaml (detector calibrate learns from history)"
+    if not counts.failures:
+        return "the prior of rules/diagnosis.yaml; nothing learned (no failure had a precursor)"
+    listed = ", ".join(f"{c} {n}" for c, n in counts.failures.items())
+    total = sum(counts.failures.values())
+    return f"the prior plus the leading signals of {total} failures learned ({listed})"
+
+
 def report_document(result: ReplayResult) -> dict[str, Any]:
     """The ``--report-json`` document (module docstring)."""
     document = result.evaluation.to_json()

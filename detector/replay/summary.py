@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..evaluation import describe_other_xids, describe_weights, failure_sources
-from .diagnosis import diagnosis_confusion, storm_lines
+from .diagnosis import describe_learned, diagnosis_confusion, storm_lines
 from .run import ReplayResult
 
 
@@ -78,7 +78,10 @@ def summary_lines(result: ReplayResult) -> list[str]:
     rows = result.evaluation.to_json()["failures"]
     confusion = diagnosis_confusion(result)
     if confusion is not None:
-        lines.extend(["", *confusion.lines(), *storm_lines(result)])
+        assert result.diagnosis_model is not None
+        learned = describe_learned(result.diagnosis_model.learned)
+        lines.extend(["", *confusion.lines(), f"diagnosis model: {learned}"])
+        lines.extend(storm_lines(result))
     if rows:
         lines.append("")
         header = (
