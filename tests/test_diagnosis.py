@@ -38,6 +38,7 @@ from detector.diagnosis import (
     build_model,
     confusion_table,
     diagnose,
+    fit_temperature,
     learn_counts,
     storm_bottleneck,
 )
@@ -345,3 +346,31 @@ def test_every_class_has_its_runbook_section_in_the_docs() -> None:
     text = (Path(__file__).resolve().parents[1] / "docs" / "diagnosis.md").read_text()
     missing = [c.name for c in RULES.classes if f'<a id="{c.name}"></a>' not in text]
     assert [] == missing
+
+
+def test_a_history_of_ambiguous_evidence_lowers_the_confidence() -> None:
+    """Hot GPUs that went on to fail as thermal_power three times and fell off the bus three
+    times: the fitted temperature brings the confidence in either class toward one half."""
+    hot = _signals(("gpu_temp", 6.0), ("thermal_violation", 4.0))
+    examples = [("thermal_power", hot)] * 3 + [("pcie_bus", hot)] * 3
+    model = _model()
+    temperature = fit_temperature(examples, model)
+    names = [(c, ["gpu_temp", "thermal_violation"]) for c, _ in examples]
+    learned = learn_counts(names).model_copy(update={"temperature": temperature})
+    untempered = diagnose(hot, _model(learn_counts(names))).confidence
+    fitted = diagnose(hot, _model(learned)).confidence
+    assert temperature < 1.0
+    assert abs(fitted - 0.5) < abs(untempered - 0.5)
+
+
+def test_a_history_of_clear_evidence_keeps_the_confidence_high() -> None:
+    """Six failures each led by its class's characteristic signals: no lower temperature."""
+    classes = ["memory_ecc", "pcie_bus", "nvlink", "memory_ecc", "pcie_bus", "nvlink"]
+    examples = [(c, _signals(*CHARACTERISTIC[c])) for c in classes]
+    assert fit_temperature(examples, _model()) >= 1.0
+
+
+def test_too_few_failures_fit_no_temperature() -> None:
+    """Four failures with precursors are too few to say how sure the model should be."""
+    examples = [("pcie_bus", _signals(("pcie_replay", 5.0)))] * 4
+    assert 1.0 == fit_temperature(examples, _model())

@@ -51,6 +51,9 @@ class DiagnosisCounts(_Strict):
 
     failures: dict[str, Annotated[int, Field(ge=0)]]
     signals: dict[str, dict[str, Annotated[float, Field(ge=0.0, allow_inf_nan=False)]]]
+    # Multiplies the evidence's weight, fitted so the confidence matches how often the class
+    # was right on the history (leave-one-out); 1: not fitted.
+    temperature: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
 
 
 class Calibration(_Strict):

@@ -8,8 +8,8 @@ storm (``storm_bottleneck``). docs/diagnosis.md is the guide.
 """
 
 from .confusion import Confusion, DiagnosedFailure, confusion_table
-from .diagnose import XID_CONFIDENCE, diagnose
-from .learn import learn_counts
+from .diagnose import XID_CONFIDENCE, diagnose, posterior
+from .learn import fit_temperature, learn_counts
 from .model import DiagnosisModel, build_model
 from .nfs_meter import NfsMeter, NfsSnapshot, nfs_figures
 from .notify import AlertText, alert_text
@@ -35,7 +35,9 @@ __all__ = [
     "build_model",
     "confusion_table",
     "diagnose",
+    "fit_temperature",
     "learn_counts",
     "nfs_figures",
+    "posterior",
     "storm_bottleneck",
 ]

@@ -13,7 +13,9 @@ first) with deviations z_1..z_k counts with r_i = z_i / z_1 (rank weights 1/i wi
 values), and the log-likelihood sum is multiplied by 1 / sqrt(sum r_i): leading signals are
 correlated (the SBE rate and the SBE total move together), so k signals are worth about
 sqrt(k) independent votes, not k. That tempering keeps the posterior (the confidence) from
-claiming certainty from redundant signals.
+claiming certainty from redundant signals. A calibration that learned from enough failures
+also fits a temperature multiplying the evidence (learn.fit_temperature), so that the
+confidence says how often such a diagnosis was right on that history.
 """
 
 from __future__ import annotations
@@ -46,6 +48,14 @@ class DiagnosisModel:
     unknown_action: str
     runbook: str = ""
     learned: DiagnosisCounts | None = None
+    temperature: float = 1.0  # multiplies the evidence (learn.fit_temperature)
+    sources: tuple[DiagnosisRules, SignalCatalog, XidCatalog] | None = None  # built from
+
+    def with_learned(self, learned: DiagnosisCounts | None) -> DiagnosisModel:
+        """The model of the same rules and catalogs with other learned counts."""
+        if self.sources is None:
+            raise ValueError("a model not made by build_model cannot be rebuilt")
+        return build_model(*self.sources, learned)
 
     def index(self, failure_class: str) -> int:
         return self.classes.index(failure_class)
@@ -107,6 +117,8 @@ def build_model(
         unknown_action=xids.unknown.action,
         runbook=rules.runbook,
         learned=learned,
+        temperature=learned.temperature if learned is not None else 1.0,
+        sources=(rules, signals, xids),
     )
 
 

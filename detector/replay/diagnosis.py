@@ -37,6 +37,7 @@ from ..diagnosis import (
     build_model,
     confusion_table,
     diagnose,
+    fit_temperature,
     learn_counts,
 )
 from ..model import Alert
@@ -104,13 +105,22 @@ def diagnosis_confusion(result: ReplayResult) -> Confusion | None:
 
 
 def learn_diagnosis(result: ReplayResult, model: DiagnosisModel) -> DiagnosisCounts:
-    """The counts calibrate stores: each detected failure's first alert's leading signals
-    (names, strongest first), under the class of the failure's XID."""
-    return learn_counts(
-        (model.class_of_xid(row.event.xid), row.first_alert.signals)
+    """What calibrate stores: each detected failure's first alert's leading signals (names,
+    strongest first), counted under the class of the failure's XID, and the temperature that
+    calibrates the confidence on those failures (``diagnosis.fit_temperature``, from the
+    evidence each first alert had when it started)."""
+    firsts = [
+        (model.class_of_xid(row.event.xid), row.first_alert)
         for row in result.evaluation.failures
         if row.first_alert is not None
-    )
+    ]
+    counts = learn_counts((c, alert.signals) for c, alert in firsts)
+    examples = []
+    for c, alert in firsts:
+        found = result.diagnoses.get((alert.node, alert.start))
+        examples.append((c, found.evidence if found else Evidence.from_names(alert.signals)))
+    temperature = fit_temperature(examples, model)
+    return counts.model_copy(update={"temperature": temperature})
 
 
 def describe_learned(counts: DiagnosisCounts | None) -> str:
@@ -121,7 +131,12 @@ def describe_learned(counts: DiagnosisCounts | None) -> str:
         return "the prior of rules/diagnosis.yaml; nothing learned (no failure had a precursor)"
     listed = ", ".join(f"{c} {n}" for c, n in counts.failures.items())
     total = sum(counts.failures.values())
-    return f"the prior plus the leading signals of {total} failures learned ({listed})"
+    fitted = (
+        f"; confidence temperature {counts.temperature:.2f}"
+        if counts.temperature != 1.0
+        else "; confidence not refitted (too few failures)"
+    )
+    return f"the prior plus the leading signals of {total} failures learned ({listed}){fitted}"
 
 
 def report_document(result: ReplayResult) -> dict[str, Any]:
