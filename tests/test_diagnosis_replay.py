@@ -15,12 +15,12 @@ import math
 import pytest
 
 from detector.config import load_config
+from detector.diagnosis import diagnosis_model
 from detector.pipeline import build_pipeline
 from detector.replay import (
     ReplayResult,
     alert_diagnoses,
     diagnosis_confusion,
-    diagnosis_model,
     learn_diagnosis,
     render_html,
     report_document,

@@ -36,6 +36,7 @@ from ..config import (
     load_xid_catalog,
     save_calibration,
 )
+from ..diagnosis import diagnosis_model
 from ..errors import ConfigError, DetectorError
 from ..evaluation import CalibrationResult, calibration_from_result, describe_weights
 from ..ingest import run_record
@@ -49,7 +50,6 @@ from ..replay import (
     alert_diagnoses,
     describe_learned,
     diagnosis_confusion,
-    diagnosis_model,
     dump_frames,
     fit_calibration,
     learn_diagnosis,

@@ -10,7 +10,7 @@ storm (``storm_bottleneck``). docs/diagnosis.md is the guide.
 from .confusion import Confusion, DiagnosedFailure, confusion_table
 from .diagnose import XID_CONFIDENCE, diagnose, posterior
 from .learn import fit_temperature, learn_counts
-from .model import DiagnosisModel, build_model
+from .model import DiagnosisModel, build_model, diagnosis_model
 from .nfs_meter import NfsMeter, NfsSnapshot, nfs_figures
 from .notify import AlertText, alert_text
 from .records import XID_PREFIX, Diagnosis, Evidence, SignalEvidence
@@ -35,6 +35,7 @@ __all__ = [
     "build_model",
     "confusion_table",
     "diagnose",
+    "diagnosis_model",
     "fit_temperature",
     "learn_counts",
     "nfs_figures",

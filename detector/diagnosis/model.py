@@ -23,10 +23,19 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from ..config import UNKNOWN_CLASS, DiagnosisCounts, DiagnosisRules, SignalCatalog, XidCatalog
+from ..config import (
+    UNKNOWN_CLASS,
+    Calibration,
+    DiagnosisCounts,
+    DiagnosisRules,
+    SignalCatalog,
+    XidCatalog,
+    load_diagnosis_rules,
+)
 from ..model import FloatArray
 
 
@@ -120,6 +129,23 @@ def build_model(
         temperature=learned.temperature if learned is not None else 1.0,
         sources=(rules, signals, xids),
     )
+
+
+def diagnosis_model(
+    signals: SignalCatalog,
+    xids: XidCatalog,
+    calibration: Calibration | None = None,
+    rules: Path | None = None,
+) -> DiagnosisModel:
+    """The model for the catalogs in use (a pipeline's ``signal_map.catalog`` and
+    ``xid_catalog``): ``rules`` (default: the built-in rules/diagnosis.yaml) checked against
+    them (ConfigError naming the file), plus what the calibration file learned. What replay
+    runs with, and what the daemon's loop should build once at start."""
+    taxonomy = load_diagnosis_rules(rules)
+    where = str(rules) if rules is not None else "rules/diagnosis.yaml (built in)"
+    taxonomy.check_against(signals, xids, where)
+    learned = calibration.diagnosis if calibration is not None else None
+    return build_model(taxonomy, signals, xids, learned)
 
 
 def evidence_weights(z: list[float]) -> list[float]:

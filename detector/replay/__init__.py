@@ -4,7 +4,6 @@ from .diagnosis import (
     alert_diagnoses,
     describe_learned,
     diagnosis_confusion,
-    diagnosis_model,
     learn_diagnosis,
     report_document,
 )
@@ -21,7 +20,6 @@ __all__ = [
     "alert_diagnoses",
     "describe_learned",
     "diagnosis_confusion",
-    "diagnosis_model",
     "dump_frames",
     "fit_calibration",
     "learn_diagnosis",

@@ -1,13 +1,15 @@
 """The diagnosis in ``detector replay`` and ``detector calibrate`` (detector/diagnosis/ is the
-model; docs/diagnosis.md the guide).
+model, ``detector.diagnosis.diagnosis_model`` builds it; docs/diagnosis.md is the guide).
 
-- ``diagnosis_model``: the model replay runs with: rules/diagnosis.yaml checked against the
-  catalogs in use, plus what the calibration file learned (``Calibration.diagnosis``).
+- ``alert_diagnosis`` / ``alert_diagnoses``: each alert's diagnosis when it started.
 - ``diagnosis_confusion``: per detected failure, the class diagnosed when its first alert
   started against the class of the XID that followed (the terminal table, the report JSON's
   ``diagnosis`` and the HTML report's table).
 - ``learn_diagnosis``: what calibrate stores: the leading signals of each detected failure's
-  first alert, counted per class of its XID (``diagnosis.learn_counts``).
+  first alert, counted per class of its XID (``diagnosis.learn_counts``), and the fitted
+  confidence temperature.
+- ``storm_rows`` / ``storm_lines``: the cluster incidents' bottlenecks, for the report JSON
+  and the terminal.
 - ``report_document``: the ``--report-json`` document: the evaluation's (contract keys
   unchanged) plus ``alerts[].failure_class``, ``alerts[].action``, ``alerts[].confidence`` and
   the top-level ``diagnosis`` (the confusion table, and ``storms``: each cluster incident's
@@ -18,23 +20,15 @@ from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
 from typing import Any
 
-from ..config import (
-    Calibration,
-    DiagnosisCounts,
-    SignalCatalog,
-    XidCatalog,
-    load_diagnosis_rules,
-)
+from ..config import DiagnosisCounts
 from ..diagnosis import (
     Confusion,
     DiagnosedFailure,
     Diagnosis,
     DiagnosisModel,
     Evidence,
-    build_model,
     confusion_table,
     diagnose,
     fit_temperature,
@@ -42,21 +36,6 @@ from ..diagnosis import (
 )
 from ..model import Alert
 from .run import ReplayResult
-
-
-def diagnosis_model(
-    signals: SignalCatalog,
-    xids: XidCatalog,
-    calibration: Calibration | None = None,
-    rules: Path | None = None,
-) -> DiagnosisModel:
-    """The model for the catalogs in use: ``rules`` (default: the built-in rules/diagnosis.yaml)
-    checked against them (ConfigError naming the file), plus the calibration's counts."""
-    taxonomy = load_diagnosis_rules(rules)
-    where = str(rules) if rules is not None else "rules/diagnosis.yaml (built in)"
-    taxonomy.check_against(signals, xids, where)
-    learned = calibration.diagnosis if calibration is not None else None
-    return build_model(taxonomy, signals, xids, learned)
 
 
 def alert_diagnosis(result: ReplayResult, alert: Alert) -> Diagnosis | None:
