@@ -85,14 +85,21 @@ def diagnosis_confusion(result: ReplayResult) -> Confusion | None:
 
 def learn_diagnosis(result: ReplayResult, model: DiagnosisModel) -> DiagnosisCounts:
     """What calibrate stores: each detected failure's first alert's leading signals (names,
-    strongest first), counted under the class of the failure's XID, and the temperature that
+    strongest first), counted under the class of the failure's XID (once per alert and
+    class), and the temperature that
     calibrates the confidence on those failures (``diagnosis.fit_temperature``, from the
     evidence each first alert had when it started)."""
-    firsts = [
-        (model.class_of_xid(row.event.xid), row.first_alert)
+    # one alert first for two failures of one class (XID 48, then 95 on the same GPU) is one
+    # example, not two
+    unique = {
+        (model.class_of_xid(row.event.xid), row.first_alert.node, row.first_alert.start): (
+            model.class_of_xid(row.event.xid),
+            row.first_alert,
+        )
         for row in result.evaluation.failures
         if row.first_alert is not None
-    ]
+    }
+    firsts = list(unique.values())
     counts = learn_counts((c, alert.signals) for c, alert in firsts)
     examples = []
     for c, alert in firsts:
