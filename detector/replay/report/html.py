@@ -39,6 +39,8 @@ from ...evaluation import (
 from ...model import Alert, FloatArray, XidEvent
 from ..storms import Storm
 from .charts import CSS, LEGEND, Mark, Span, bars_svg, heatmap_svg, timeline_svg
+from .diagnosis import class_cell, diagnosis_section
+from .markup import html_table, node_link
 from .svg import utc
 
 ZOOM_BEFORE_S = 5400.0  # a zoom panel shows 90 min before the failure (longer if the lead is)
@@ -111,7 +113,7 @@ def render_html(
         _signals(result.evaluation),
         _fp_per_day(result),
         _offenders(result.evaluation),
-        _diagnosis(result.evaluation, confusion, diagnoses or {}, storms),
+        diagnosis_section(result.evaluation, confusion, diagnoses or {}, storms),
     ]
     days = (result.end - result.start) / 86400
     head = (
@@ -137,12 +139,6 @@ def _lead(v: float | None) -> str:
     return f"{v:+.0f} s" if abs(v) < 120 else f"{v / 60:+.1f} min"
 
 
-def _table(cls: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    head = "".join(f"<th>{h}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table class={cls}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
 def _summary(result: ReplayData, threshold: float, weights: Mapping[str, float]) -> str:
     s = result.evaluation.summary
     other = describe_other_xids(result.evaluation)
@@ -161,7 +157,7 @@ def _summary(result: ReplayData, threshold: float, weights: Mapping[str, float])
     ]
     return (
         "<section id=summary><h2>Summary</h2>"
-        + _table("summary", [h for h, _ in cells], [[v for _, v in cells]])
+        + html_table("summary", [h for h, _ in cells], [[v for _, v in cells]])
         + "<p class=note>Lead time: XID time minus the start of the earliest matching alert "
         "(positive: the alert came first). Signal weights: "
         + (escape(describe_weights(weights)) if weights else "the rules' own (none calibrated)")
@@ -208,15 +204,11 @@ def _inputs(result: ReplayData) -> str:
         ),
     ):
         if nodes:
-            links = ", ".join(_node_link(n) for n in nodes)
+            links = ", ".join(node_link(n) for n in nodes)
             parts.append(f"{what.format(n=len(nodes))} (<code>{setting}</code>): {links}.")
     if result.cohort_advice:
         parts.append(f"{escape(result.cohort_advice[0].upper() + result.cohort_advice[1:])}.")
     return f"<p class=note id=inputs>{' '.join(parts)}</p>" if parts else ""
-
-
-def _node_link(node: str) -> str:
-    return f"<a href='#node-{escape(node)}'>{escape(node)}</a>"
 
 
 def _failures(ev: Evaluation, diagnoses: Mapping[tuple[str, float], Diagnosis]) -> str:
@@ -233,7 +225,7 @@ def _failures(ev: Evaluation, diagnoses: Mapping[tuple[str, float], Diagnosis]) 
         if row.first_alert is not None:
             signals = escape(", ".join(row.first_alert.signals))
             diagnosis = diagnoses.get((row.first_alert.node, row.first_alert.start))
-            diagnosed = "" if diagnosis is None else _class_cell(diagnosis)
+            diagnosed = "" if diagnosis is None else class_cell(diagnosis)
         else:
             firing = _firing_at(ev, f)
             signals = (
@@ -242,7 +234,7 @@ def _failures(ev: Evaluation, diagnoses: Mapping[tuple[str, float], Diagnosis]) 
         rows.append(
             [
                 utc(f.time, "%Y-%m-%d %H:%M:%S"),
-                _node_link(f.node),
+                node_link(f.node),
                 escape(f.gpu or "–"),
                 str(f.xid),
                 found,
@@ -257,7 +249,7 @@ def _failures(ev: Evaluation, diagnoses: Mapping[tuple[str, float], Diagnosis]) 
         )
     header = ["time (UTC)", "node", "GPU", "XID", "detected", "lead time", "first alert's signals"]
     header += ["first alert's diagnosis"] if diagnoses else []
-    return f"<section id=failures><h2>Failures</h2>{_table('failures', header, rows)}</section>"
+    return f"<section id=failures><h2>Failures</h2>{html_table('failures', header, rows)}</section>"
 
 
 def _firing_at(ev: Evaluation, f: XidEvent) -> float | None:
@@ -457,7 +449,7 @@ def _signals(ev: Evaluation) -> str:
         others = ", ".join(f"{escape(s)} ({k})" for s, k in counts if s != top)
         rows.append([str(xid), str(n), str(detected), str(before), dominant, others])
     header = ["XID", "failures", "detected", "before the XID", "dominant precursor", "also"]
-    table = _table("signals", header, rows) if rows else "<p>No failures.</p>"
+    table = html_table("signals", header, rows) if rows else "<p>No failures.</p>"
     return (
         "<section id=signals><h2>Dominant signal per failure type</h2>"
         "<p class=note>Counted over the top signals of the earliest alert that matched each "
@@ -481,7 +473,7 @@ def _offenders(ev: Evaluation, limit: int = 20) -> str:
     rows = [
         [
             str(rank),
-            _node_link(n) if failures[n] else escape(n),
+            node_link(n) if failures[n] else escape(n),
             str(alerts[n]),
             str(fps[n]),
             str(len(failures[n])),
@@ -491,108 +483,10 @@ def _offenders(ev: Evaluation, limit: int = 20) -> str:
         for rank, n in enumerate(nodes[:limit], 1)
     ]
     header = ["#", "node", "alerts", "false positives", "failures", "XIDs", "usual leading signal"]
-    table = _table("offenders", header, rows) if rows else "<p>No alerts and no failures.</p>"
+    table = html_table("offenders", header, rows) if rows else "<p>No alerts and no failures.</p>"
     more = (
         f"<p class=note>{len(nodes) - limit} more nodes not shown.</p>"
         if len(nodes) > limit
         else ""
     )
     return f"<section id=offenders><h2>Repeat offenders</h2>{table}{more}</section>"
-
-
-def _class_cell(d: Diagnosis) -> str:
-    """Class (its title on hover), confidence and action of a diagnosis."""
-    return (
-        f"<span title='{escape(d.title)}'>{escape(d.failure_class)}</span> "
-        f"{100 * d.confidence:.0f}% → {escape(d.action)}"
-    )
-
-
-def _diagnosis(
-    ev: Evaluation,
-    confusion: Confusion | None,
-    diagnoses: Mapping[tuple[str, float], Diagnosis],
-    storms: Sequence[Storm],
-) -> str:
-    """The confusion table and every alert's diagnosis (module docstring)."""
-    if confusion is None or not diagnoses:
-        return ""
-    parts = ["<section id=diagnosis><h2>Diagnosis</h2>"]
-    if confusion.rows:
-        right, n = confusion.correct()
-        right_signals, n_signals = confusion.correct("signals")
-        parts.append(
-            f"<p>The class diagnosed when each detected failure's first alert started, against "
-            f"the class of the XID that followed: {right} of {n} on the diagonal; from precursor "
-            f"signals {right_signals} of {n_signals}, raised by the XID itself "
-            f"{confusion.correct('xid')[1]}.</p>"
-        )
-        matrix = confusion.matrix()
-        rows = [
-            [escape(actual)] + [str(matrix[actual].get(p, 0) or "·") for p in confusion.classes]
-            for actual in confusion.classes
-            if actual in matrix
-        ]
-        header = ["XID class \\ diagnosed", *(escape(c) for c in confusion.classes)]
-        parts.append(_table("confusion", header, rows))
-    else:
-        parts.append("<p>No detected failure to check the diagnosis against.</p>")
-    rows = []
-    for row in ev.alerts:
-        a = row.alert
-        found = diagnoses.get((a.node, a.start))
-        if found is None:
-            continue
-        rows.append(
-            [
-                utc(a.start, "%Y-%m-%d %H:%M"),
-                _node_link(a.node),
-                escape(a.gpu or "–"),
-                escape(found.failure_class),
-                escape(found.action),
-                f"{100 * found.confidence:.0f}%",
-                "yes" if row.matched else "no",
-                escape(", ".join(a.signals)),
-            ]
-        )
-    header = ["start (UTC)", "node", "GPU", "class", "action", "confidence", "matched", "signals"]
-    parts.append("<h3>Alerts</h3>" + _table("alerts", header, rows))
-    if storms:
-        parts.append(_storms(storms))
-    parts.append("</section>")
-    return "".join(parts)
-
-
-def _storms(storms: Sequence[Storm]) -> str:
-    """One row per cluster incident: its signals, bottleneck and the NFS figures behind it."""
-
-    def ms(now: float, before: float) -> str:
-        return "–" if np.isnan(now) else f"{now:.1f} ({before:.1f})"
-
-    rows = []
-    for storm in storms:
-        f = storm.diagnosis.figures
-        rows.append(
-            [
-                utc(storm.start, "%Y-%m-%d %H:%M"),
-                f"{(storm.end - storm.start) / 60:.0f} min",
-                escape(", ".join(storm.signals)),
-                f"<span title='{escape(storm.diagnosis.reason)}'>"
-                f"{escape(storm.diagnosis.bottleneck)}</span>",
-                "–" if np.isnan(f["backlog_per_rpc"]) else f"{f['backlog_per_rpc']:.0%}",
-                ms(f["queue_ms_per_op"], f["queue_ms_per_op_before"]),
-                ms(f["rtt_ms_per_op"], f["rtt_ms_per_op_before"]),
-                "–" if np.isnan(f["link_share"]) else f"{f['link_share']:.1%}",
-            ]
-        )
-    header = [
-        "incident (UTC)",
-        "lasted",
-        "signals moving cluster-wide",
-        "bottleneck",
-        "RPCs backlogged",
-        "queue ms/op (before)",
-        "RTT ms/op (before)",
-        "links used",
-    ]
-    return "<h3>Cluster incidents</h3>" + _table("storms", header, rows)
