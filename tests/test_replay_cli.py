@@ -21,6 +21,7 @@ from detector.ingest.dumps.read import write_openmetrics
 from detector.ingest.events import write_events
 from detector.loop import TickLoop
 from detector.model import Sample, XidEvent
+from detector.replay import describe_learned
 from detector.series.index import SeriesIndex
 
 T0 = 1_700_000_010.0  # a multiple of the 30 s step: sample times are tick times
@@ -42,10 +43,10 @@ CONTRACT_SUMMARY = {
 CONTRACT_FAILURE = {"time", "node", "gpu", "xid", "detected", "lead_time_s"}
 CONTRACT_ALERT = {"node", "gpu", "start", "end", "peak_score", "signals", "matched"}
 # Additive fields, documented in evaluation.Evaluation.to_json.
-ADDITIVE_TOP = {"signals_first"}
+ADDITIVE_TOP = {"signals_first", "diagnosis"}
 ADDITIVE_SUMMARY = {"share_before", "failures_out_of_span", "false_positives_at_other_xids"}
 ADDITIVE_FAILURE = {"gpu_matched"}
-ADDITIVE_ALERT = {"other_xid"}
+ADDITIVE_ALERT = {"other_xid", "failure_class", "action", "confidence"}
 
 
 def cluster_samples(code: int = 79) -> list[Sample]:
@@ -280,6 +281,11 @@ def test_calibrate_tries_signal_weights_and_reports_both_passes(
     assert "  without weights " in printed
     assert "  with weights " in printed
     assert load_calibration(out).signal_weights is None
+    learned = load_calibration(out).diagnosis  # the failures' leading signals, per class
+    assert learned is not None
+    assert f"diagnosis: {describe_learned(learned)}" in printed
+    assert learned.failures
+    assert set(learned.failures) == set(learned.signals)
     assert 0 == main(["calibrate", *sim, "--out", str(out), "--no-signal-weights"])
     assert "signal weights: not fitted (--no-signal-weights)" in capsys.readouterr().out
 

@@ -169,11 +169,14 @@ def small_replay(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[st
 
 
 def test_replay_html_has_every_section(small_replay: tuple[str, dict[str, object], Path]) -> None:
-    """--html writes the summary, failures, timelines, heat map, signal, FP/day, offender parts."""
+    """--html writes the summary, failures, timelines, heat map, signal, FP/day, offender and
+    diagnosis parts."""
     text, _, _ = small_replay
     page = Page(text)
     sections = [a["id"] for a in page.find("section")]
-    assert ["summary", "failures", "timelines", "heatmap", "signals", "fp", "offenders"] == sections
+    expected = ["summary", "failures", "timelines", "heatmap", "signals", "fp", "offenders"]
+    assert [*expected, "diagnosis"] == sections
+    assert 1 == len(page.find("table", "alerts", "diagnosis"))
     assert 1 == len(page.find("table", "summary", "summary"))
     assert 1 == len(page.find("svg", "heat", "heatmap"))
     assert 1 == len(page.find("svg", "bars", "fp"))

@@ -38,6 +38,7 @@ from ..config import (
     load_xid_catalog,
     save_calibration,
 )
+from ..diagnosis import diagnosis_model
 from ..errors import ConfigError, DetectorError
 from ..evaluation import CalibrationResult, calibration_from_result, describe_weights
 from ..ingest import run_record
@@ -49,10 +50,15 @@ from ..replay import (
     Fitted,
     ProgressBar,
     ReplayResult,
+    alert_diagnoses,
+    describe_learned,
+    diagnosis_confusion,
     dump_frames,
     fit_calibration,
+    learn_diagnosis,
     load_event_files,
     render_html,
+    report_document,
     run_replay,
     simulated_frames,
     summary_lines,
@@ -133,6 +139,9 @@ def _replay(
         progress=bar,
         expected_span=span,
         source=label,
+        diagnosis=diagnosis_model(
+            loop.pipeline.signal_map.catalog, loop.pipeline.xid_catalog, calibration
+        ),
     )
     return result, label
 
@@ -151,11 +160,17 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     if args.scores_out is not None:
         print(f"scores written to {args.scores_out}")
     if args.report_json is not None:
-        args.report_json.write_text(json.dumps(result.evaluation.to_json(), indent=2) + "\n")
+        args.report_json.write_text(json.dumps(report_document(result), indent=2) + "\n")
         print(f"report written to {args.report_json}")
     if args.html is not None:
         html = render_html(
-            result, threshold=result.threshold, label=label, signal_weights=result.signal_weights
+            result,
+            threshold=result.threshold,
+            label=label,
+            signal_weights=result.signal_weights,
+            confusion=diagnosis_confusion(result),
+            diagnoses=alert_diagnoses(result),
+            storms=result.storms,
         )
         args.html.write_text(html, "utf-8")
         print(f"HTML report written to {args.html}")
@@ -200,6 +215,11 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         failures=len(result.failures),
         signal_weights=fitted.signal_weights,
     )
+    learned = None
+    if result.diagnosis_model is not None and result.failures:
+        # which signals led which class of failure, for replay's diagnosis (replay/diagnosis.py)
+        learned = learn_diagnosis(result, result.diagnosis_model)
+        cal = cal.model_copy(update={"diagnosis": learned})
     save_calibration(args.out, cal)
     print(f"detector calibrate: {label}")
     warn_unmatchable(result)
@@ -213,6 +233,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     )
     for line in weight_lines:
         print(line)
+    print(f"diagnosis: {describe_learned(learned)}")
     print(f"calibration written to {args.out}")
     if days < _MIN_CALIBRATION_DAYS:
         print(

@@ -1,6 +1,14 @@
 """detector.config"""
 
-from .calibration_file import Achieved, Calibration, FittedOn, load_calibration, save_calibration
+from .calibration_file import (
+    Achieved,
+    Calibration,
+    DiagnosisCounts,
+    FittedOn,
+    load_calibration,
+    save_calibration,
+)
+from .diagnosis_rules import UNKNOWN_CLASS, DiagnosisClass, DiagnosisRules, load_diagnosis_rules
 from .load import describe_config, load_config
 from .reference import config_reference, undescribed_fields
 from .rules import (
@@ -27,11 +35,15 @@ from .schema import (
 
 __all__ = [
     "DEFAULT_THRESHOLD",
+    "UNKNOWN_CLASS",
     "Achieved",
     "ActionsConfig",
     "AlertsConfig",
     "Calibration",
     "Config",
+    "DiagnosisClass",
+    "DiagnosisCounts",
+    "DiagnosisRules",
     "EvaluationConfig",
     "FittedOn",
     "LabelsConfig",
@@ -47,6 +59,7 @@ __all__ = [
     "export_pattern",
     "load_calibration",
     "load_config",
+    "load_diagnosis_rules",
     "load_signal_rules",
     "load_xid_catalog",
     "other_spelling",

@@ -43,6 +43,19 @@ class Achieved(_Strict):
     fp_per_day: float = Field(ge=0.0, allow_inf_nan=False)
 
 
+class DiagnosisCounts(_Strict):
+    """What ``detector calibrate`` learned for the diagnosis (detector/diagnosis/learn.py): per
+    failure class (of the XID that followed), the detected failures learned from, and per
+    signal how much it led their first alerts (rank-weighted counts). Added to the prior of
+    rules/diagnosis.yaml when the model is built; absent: the prior alone."""
+
+    failures: dict[str, Annotated[int, Field(ge=0)]]
+    signals: dict[str, dict[str, Annotated[float, Field(ge=0.0, allow_inf_nan=False)]]]
+    # Multiplies the evidence's weight, fitted so the confidence matches how often the class
+    # was right on the history (leave-one-out); 1: not fitted.
+    temperature: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+
+
 class Calibration(_Strict):
     """The calibration file that ``run`` and ``replay`` load (version 1)."""
 
@@ -54,6 +67,8 @@ class Calibration(_Strict):
     fitted_on: FittedOn
     achieved: Achieved
     created: AwareDatetime
+    # Optional, so files written before it load unchanged.
+    diagnosis: DiagnosisCounts | None = None
 
 
 def save_calibration(path: Path, calibration: Calibration) -> None:

@@ -430,6 +430,12 @@ def load_xid_catalog(path: Path | None = None) -> XidCatalog:
     return _load(_resolve(path, "xid.yaml"), XidCatalog)
 
 
+def load_rules_file(path: Path | None, filename: str, model: type[_M]) -> _M:
+    """Load and validate a rules file as ``model``: ``path`` is a file, a rules directory
+    holding ``filename``, or None for the built-in one. ConfigError names the file and field."""
+    return _load(_resolve(path, filename), model)
+
+
 # Series the rules do not name but replay reads: host names (series.host_names) and each
 # pod's node (kube-state-metrics); scraped series of either exporter's DCGM namespaces.
 _EXPORT_ALWAYS = ("DCGM_.*", "dcgm_.*", "node_uname_info", "kube_pod_info")

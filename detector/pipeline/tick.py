@@ -259,6 +259,25 @@ class Pipeline:
         gpu_entity = int(entities.gpu_entity[top[0][0]]) if top else -1
         return tuple(names), entities.gpu_label[gpu_entity] if gpu_entity >= 0 else None
 
+    def node_evidence(self, tick: TickResult, node: str) -> tuple[SignalScore, ...]:
+        """The strongest columns (above the fusion's z0, at most ``top_k``) of ``node`` at
+        ``tick``, strongest first, as (node, GPU, signal, fused z: weighted robust sigmas from
+        baseline or peers): what the diagnosis reads beside an alert's signal names."""
+        layout, entities = self._layout, self._entities
+        if layout is None or entities is None or tick.column_z.shape[0] != len(layout):
+            return ()
+        if node not in layout.node_names:
+            return ()
+        columns = self._node_columns[layout.node_names.index(node)]
+        out = []
+        for col, z in top_signals(
+            tick.column_z, columns, layout, self.params.top_k, self.params.fusion.z0
+        ):
+            gpu_entity = int(entities.gpu_entity[col])
+            gpu = entities.gpu_label[gpu_entity] if gpu_entity >= 0 else None
+            out.append(SignalScore(node, gpu, layout.signal_names[int(layout.signal[col])], z))
+        return tuple(out)
+
     def evidence(self, tick: TickResult, k: int | None = None) -> list[SignalScore]:
         """The top ``k`` signals (above the fusion's z0) of every node with a positive score at
         ``tick``: what the daemon exports as ``detector_signal_score``. Computed on demand, so

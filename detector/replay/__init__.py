@@ -1,5 +1,12 @@
 """detector.replay"""
 
+from .diagnosis import (
+    alert_diagnoses,
+    describe_learned,
+    diagnosis_confusion,
+    learn_diagnosis,
+    report_document,
+)
 from .fitting import Fitted, fit_calibration
 from .progress import ProgressBar
 from .report.html import render_html
@@ -10,10 +17,15 @@ __all__ = [
     "Fitted",
     "ProgressBar",
     "ReplayResult",
+    "alert_diagnoses",
+    "describe_learned",
+    "diagnosis_confusion",
     "dump_frames",
     "fit_calibration",
+    "learn_diagnosis",
     "load_event_files",
     "render_html",
+    "report_document",
     "run_replay",
     "simulated_frames",
     "summary_lines",

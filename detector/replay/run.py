@@ -21,6 +21,7 @@ from typing import IO
 
 import numpy as np
 
+from ..diagnosis import Diagnosis, DiagnosisModel, Evidence, diagnose
 from ..errors import DumpError, EventsError
 from ..evaluation import AccountingSnapshot, Evaluation, evaluate
 from ..ingest import DumpStats, load_array, load_events, place_events, read_dump
@@ -30,6 +31,7 @@ from ..pipeline import TickResult, dedupe_episodes, is_failure
 from ..series import SeriesIndex, frames_from_batches, normalize
 from ..sim import SimulatedCluster, with_pod
 from .progress import ProgressSink
+from .storms import STORM_GAP_S, Storm, StormLog
 
 
 @dataclass
@@ -74,6 +76,10 @@ class ReplayResult:
     # with record_scores: the ticks as the decisions saw them, and decisions to fork from
     recording: Recording | None = None
     decisions: Decisions | None = None
+    # each alert's diagnosis when it started (what its page said), by (node, start)
+    diagnoses: dict[tuple[str, float], Diagnosis] = field(default_factory=dict)
+    diagnosis_model: DiagnosisModel | None = None
+    storms: list[Storm] = field(default_factory=list)  # cluster incidents and their bottleneck
 
 
 class ScoresCsv:
@@ -200,12 +206,15 @@ def run_replay(
     progress: ProgressSink | None = None,
     expected_span: tuple[float, float] | None = None,
     source: str = "replay",
+    diagnosis: DiagnosisModel | None = None,
 ) -> ReplayResult:
     """Drive ``frames`` through ``loop``; evaluate the notified alerts against ``events`` +
     the data's XIDs. ``events`` join the loop at their time (module docstring).
     ``progress`` hears every tick's time (and ``expected_span`` when given) and is closed
     whether the replay ends or is interrupted. Fewer than two ticks span no time to evaluate:
-    DumpError naming ``source`` (the dump files, or the simulated cluster)."""
+    DumpError naming ``source`` (the dump files, or the simulated cluster). With a
+    ``diagnosis`` model every alert is diagnosed when it starts (``ReplayResult.diagnoses``)
+    and every cluster incident gets its bottleneck (``ReplayResult.storms``)."""
     began = wallclock.perf_counter()
     pipeline = loop.pipeline
     alerts: list[Alert] = []
@@ -213,6 +222,8 @@ def run_replay(
     actions: list[Decision] = []
     data_xids: list[XidEvent] = []
     recording = Recording() if record_scores else None
+    diagnoses: dict[tuple[str, float], Diagnosis] = {}
+    storms = StormLog(STORM_GAP_S) if diagnosis is not None else None
     writer = ScoresCsv(scores_out) if scores_out is not None else None
     feed = _EventFeed(events, pipeline.index, loop.decisions.alerts.xid_hold_s)
     start = end = float("nan")
@@ -233,6 +244,13 @@ def run_replay(
             if recording is not None:
                 held = loop.decisions.alerts.held(tick.time, len(tick.scores.node_names))
                 recording.add(tick, pipeline, held)
+            if diagnosis is not None:
+                for alert in tick.started:  # what the page says, when it goes out
+                    scores = pipeline.node_evidence(tick.scores, alert.node)
+                    evidence = Evidence.of_alert(alert.signals, scores)
+                    diagnoses[(alert.node, alert.start)] = diagnose(evidence, diagnosis)
+            if storms is not None:
+                storms.observe(tick.scores, frame.values, pipeline.index.infos)
             if writer is not None:
                 writer.add(tick.scores)
             if progress is not None:
@@ -286,6 +304,9 @@ def run_replay(
         notifications=notes,
         actions=actions,
         accounting=loop.accounting.snapshot(end),
+        diagnoses=diagnoses,
+        diagnosis_model=diagnosis,
+        storms=storms.finish() if storms is not None else [],
     )
     result.signals_found, result.signals_missing = pipeline.signal_coverage()
     if recording is not None:

@@ -1,7 +1,7 @@
 """The terminal summary of a replay (``detector replay`` prints it, as the report's first lines):
 what was replayed and how fast, failures caught and before the XID, false positives per day,
 lead-time quartiles, where the failures came from, which named signals the data lacked, how
-the GPUs and nodes were grouped, and one row per failure."""
+the GPUs and nodes were grouped, the diagnosis confusion table, and one row per failure."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..evaluation import describe_other_xids, describe_weights, failure_sources
+from .diagnosis import describe_learned, diagnosis_confusion, storm_lines
 from .run import ReplayResult
 
 
@@ -77,6 +78,12 @@ def summary_lines(result: ReplayResult) -> list[str]:
     if result.signal_weights:
         lines.append(f"calibrated signal weights: {describe_weights(result.signal_weights)}")
     rows = result.evaluation.to_json()["failures"]
+    confusion = diagnosis_confusion(result)
+    if confusion is not None:
+        assert result.diagnosis_model is not None
+        learned = describe_learned(result.diagnosis_model.learned)
+        lines.extend(["", *confusion.lines(), f"diagnosis model: {learned}"])
+        lines.extend(storm_lines(result))
     if rows:
         lines.append("")
         header = (

@@ -13,7 +13,9 @@ failure: fused score, threshold, alert bands, XIDs, zoom panels around the failu
 to the data's span, and the top signals listed under it), ``heatmap`` (node x time,
 max-pooled, with a colour legend), ``signals`` (the dominant signal per failure type, from
 ``signals_first``), ``fp`` (FP/day per daily bucket of unmatched alerts) and ``offenders``
-(nodes ranked by alerts and failures).
+(nodes ranked by alerts and failures) and, given the diagnoses, ``diagnosis`` (the
+confusion table of the class diagnosed at each detected failure's first alert against its XID's
+class, every alert's class, action and confidence, and each cluster incident's bottleneck).
 
 No network resources: CSS and SVG are inline, the heat map is an inline PNG (``data:`` URI).
 """
@@ -27,6 +29,7 @@ from typing import Protocol
 
 import numpy as np
 
+from ...diagnosis import Confusion, Diagnosis
 from ...evaluation import (
     Evaluation,
     FailureRow,
@@ -35,7 +38,10 @@ from ...evaluation import (
     failure_sources,
 )
 from ...model import Alert, FloatArray, XidEvent
+from ..storms import Storm
 from .charts import CSS, LEGEND, Mark, Span, bars_svg, heatmap_svg, timeline_svg
+from .diagnosis import class_cell, diagnosis_section
+from .markup import html_table, node_link
 from .svg import utc
 
 ZOOM_BEFORE_S = 5400.0  # a zoom panel shows 90 min before the failure (longer if the lead is)
@@ -93,16 +99,22 @@ def render_html(
     threshold: float,
     label: str,
     signal_weights: Mapping[str, float] | None = None,
+    confusion: Confusion | None = None,
+    diagnoses: Mapping[tuple[str, float], Diagnosis] | None = None,
+    storms: Sequence[Storm] = (),
 ) -> str:
-    """The whole report as one HTML document (module docstring)."""
+    """The whole report as one HTML document (module docstring). ``diagnoses``: each alert's
+    diagnosis by (node, start); ``confusion``: the table over the detected failures;
+    ``storms``: the cluster incidents with their bottlenecks."""
     sections = [
         _summary(result, threshold, signal_weights or {}),
-        _failures(result.evaluation),
+        _failures(result.evaluation, diagnoses or {}),
         _timelines(result, threshold),
         _heatmap(result, threshold),
         _signals(result.evaluation),
         _fp_per_day(result),
         _offenders(result.evaluation),
+        diagnosis_section(result.evaluation, confusion, diagnoses or {}, storms),
     ]
     days = (result.end - result.start) / 86400
     head = (
@@ -128,12 +140,6 @@ def _lead(v: float | None) -> str:
     return f"{v:+.0f} s" if abs(v) < 120 else f"{v / 60:+.1f} min"
 
 
-def _table(cls: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    head = "".join(f"<th>{h}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table class={cls}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
 def _summary(result: ReplayData, threshold: float, weights: Mapping[str, float]) -> str:
     s = result.evaluation.summary
     other = describe_other_xids(result.evaluation)
@@ -152,7 +158,7 @@ def _summary(result: ReplayData, threshold: float, weights: Mapping[str, float])
     ]
     return (
         "<section id=summary><h2>Summary</h2>"
-        + _table("summary", [h for h, _ in cells], [[v for _, v in cells]])
+        + html_table("summary", [h for h, _ in cells], [[v for _, v in cells]])
         + "<p class=note id=incidents>Cluster incidents: how many times one signal moved on "
         "many nodes together (an NFS checkpoint storm, a job restart), each reported once as "
         "a group event, not as node alerts or false positives.</p>"
@@ -202,7 +208,7 @@ def _inputs(result: ReplayData) -> str:
         ),
     ):
         if nodes:
-            links = ", ".join(_node_link(n) for n in nodes)
+            links = ", ".join(node_link(n) for n in nodes)
             parts.append(f"{what.format(n=len(nodes))} (<code>{setting}</code>): {links}.")
     if result.cohort_advice:
         parts.append(f"{escape(result.cohort_advice[0].upper() + result.cohort_advice[1:])}.")
@@ -227,7 +233,7 @@ def _node_link(node: str) -> str:
     return f"<a href='#node-{escape(node)}'>{escape(node)}</a>"
 
 
-def _failures(ev: Evaluation) -> str:
+def _failures(ev: Evaluation, diagnoses: Mapping[tuple[str, float], Diagnosis]) -> str:
     rows = []
     for row in ev.failures:
         f = row.event
@@ -237,8 +243,11 @@ def _failures(ev: Evaluation) -> str:
             found = "<span class=early>before</span>"
         else:
             found = "<span class=late>after</span>"
+        diagnosed = ""
         if row.first_alert is not None:
             signals = escape(", ".join(row.first_alert.signals))
+            diagnosis = diagnoses.get((row.first_alert.node, row.first_alert.start))
+            diagnosed = "" if diagnosis is None else class_cell(diagnosis)
         else:
             firing = _firing_at(ev, f)
             signals = (
@@ -247,12 +256,13 @@ def _failures(ev: Evaluation) -> str:
         rows.append(
             [
                 utc(f.time, "%Y-%m-%d %H:%M:%S"),
-                _node_link(f.node),
+                node_link(f.node),
                 escape(f.gpu or "–"),
                 str(f.xid),
                 found,
                 _lead(row.lead_time_s),
                 signals,
+                *([diagnosed] if diagnoses else []),
             ]
         )
     if not rows:
@@ -260,7 +270,8 @@ def _failures(ev: Evaluation) -> str:
             "<section id=failures><h2>Failures</h2><p>No failure XIDs in this replay.</p></section>"
         )
     header = ["time (UTC)", "node", "GPU", "XID", "detected", "lead time", "first alert's signals"]
-    return f"<section id=failures><h2>Failures</h2>{_table('failures', header, rows)}</section>"
+    header += ["first alert's diagnosis"] if diagnoses else []
+    return f"<section id=failures><h2>Failures</h2>{html_table('failures', header, rows)}</section>"
 
 
 def _firing_at(ev: Evaluation, f: XidEvent) -> float | None:
@@ -466,7 +477,7 @@ def _signals(ev: Evaluation) -> str:
         others = ", ".join(f"{escape(s)} ({k})" for s, k in counts if s != top)
         rows.append([str(xid), str(n), str(detected), str(before), dominant, others])
     header = ["XID", "failures", "detected", "before the XID", "dominant precursor", "also"]
-    table = _table("signals", header, rows) if rows else "<p>No failures.</p>"
+    table = html_table("signals", header, rows) if rows else "<p>No failures.</p>"
     return (
         "<section id=signals><h2>Dominant signal per failure type</h2>"
         "<p class=note>Counted over the top signals of the earliest alert that matched each "
@@ -490,7 +501,7 @@ def _offenders(ev: Evaluation, limit: int = 20) -> str:
     rows = [
         [
             str(rank),
-            _node_link(n) if failures[n] else escape(n),
+            node_link(n) if failures[n] else escape(n),
             str(alerts[n]),
             str(fps[n]),
             str(len(failures[n])),
@@ -500,7 +511,7 @@ def _offenders(ev: Evaluation, limit: int = 20) -> str:
         for rank, n in enumerate(nodes[:limit], 1)
     ]
     header = ["#", "node", "alerts", "false positives", "failures", "XIDs", "usual leading signal"]
-    table = _table("offenders", header, rows) if rows else "<p>No alerts and no failures.</p>"
+    table = html_table("offenders", header, rows) if rows else "<p>No alerts and no failures.</p>"
     more = (
         f"<p class=note>{len(nodes) - limit} more nodes not shown.</p>"
         if len(nodes) > limit
