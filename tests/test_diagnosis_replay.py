@@ -132,9 +132,11 @@ def test_the_html_report_shows_the_confusion_table_and_each_alerts_class(
 
 
 def test_every_cluster_incident_gets_a_bottleneck(replayed: ReplayResult) -> None:
-    """One record per counted incident, in the report JSON too; those on which an NFS signal
-    moved cluster-wide carry the NFS figures their bottleneck was named from."""
-    assert replayed.incidents == len(replayed.storms)
+    """One record per storm, in the report JSON too; those on which an NFS signal moved
+    cluster-wide carry the NFS figures their bottleneck was named from."""
+    # A storm groups every signal that moved cluster-wide until a quiet gap; the policy opens
+    # one GPUClusterIncident per signal, so each storm opened one incident alert at least.
+    assert 1 <= len(replayed.storms) <= replayed.incidents
     rows = report_document(replayed)["diagnosis"]["storms"]
     assert [s.diagnosis.bottleneck for s in replayed.storms] == [r["bottleneck"] for r in rows]
     nfs = [s for s in replayed.storms if any(x.startswith("nfs_") for x in s.signals)]

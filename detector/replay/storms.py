@@ -2,7 +2,7 @@
 
 ``StormLog.observe`` sees every tick (its common-mode incidents and its raw frame); ticks with a
 common-mode signal belong to one incident until none has moved for ``gap_s`` (run.py's
-``INCIDENT_GAP_S``, the rule that counts ``ReplayResult.incidents``). When an incident closes,
+``STORM_GAP_S``; the policy counts its incident alerts per signal instead). When an incident closes,
 its nodes' NFS figures are set against those before it and ``diagnosis.storm_bottleneck``
 names the bottleneck:
 
