@@ -475,52 +475,11 @@ async def run_daemon(
             config, daemon.exporter, readiness, port=port, remote_write=daemon.remote_write
         )
         delivery = asyncio.create_task(daemon.alerts.run(delivery_stop), name="alert-delivery")
-        _log.info(
-            "daemon started",
-            interval_s=interval,
-            mode=config.mode,
-            state=str(config.state.path),
-            kmsg=daemon.kmsg is not None,
-            threshold=daemon.loop.threshold,
-            signal_weights=len(daemon.pipeline.params.signal_weights),
-            # interpreted: no executable memory for numba (MemoryDenyWriteExecute), ~300x slower
-            scorer_kernels="compiled" if jit.COMPILED else "interpreted",
-        )
-        if config.scrapes_nothing() and not config.remote_write.enabled:
-            _log.warning(
-                "no targets: nothing will be scraped (set targets.static or targets.file_sd, "
-                "or run in agent mode, which scrapes this node's own exporters)"
-            )
-        if not jit.COMPILED and config.mode != "agent":
-            _log.warning(
-                "scorer kernels run interpreted (no writable+executable memory), ~300x slower: "
-                "allow it for fleet mode (systemd: the jit.conf drop-in)"
-            )
+        _log_start(daemon)
         next_at = loop.time()
         while not stop.is_set():
             tick = await daemon.tick()
-            # Write-ahead: alert updates of this tick are delivered only once the state that
-            # holds them is saved (see alerts.py), so a crash cannot re-send an episode.
-            held = daemon.alerts.held
-            if (held or daemon.save_due()) and config.state.path is not None:
-                await asyncio.to_thread(daemon.write_state, daemon.state_snapshot())
-            daemon.alerts.release()
-            round_ = daemon.last_round
-            readiness.warming = daemon.warming
-            readiness.tick_done(
-                any(r.error is None for r in round_.targets) if round_ and round_.targets else None
-            )
-            if on_tick is not None:
-                on_tick(daemon, tick)
-            if not daemon.stats.ready:
-                daemon.stats.ready = True
-                # The first tick built the long-lived index, pipeline and clients: keep the
-                # collector from rescanning them every collection (-28% CPU per tick at 1,000
-                # nodes in bench/daemon_bench.py --gc-freeze).
-                gc.freeze()
-                sd_notify("READY=1", env)
-            if watchdog:
-                sd_notify("WATCHDOG=1", env)
+            await _after_tick(daemon, tick, readiness, env, watchdog, on_tick)
             next_at += interval
             if next_at < loop.time():  # overran: skip the missed slots
                 next_at += interval * np.ceil((loop.time() - next_at) / interval)
@@ -530,16 +489,7 @@ async def run_daemon(
         sd_notify("STOPPING=1", env)
         _log.info("daemon stopping", ticks=daemon.stats.ticks)
         delivery_stop.set()
-        try:
-            async with asyncio.timeout(shutdown_timeout_s):
-                if delivery is not None:
-                    await delivery
-                if daemon.alerts.held:  # the final tick's updates: write-ahead first
-                    daemon.save()
-                    daemon.alerts.release()
-                await daemon.alerts.deliver()  # last attempt for what the final tick queued
-        except TimeoutError:
-            _log.warning("alert flush timed out", timeout_s=shutdown_timeout_s)
+        await _flush_alerts(daemon, delivery, shutdown_timeout_s)
         daemon.save()
         if server is not None:
             await server.close()
@@ -547,6 +497,82 @@ async def run_daemon(
         for sig in signals:
             loop.remove_signal_handler(sig)
         _log.info("daemon stopped")
+
+
+def _log_start(daemon: Daemon) -> None:
+    """The start line, and warnings about a config that cannot work well."""
+    config = daemon.config
+    _log.info(
+        "daemon started",
+        interval_s=config.scrape.interval_s,
+        mode=config.mode,
+        state=str(config.state.path),
+        kmsg=daemon.kmsg is not None,
+        threshold=daemon.loop.threshold,
+        signal_weights=len(daemon.pipeline.params.signal_weights),
+        # interpreted: no executable memory for numba (MemoryDenyWriteExecute), ~300x slower
+        scorer_kernels="compiled" if jit.COMPILED else "interpreted",
+    )
+    if config.scrapes_nothing() and not config.remote_write.enabled:
+        _log.warning(
+            "no targets: nothing will be scraped (set targets.static or targets.file_sd, "
+            "or run in agent mode, which scrapes this node's own exporters)"
+        )
+    if not jit.COMPILED and config.mode != "agent":
+        _log.warning(
+            "scorer kernels run interpreted (no writable+executable memory), ~300x slower: "
+            "allow it for fleet mode (systemd: the jit.conf drop-in)"
+        )
+
+
+async def _after_tick(
+    daemon: Daemon,
+    tick: LoopTick,
+    readiness: Readiness,
+    env: Mapping[str, str],
+    watchdog: bool,
+    on_tick: Callable[[Daemon, LoopTick], None] | None,
+) -> None:
+    """Save (write-ahead of delivery), release the tick's alerts, tell readiness and systemd."""
+    # Write-ahead: alert updates of this tick are delivered only once the state that holds
+    # them is saved (see alerting/sender.py), so a crash cannot re-send an episode.
+    held = daemon.alerts.held
+    if (held or daemon.save_due()) and daemon.config.state.path is not None:
+        await asyncio.to_thread(daemon.write_state, daemon.state_snapshot())
+    daemon.alerts.release()
+    round_ = daemon.last_round
+    readiness.warming = daemon.warming
+    readiness.tick_done(
+        any(r.error is None for r in round_.targets) if round_ and round_.targets else None
+    )
+    if on_tick is not None:
+        on_tick(daemon, tick)
+    if not daemon.stats.ready:
+        daemon.stats.ready = True
+        # The first tick built the long-lived index, pipeline and clients: keep the collector
+        # from rescanning them every collection (-28% CPU per tick at 1,000 nodes in
+        # bench/daemon_bench.py --gc-freeze).
+        gc.freeze()
+        sd_notify("READY=1", env)
+    if watchdog:
+        sd_notify("WATCHDOG=1", env)
+
+
+async def _flush_alerts(
+    daemon: Daemon, delivery: asyncio.Task[None] | None, timeout_s: float
+) -> None:
+    """At shutdown: let delivery finish, then one last attempt for what the final tick
+    queued (write-ahead first), within ``timeout_s``."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            if delivery is not None:
+                await delivery
+            if daemon.alerts.held:  # the final tick's updates: write-ahead first
+                daemon.save()
+                daemon.alerts.release()
+            await daemon.alerts.deliver()
+    except TimeoutError:
+        _log.warning("alert flush timed out", timeout_s=timeout_s)
 
 
 def main_run(
