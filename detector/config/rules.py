@@ -43,6 +43,7 @@ ScorerName = Literal[
     "window",
     "stuck",
     "shape",
+    "own_past",
 ]
 Severity = Literal["critical", "warning", "info"]
 
