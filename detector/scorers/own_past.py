@@ -12,7 +12,8 @@ row of bench/nab.py (which streams every NAB file through this very class; bench
 - ``range``: ``RangeNovelty``, a value beyond everything the column has shown (5 % tolerance);
 - ``context``: ``ContextNovelty``, a sequence of quantized values (4 levels, up to 6 in a row)
   never seen before, put on the likelihood's scale by ``context_weight`` (2.67: the ratio of
-  the two scores' 99.9th percentiles on NAB, a label-free rule);
+  the two scores' 99.9th percentiles on NAB, a label-free rule). Its 55,986 keys index a table
+  of 2**16 bits directly (8 KiB a column; bench/nab.py's 2**17 holds the same bits);
 - the hour-of-day gate: ``SeasonalProfile`` (24 hourly bins of a day) finds whether the value
   is ordinary for this hour; ``g = clip(seasonal / gate_z, gate_floor, 1)`` (1 while the hour
   is not learnt) discounts the likelihood and context surprises down to half where it is
@@ -65,7 +66,7 @@ class OwnPast:
         range_tolerance: float = 0.05,
         context_levels: int = 4,
         context_orders: int = 6,
-        context_table_bits: int = 2**17,
+        context_table_bits: int = 2**16,
         context_rate_half_life: float = 3000.0,
         context_warmup: int = 20,
         context_weight: float = 2.67,
