@@ -249,6 +249,10 @@ class ScoringConfig(_Section):
     # warm up over their first observations)
     warmup_s: float = Field(default=3600.0, ge=0)
     peer_min_peers: int = Field(default=3, ge=1)
+    # A node whose cohort has fewer than peer_min_peers nodes (a single server, a node alone in
+    # its job) is scored against its own past: its node-level signals that peers would score,
+    # and its node-level metrics no rule names, by the own_past preset (scorers/own_past.py)
+    own_past_when_peerless: bool = True
     common_mode_fraction: float = Field(default=0.05, gt=0, le=1)
     # seconds within which nodes' excursions on one signal must begin to be one group event
     common_mode_window_s: float = Field(default=300.0, ge=0)
