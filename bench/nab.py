@@ -32,10 +32,13 @@ Detectors:
   idea: novel contexts of quantized values) alone, configured by ``ContextConfig``; and
   ``likelihoodContext``: max of ``likelihood``'s two z scores and the context z put on their
   scale. Same holdoff and score map as ``project``.
-- ``likelihoodContextSeasonal`` (group ``seasonal``, the best row): ``likelihoodContext`` whose
-  likelihood and context surprises are discounted (down to half) where SeasonalProfile
+- ``likelihoodContextSeasonal`` (group ``ownPast``, the best row): the product's ``own_past``
+  scorer (detector/scorers/own_past.py), i.e. ``likelihoodContext`` whose likelihood and
+  context surprises are discounted (down to half) where SeasonalProfile
   (detector/scorers/seasonal.py) finds the value ordinary for its hour of the day, with a
-  holdoff of 80 rows (``SeasonalConfig``); ablations ``likelihoodContextHold80`` (no gate),
+  holdoff of 80 rows (``SeasonalConfig``); ``--detectors ownPast`` runs it alone. Group
+  ``seasonal``: its ablations, assembled from the parts by ``fuse``,
+  ``likelihoodContextHold80`` (no gate),
   ``likelihoodContextSeasonalHold300`` (the gate at the old holdoff) and ``windowMemory``
   (WindowMemory, detector/scorers/window_memory.py, alone: the ART-like window memory); and
   ``likelihoodContextSeasonalSlow``, the same fusion with a second, slower likelihood
@@ -570,6 +573,18 @@ class SeasonalConfig:
     window_vigilance: float = 0.05
 
 
+def own_past_z(f: NabFile) -> FloatArray:
+    """Stream one file through the product's ``own_past`` preset (detector/scorers/own_past.py,
+    the ``likelihoodContextSeasonal`` row) on its held clock, its durations in observations of
+    the file's cadence; z per row, the first 32 rows (those that learn the cadence) 0, as for
+    every other component."""
+    from detector.scorers.own_past import OwnPast
+
+    cadence_rows = LikelihoodConfig().cadence_rows
+    scorer = OwnPast(observation_s=cadence_of(f, cadence_rows))
+    return stream(scorer, f, held_clock(f), cadence_rows)
+
+
 def seasonal_z(f: NabFile, cfg: SeasonalConfig = SeasonalConfig()) -> FloatArray:
     """Stream one file through SeasonalProfile on its clock; +inf where the hour is unlearnt."""
     from detector.scorers.seasonal import SeasonalProfile
@@ -778,7 +793,8 @@ SHAPE_CLOSE_WEIGHT = 0.797
 
 
 def seasonal_detectors(f: NabFile, cfg: SeasonalConfig = SeasonalConfig()) -> dict[str, FloatArray]:
-    """``likelihoodContextSeasonal`` (the main candidate, see ``SeasonalConfig``); ablations:
+    """Ablations of ``likelihoodContextSeasonal`` (the ``ownPast`` group, the product's
+    scorer; see ``SeasonalConfig``), assembled here from its parts with ``fuse``:
     ``likelihoodContextHold80`` (no gate), ``likelihoodContextSeasonalHold300`` (the gate at
     the inherited holdoff), ``windowMemory`` (WindowMemory alone); round-2 variant
     ``likelihoodContextSeasonalSlow``: the same with ``SLOW_LIKELIHOOD`` (a second likelihood
@@ -796,7 +812,6 @@ def seasonal_detectors(f: NabFile, cfg: SeasonalConfig = SeasonalConfig()) -> di
     recal = replace(cfg, recalibrate_z=ROUND3_RECALIBRATE_Z)
     shaped = with_shape(parts, f, shape_z(f), SHAPE_CLOSE_WEIGHT)
     held = {
-        "likelihoodContextSeasonal": fuse(parts, cfg, weight),
         "likelihoodContextSeasonalShape": fuse(shaped, cfg, weight),
         "likelihoodContextSeasonalStuck": fuse(stuck, cfg, weight),
         "likelihoodContextSeasonalRecal": fuse(parts, recal, weight),
@@ -806,6 +821,16 @@ def seasonal_detectors(f: NabFile, cfg: SeasonalConfig = SeasonalConfig()) -> di
         "likelihoodContextSeasonalHold300": fuse(parts, replace(cfg, holdoff_rows=300), weight),
         "windowMemory": holdoff(window_z(f, cfg), cfg.holdoff_rows),
     }
+    return anomaly_scores(held, 0, cfg.score_scale)
+
+
+def own_past_detectors(f: NabFile, cfg: SeasonalConfig = SeasonalConfig()) -> dict[str, FloatArray]:
+    """``likelihoodContextSeasonal`` (group ``ownPast``): the product's ``own_past`` scorer
+    (``own_past_z``), held off for ``SeasonalConfig.holdoff_rows`` rows and mapped as every
+    row here. ``fuse`` of the same parts (the ``seasonal`` group's ablations) computes the
+    same z bit for bit after the preset's 120-row warm-up, inside NAB's probation
+    (tests/test_nab_bench.py)."""
+    held = {"likelihoodContextSeasonal": holdoff(own_past_z(f), cfg.holdoff_rows)}
     return anomaly_scores(held, 0, cfg.score_scale)
 
 
@@ -823,6 +848,7 @@ DETECTORS: dict[str, Callable[[NabFile], dict[str, FloatArray]]] = {
     "project": project_detectors,
     "predictive": predictive_detectors,
     "context": context_detectors,
+    "ownPast": own_past_detectors,
     "seasonal": seasonal_detectors,
 }
 OPTIONAL: dict[str, Callable[[NabFile], dict[str, FloatArray]]] = {"bocpd": bocpd_detectors}

@@ -207,15 +207,19 @@ def test_a_lone_deviant_within_its_cohort_still_alerts() -> None:
 def test_simulate_job_label_lets_a_replay_use_the_jobs_as_cohorts(tmp_path: Path) -> None:
     """`simulate --job-label` puts each node's job on its node-exporter series; replayed with
     that label as cohort, the 8-node cluster's single-node job (node-08) no longer stands out
-    at its own checkpoints, which it does with every node in one cohort (node score up to
-    ~0.6 there, held below the alert threshold by the peers' habituation to its repeats)."""
+    against other jobs' nodes at its own checkpoints, which it does with every node in one
+    cohort (node score up to ~0.6 there, held below the alert threshold by the peers'
+    habituation to its repeats). Peers only: a node alone in its job is otherwise judged
+    against its own past (tests/test_single_node.py), which this test turns off."""
     dump, events = tmp_path / "sim.om.gz", tmp_path / "ev.jsonl"
     args = ["--nodes", "8", "--days", "0.5", "--job-label", "training_job"]
     assert 0 == main(["simulate", *args, "--out", str(dump), "--events", str(events)])
     with gzip.open(dump, "rt") as text:
         assert 'training_job="llm-eval-d"' in text.read()
     config = tmp_path / "cohorts.yaml"
-    config.write_text("labels:\n  cohort_labels: [training_job]\n")
+    config.write_text(
+        "labels:\n  cohort_labels: [training_job]\nscoring:\n  own_past_when_peerless: false\n"
+    )
     peak = {}
     for name, extra in (("one cohort", []), ("jobs", ["--config", str(config)])):
         scores = tmp_path / f"{name}.csv"

@@ -403,7 +403,9 @@ async def test_a_node_that_file_sd_moves_to_another_job_keeps_its_signal_columns
     """file_sd targets carry each node's job, the cohort label. After 4 ticks the scheduler
     rewrites the file to move node-03 to job "b-2": its series come back with the new label,
     keep their index columns (the index does not grow with each job) and their signal columns,
-    and move to cohort "b-2" while the other nodes stay in "a-1"."""
+    and move to cohort "b-2" while the other nodes stay in "a-1". (Alone in "b-2", node-03
+    would also get columns for its unnamed node-level series, scored against their own past:
+    tests/test_peerless.py; turned off here.)"""
     sd = tmp_path / "targets.json"
 
     def write(jobs: dict[str, str]) -> None:
@@ -427,6 +429,7 @@ async def test_a_node_that_file_sd_moves_to_another_job_keeps_its_signal_columns
         alertmanager.url,
         targets={"file_sd": [str(sd)], "file_sd_refresh_s": 0.01},
         labels={"cohort_labels": ["training_job"]},
+        scoring={"own_past_when_peerless": False},
     )
     before: dict[str, int] = {}
 

@@ -23,6 +23,7 @@ from detector.scorers.forecast import ForecastError
 from detector.scorers.health import TelemetryHealth
 from detector.scorers.likelihood import AnomalyLikelihood
 from detector.scorers.novelty import RangeNovelty
+from detector.scorers.own_past import OwnPast
 from detector.scorers.peers import PeerDeviation
 from detector.scorers.registry import grid_layout
 from detector.scorers.seasonal import SeasonalProfile
@@ -256,6 +257,14 @@ CASES = [
         column(LAYOUT, "gpu_temp", 1, 3),
         _day_breaks,
         5.0,
+    ),
+    # the NAB preset, durations in observations of one tick, a 'day' of 480 s in 8 bins
+    Case(
+        "own_past",
+        lambda s: OwnPast(observation_s=TICK_S * s, season_period_s=480 * s, season_bins=8),
+        column(LAYOUT, "gpu_temp", 1, 3),
+        _spike,
+        6.0,
     ),
     # no clock inside (runs in observations); noise never repeats, the frozen column does
     Case(

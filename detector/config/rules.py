@@ -63,6 +63,7 @@ ScorerName = Literal[
     "window",
     "stuck",
     "shape",
+    "own_past",
 ]
 Severity = Literal["critical", "warning", "info"]
 
@@ -160,6 +161,10 @@ class DefaultRule(_Strict):
     # compared with every other, and nodes running different jobs differ for no fault.
     node_level: bool = False
     weight: float = Field(default=0.3, ge=0.0)
+    # Fusion weight of the node-level series of a node with too few peers, scored against their
+    # own past (``own_past``) while ``node_level`` is off: that preset's z is calibrated per
+    # column by its likelihood, so it is trusted like a named signal's.
+    own_past_weight: float = Field(default=1.0, ge=0.0)
     direction: Direction = "both"
     scorers: tuple[ScorerName, ...] = DEFAULT_SCORERS
     # Metrics to treat as counters although they neither end in _total nor are declared

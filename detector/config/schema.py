@@ -323,6 +323,12 @@ class ScoringConfig(_Section):
     peer_min_peers: int = Field(
         default=3, ge=1, description="fewest peers a GPU or node is compared with"
     )
+    own_past_when_peerless: bool = Field(
+        default=True,
+        description="a node whose cohort has fewer than peer_min_peers nodes (a single server, "
+        "a node alone in its job) is scored against its own past: its node-level signals that "
+        "peers would score and its node-level metrics no rule names, by the own_past preset",
+    )
     common_mode_fraction: float = Field(
         default=0.05,
         gt=0,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from ..config import Calibration, Config, load_signal_rules, load_xid_catalog
-from ..scorers import ChangePoint, CountBurst, PeerDeviation, RobustZScore, Scorer
+from ..scorers import ChangePoint, CountBurst, OwnPast, PeerDeviation, RobustZScore, Scorer
 from ..scorers import build as build_scorer
 from ..series import LabelRules, SeriesIndex
 from .fusion import FusionParams
@@ -50,11 +50,16 @@ def build_pipeline(
         "changepoint": lambda: ChangePoint(half_life_s=sc.changepoint_half_life_s),
         "peers": lambda: PeerDeviation(min_peers=sc.peer_min_peers),
         "counts": lambda: CountBurst(warmup_s=sc.warmup_s),
+        # the preset's durations are observations: one a scrape interval
+        "own_past": lambda: OwnPast(observation_s=config.scrape.interval_s),
     }
-    # One scorer for every name the rules use, in a stable order.
+    # One scorer for every name the rules use, in a stable order; own_past also for the nodes
+    # without enough peers (PipelineParams.own_past_min_peers).
     wanted = {name for rule in signals.signals for name in rule.scorers}
     if signals.default_rule.enabled:
         wanted |= set(signals.default_rule.scorers)
+    if sc.own_past_when_peerless:
+        wanted.add("own_past")
     scorers = [
         configured[name]() if name in configured else build_scorer(name) for name in sorted(wanted)
     ]
@@ -67,5 +72,6 @@ def build_pipeline(
         top_k=sc.top_k,
         repeat_hold_s=sc.repeat_hold_s,
         signal_weights=dict(signal_weights if signal_weights is not None else file_weights),
+        own_past_min_peers=sc.peer_min_peers if sc.own_past_when_peerless else 0,
     )
     return Pipeline(index, signals, xids, scorers, params)

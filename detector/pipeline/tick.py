@@ -16,6 +16,7 @@ advances (``PipelineParams.bridge_missed_tick``).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,8 @@ from ..signals import SignalMap
 from .fusion import CommonMode, EntityMap, FusionParams, fuse, storm_columns, top_signals
 from .xids import XidExtractor
 
+OWN_PAST = "own_past"  # the scorer of peerless nodes' node-level columns (scorers/own_past.py)
+
 
 @dataclass(frozen=True, slots=True)
 class PipelineParams:
@@ -56,6 +59,11 @@ class PipelineParams:
     repeat_hold_s: float | None = 60.0
     # Calibrated multipliers of the rules' fusion weights, by signal name (absent: 1).
     signal_weights: Mapping[str, float] = field(default_factory=dict)
+    # A node whose cohort has fewer nodes than this (a single server, a node alone in its job)
+    # has no peers to be judged against: its node-level columns that peers would score, and
+    # its node-level series that no rule names, are scored against their own past by the
+    # ``own_past`` scorer when the pipeline has one (``Pipeline._scorer_mask``). 0: off.
+    own_past_min_peers: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,20 +84,40 @@ class ScorerStage:
     (``scorers.base.update_columns``: the kernels read their columns from the full row and
     write the row themselves, other scorers gather and scatter). The rows are allocated once
     per layout and reused every tick (columns outside a scorer's subset stay 0), so ``run``'s
-    result is valid until the next ``run``. Columns are only appended, so a scorer's subset
-    only grows at its end and its state stays aligned."""
+    result is valid until the next ``run``.
+
+    A scorer's state is indexed by its columns' order of arrival (``subsets[name]``, its
+    slots), which only grows at its end: columns are only appended, and a column that joins
+    a scorer later (the own-past preset takes a node's columns when its cohort is too small)
+    is appended to that scorer's slots. A column that leaves a scorer (the node gained peers)
+    keeps its slot and is fed NaN (not observed: its state stays as it was) and scores 0."""
 
     def __init__(self, scorers: Sequence[Scorer]) -> None:
         self.scorers = list(scorers)
-        self.subsets: dict[str, np.ndarray] = {}
+        self.subsets: dict[str, np.ndarray] = {}  # per scorer: its slots (columns, in order)
+        self._idle: dict[str, np.ndarray] = {}  # per scorer: slot positions it no longer scores
         self._layouts: dict[str, ColumnLayout] = {}
         self._rows: dict[str, FloatArray] = {}
 
     def set_layout(self, applies: Mapping[str, BoolArray], layout: ColumnLayout) -> None:
         """``applies[name]``: mask of the columns scorer ``name`` is meant for."""
-        self.subsets = {s.name: np.flatnonzero(applies[s.name]) for s in self.scorers}
+        for scorer in self.scorers:
+            name = scorer.name
+            wanted = np.flatnonzero(applies[name])
+            slots = self.subsets.get(name, np.zeros(0, dtype=np.int64))
+            if not np.array_equal(wanted[: slots.shape[0]], slots):  # joined or left mid-way
+                slots = np.concatenate((slots, np.setdiff1d(wanted, slots)))
+            else:
+                slots = wanted
+            self.subsets[name] = slots
+            self._idle[name] = np.flatnonzero(~applies[name][slots])
         self._layouts = {name: layout.subset(idx) for name, idx in self.subsets.items()}
         self._rows = {name: np.zeros(len(layout)) for name in self.subsets}
+
+    def restore_slots(self, slots: Mapping[str, np.ndarray]) -> None:
+        """Slot orders saved with the scorers' state (``pipeline_state``), before the next
+        ``set_layout``."""
+        self.subsets.update({name: np.asarray(s, dtype=np.int64) for name, s in slots.items()})
 
     def run(self, t: float, x: FloatArray) -> dict[str, FloatArray]:
         """Every scorer's scores for the tick, full width (see the class docstring). The row
@@ -99,7 +127,17 @@ class ScorerStage:
             touch(x)
         for scorer in self.scorers:
             name = scorer.name
-            update_columns(scorer, t, x, self.subsets[name], self._layouts[name], self._rows[name])
+            slots, idle = self.subsets[name], self._idle[name]
+            if not slots.size:
+                continue
+            if not idle.size:
+                update_columns(scorer, t, x, slots, self._layouts[name], self._rows[name])
+                continue
+            part = x.take(slots)
+            part[idle] = np.nan
+            scores = scorer.update(t, part, self._layouts[name])
+            scores[idle] = 0.0
+            self._rows[name][slots] = scores
         return self._rows
 
 
@@ -141,10 +179,14 @@ class Pipeline:
 
     # -- layout -----------------------------------------------------------------------------
     def _refresh_layout(self) -> None:
+        alone = self._peerless_nodes()
+        self.signal_map.map_unnamed(alone)  # their unnamed node-level series: own-past columns
         layout = self.signal_map.layout
+        lone = set(alone)
+        peerless = np.asarray([name in lone for name in layout.node_names], dtype=bool)
         self._layout = layout
         self._entities = EntityMap.build(layout, self.signal_map.columns.gpu_label)
-        self._applies = {s.name: self._scorer_mask(s.name, layout) for s in self.scorers}
+        self._applies = {s.name: self._scorer_mask(s.name, layout, peerless) for s in self.scorers}
         self.scoring.set_layout(self._applies, layout)
         self._storm_columns = storm_columns(self._applies, layout)
         order = np.argsort(layout.node, kind="stable")
@@ -156,14 +198,39 @@ class Pipeline:
         factor = np.array([calibrated.get(name, 1.0) for name in layout.signal_names])
         self._weights = self.signal_map.weights * factor[layout.signal]
 
-    def _scorer_mask(self, scorer: str, layout: ColumnLayout) -> BoolArray:
+    def _peerless_nodes(self) -> list[str]:
+        """The nodes (sorted) whose cohort has fewer nodes than ``own_past_min_peers``, among
+        every node seen (none when that is off or no scorer is ``own_past``)."""
+        least = self.params.own_past_min_peers
+        if least <= 0 or OWN_PAST not in {s.name for s in self.scorers}:
+            return []
+        cohorts = self.signal_map.node_cohort_ids()
+        size = Counter(cohorts.values())
+        return sorted(node for node, cohort in cohorts.items() if size[cohort] < least)
+
+    def _scorer_mask(self, scorer: str, layout: ColumnLayout, peerless: BoolArray) -> BoolArray:
+        """The columns ``scorer`` applies to: those whose rule names it (the default rule's
+        scorers for GPU series no rule names, and for node-level ones with
+        ``default_rule.node_level``); and for ``own_past`` also the node-level columns of
+        ``peerless`` nodes that peers would score or no rule names."""
         catalog = self.signal_map.catalog
         rules = {rule.name: rule for rule in catalog.signals}
-        wanted = [
-            scorer in (rules[name].scorers if name in rules else catalog.default_rule.scorers)
-            for name in layout.signal_names
-        ]
-        return np.asarray(wanted, dtype=bool)[layout.signal]
+        default = catalog.default_rule
+        names = layout.signal_names
+        wanted = np.asarray(
+            [scorer in (rules[n].scorers if n in rules else default.scorers) for n in names],
+            dtype=bool,
+        )[layout.signal]
+        unnamed = np.asarray([n not in rules for n in names], dtype=bool)[layout.signal]
+        node_level = layout.gpu < 0
+        if not default.node_level:  # unnamed node-level columns exist only for own_past
+            wanted &= ~(unnamed & node_level)
+        if scorer == OWN_PAST and peerless.any():
+            by_peers = np.asarray(
+                [n not in rules or "peers" in rules[n].scorers for n in names], dtype=bool
+            )[layout.signal]
+            wanted |= peerless[layout.node] & node_level & by_peers
+        return wanted
 
     # -- one tick ---------------------------------------------------------------------------
     def step(self, frame: Frame) -> TickResult:
@@ -363,6 +430,7 @@ class Pipeline:
         for prefix, part in parts.items():
             arrays.update({f"{prefix}/{key}": value for key, value in part.items()})
         arrays["pipeline/prev_z"] = self._prev_z.copy()
+        names = self.signal_map.column_names
         meta: dict[str, Any] = {
             "version": STATE_VERSION,
             "series": [
@@ -377,6 +445,16 @@ class Pipeline:
             ],
             "node_names": list(self.node_names),
             "prev_t": self._prev_t if math.isfinite(self._prev_t) else None,
+            # the nodes whose unnamed node-level series have columns (map_unnamed), and
+            # own_past's columns in its state's order (ScorerStage) by identity: a restored
+            # index rebuilds map_unnamed's columns after the others, and only own_past scores
+            # them (every other scorer's columns come back in the order its state has them)
+            "unnamed_nodes": sorted(self.signal_map.unnamed_nodes),
+            "scorer_slots": {
+                name: [list(names(int(c))) for c in cols.tolist()]
+                for name, cols in self.scoring.subsets.items()
+                if name == OWN_PAST and cols.size
+            },
         }
         return arrays, meta
 
@@ -402,7 +480,12 @@ class Pipeline:
         ]
         self.index.extend_from(infos)
         self.signal_map.sync()
+        self.signal_map.map_unnamed(meta.get("unnamed_nodes", []))
         self._refresh_layout()
+        saved_slots = meta.get("scorer_slots")
+        if saved_slots is not None:
+            self.scoring.restore_slots(_slots_of(self, saved_slots))
+            self._refresh_layout()
         self.signal_map.load_state_dict(_part(arrays, "signals"))
         self.xid_extractor.load_state_dict(_part(arrays, "xids"))
         for scorer in self.scorers:
@@ -430,3 +513,20 @@ STATE_VERSION = 2  # 2: alert episodes moved to the tick loop's state
 
 def _part(arrays: Mapping[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
     return {k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith(prefix + "/")}
+
+
+def _slots_of(pipeline: Pipeline, saved: Mapping[str, Any]) -> dict[str, IntArray]:
+    """Saved scorer slots (column identities, ``Pipeline.state_dict``) as the restored
+    columns; ValueError when one is not among them (its scorer's state would not line up)."""
+    where = {tuple(pipeline.signal_map.column_names(i)): i for i in range(len(pipeline.signal_map))}
+    out: dict[str, IntArray] = {}
+    for name, identities in saved.items():
+        cols = []
+        for identity in identities:
+            signal, node, gpu, series = identity
+            col = where.get((signal, node, gpu, series))
+            if col is None:
+                raise ValueError(f"state: scorer {name}'s column {identity} is not restored")
+            cols.append(col)
+        out[name] = np.asarray(cols, dtype=np.int64)
+    return out

@@ -20,6 +20,7 @@ from .counts import CountBurst
 from .forecast import ForecastError
 from .health import TelemetryHealth
 from .novelty import RangeNovelty
+from .own_past import OwnPast
 from .peers import PeerDeviation
 from .seasonal import SeasonalProfile
 from .shape_memory import PhaseShapeMemory
@@ -41,6 +42,7 @@ SCORERS: Mapping[str, Callable[..., Scorer]] = {
     WindowMemory.name: WindowMemory,
     StuckRun.name: StuckRun,
     PhaseShapeMemory.name: PhaseShapeMemory,
+    OwnPast.name: OwnPast,
 }
 
 

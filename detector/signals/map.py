@@ -29,7 +29,7 @@ targets), is signal_values.py's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 import numpy as np
@@ -86,6 +86,11 @@ class SignalMap:
         self._relabel_keys: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
         self._aliases: list[tuple[int, int]] = []
         self._denom_metric: dict[int, str] = {}  # RATIO columns: their denominator's metric
+        # Node-level series no rule names, while default_rule.node_level is off: held back per
+        # node until the node has too few peers (map_unnamed), then mapped like the others.
+        self._held: dict[str, list[SeriesInfo]] = {}
+        self._unnamed_nodes: set[str] = set()
+        self._new_held_node = False  # since the last sync
         # Tick state.
         self._prev_value: FloatArray = np.empty(0)
         self._prev_time: FloatArray = np.empty(0)
@@ -238,18 +243,26 @@ class SignalMap:
             )
         added = len(self.columns) - before
         self._resolve_denominators()
-        if added:
-            fill = np.full(added, np.nan)
-            self._prev_value = np.concatenate([self._prev_value, fill])
-            self._prev_time = np.concatenate([self._prev_time, fill])
-            self._prev_den = np.concatenate([self._prev_den, fill])
-            for col in range(before, len(self.columns)):
-                restored = self._pending.pop(self.columns.series[col], None)
-                if restored is not None and self.columns.series[col] >= 0:
-                    self._prev_value[col], self._prev_time[col], self._prev_den[col] = restored
-            self._arrays = None
-            self._layout = None
-        return added > 0 or moved
+        self._columns_added(before)
+        held, self._new_held_node = self._new_held_node, False
+        return added > 0 or moved or held
+
+    def _columns_added(self, before: int) -> None:
+        """Grow the per-column tick state for the columns from ``before`` on (restored values
+        where a saved state had them)."""
+        added = len(self.columns) - before
+        if not added:
+            return
+        fill = np.full(added, np.nan)
+        self._prev_value = np.concatenate([self._prev_value, fill])
+        self._prev_time = np.concatenate([self._prev_time, fill])
+        self._prev_den = np.concatenate([self._prev_den, fill])
+        for col in range(before, len(self.columns)):
+            restored = self._pending.pop(self.columns.series[col], None)
+            if restored is not None and self.columns.series[col] >= 0:
+                self._prev_value[col], self._prev_time[col], self._prev_den[col] = restored
+        self._arrays = None
+        self._layout = None
 
     def _learn_cohorts(self, series: IntArray) -> None:
         """Learn the nodes' cohorts from ``series`` (index columns, in the order their values
@@ -303,23 +316,14 @@ class SignalMap:
         if verdict in ("ignore", "off"):
             return
         if verdict == "default":
-            rule = self.catalog.default_rule
-            if not info.gpu and not rule.node_level:
+            node_level = self.catalog.default_rule.node_level
+            if not info.gpu and not node_level and info.node not in self._unnamed_nodes:
+                if info.node:  # held back until its node has too few peers (map_unnamed)
+                    if info.node not in self._held and self.columns.known_node(info.node) < 0:
+                        self._new_held_node = True  # a node without columns: cohorts grew
+                    self._held.setdefault(info.node, []).append(info)
                 return
-            if self._is_relabel(info):
-                return
-            counter = self.catalog.is_counter(info.metric, self._declared_type(info.metric))
-            kind = RATE if counter else LEVEL
-            self._append(
-                info,
-                info.column,
-                kind,
-                self.catalog.default_signal_name(info.metric),
-                info.gpu or None,
-                direction=rule.direction,
-                weight=rule.weight,
-            )
-            self._add_frozen(info)
+            self._append_default(info)
             return
         assert not isinstance(verdict, str)
         if verdict.truth is not None:  # ground truth (XID): read by xids.py, never scored
@@ -337,6 +341,51 @@ class SignalMap:
         }
         self._append(info, info.column, TRANSFORM[verdict.transform], verdict.name, gpu, **fields)
         self._add_frozen(info)
+
+    def _append_default(self, info: SeriesInfo) -> None:
+        """The column of a series no rule names (level for gauges, rate for counters)."""
+        rule = self.catalog.default_rule
+        if self._is_relabel(info):
+            return
+        counter = self.catalog.is_counter(info.metric, self._declared_type(info.metric))
+        kind = RATE if counter else LEVEL
+        own_past = not info.gpu and not rule.node_level  # a node without peers (map_unnamed)
+        self._append(
+            info,
+            info.column,
+            kind,
+            self.catalog.default_signal_name(info.metric),
+            info.gpu or None,
+            direction=rule.direction,
+            weight=rule.own_past_weight if own_past else rule.weight,
+        )
+        self._add_frozen(info)
+
+    def map_unnamed(self, nodes: Iterable[str]) -> bool:
+        """Give the node-level series that no rule names of ``nodes`` their columns, now and
+        from now on, although ``default_rule.node_level`` is off: the pipeline asks for the
+        nodes with too few peers, whose own past scores those columns (peers cannot). Until
+        then they are held back (a fleet does not pay for columns nothing scores). True when
+        columns were added (the layout changed)."""
+        before = len(self.columns)
+        for node in nodes:
+            if node in self._unnamed_nodes:
+                continue
+            self._unnamed_nodes.add(node)
+            for info in self._held.pop(node, []):
+                self._append_default(info)
+        self._columns_added(before)
+        return len(self.columns) > before
+
+    def node_cohort_ids(self) -> dict[str, int]:
+        """Every node seen, with columns or only held-back series: its cohort id now."""
+        nodes = dict.fromkeys((*self.node_names, *self._held))
+        return {node: self.cohorts.id_of(node) for node in nodes}
+
+    @property
+    def unnamed_nodes(self) -> frozenset[str]:
+        """The nodes whose unnamed node-level series have columns (``map_unnamed``)."""
+        return frozenset(self._unnamed_nodes)
 
     def _is_relabel(self, info: SeriesInfo) -> bool:
         """Whether ``info`` is a series already mapped under another value of a cohort label
