@@ -27,10 +27,10 @@ CHANGE_TICK = FAIL_TICK - 80  # 20 min before the failure three gauges triple
 NODE = "server1"
 
 
-def unnamed_series(shared_data: Path) -> tuple[list[Sample], dict[str, str]]:
+def unnamed_series(real_data: Path) -> tuple[list[Sample], dict[str, str]]:
     """Every 45th node-level series of node_exporter's real e2e payload that no rule names
     (61 of 2,730: counters, gauges, untyped), and the declared types."""
-    page = (shared_data / "exporters" / "node_exporter" / "e2e-output.txt").read_text()
+    page = (real_data / "exporters" / "node_exporter" / "e2e-output.txt").read_text()
     exp = parse_exposition(page, "e2e-output.txt")
     rules = load_signal_rules()
     unnamed = [s for s in iter_samples(exp) if rules.classify(s.name) == "default"]
@@ -66,13 +66,13 @@ def one_node_samples(series: list[Sample], types: dict[str, str]) -> tuple[list[
 
 @pytest.fixture(scope="module")
 def one_node_dump(
-    shared_data: Path, tmp_path_factory: pytest.TempPathFactory
+    real_data: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, Path, list[str]]:
     """The dump (written by the project's writer), its events file (one failure on server1)
     and the names of the planted gauges."""
     folder = tmp_path_factory.mktemp("one-node")
     dump, events = folder / "server1.om", folder / "events.jsonl"
-    series, types = unnamed_series(shared_data)
+    series, types = unnamed_series(real_data)
     samples, planted = one_node_samples(series, types)
     write_openmetrics(dump, samples, {s.name: types[s.name] for s in series if s.name in types})
     write_events(events, [XidEvent(T0 + STEP * FAIL_TICK, NODE, None, 79)])

@@ -562,10 +562,18 @@ class RemoteWriteConfig(_Section):
     decompressing); a sample older than ``max_sample_age_s`` before the last tick is dropped
     as too old."""
 
-    enabled: bool = False
-    max_body_bytes: int = Field(default=16 * MiB, gt=0)
-    max_decoded_bytes: int = Field(default=64 * MiB, gt=0)
-    max_sample_age_s: float = Field(default=60.0, gt=0)
+    enabled: bool = Field(default=False, description="accept POST /api/v1/write")
+    max_body_bytes: int = Field(
+        default=16 * MiB, gt=0, description="largest snappy-compressed request body (413 above)"
+    )
+    max_decoded_bytes: int = Field(
+        default=64 * MiB,
+        gt=0,
+        description="largest declared decompressed size, checked before decompressing (413)",
+    )
+    max_sample_age_s: float = Field(
+        default=60.0, gt=0, description="a sample this much older than the last tick is too old"
+    )
 
 
 class KmsgConfig(_Section):
