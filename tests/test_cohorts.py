@@ -182,7 +182,7 @@ def alerted(pipeline: Pipeline, cols: dict[str, int], dips: dict[str, range]) ->
     rng = np.random.default_rng(3)
     nodes: set[str] = set()
     for k in range(240):
-        values = np.full(len(pipeline.pipeline.pipeline.index), np.nan)
+        values = np.full(len(pipeline.pipeline.index), np.nan)
         for node, col in cols.items():
             level = 0.6 if k in dips.get(node, range(0)) else 1.0
             values[col] = level * 1e12 + rng.normal(0.0, 2e9)
