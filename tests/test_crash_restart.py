@@ -10,6 +10,7 @@ import itertools
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -19,8 +20,7 @@ from chaos.cluster_process import ClusterProcess
 from chaos.crash import crash_cluster, crash_daemon, kill_loop, ready, wait_for
 
 from detector.alerting.sender import AlertSender
-from detector.loop import LoopTick as TickResult
-from detector.loop.policy import AlertPolicy
+from detector.loop.policy import AlertPolicy, Notification
 from detector.model import Alert
 from detector.service.state import FORMAT_VERSION, load_state, save_state
 
@@ -96,60 +96,67 @@ def test_corrupt_state_file_starts_clean_with_a_warning(
     assert not [e for e in proc.logs() if e.get("event") == "state restored"]
 
 
-def _tick(t: float, ended: tuple[Alert, ...] = ()) -> TickResult:
-    return TickResult(
-        time=t,
-        node_names=("n1", "n2", "n3", "n4"),
-        node_score=np.zeros(4),
-        xid_held=np.zeros(4, dtype=bool),
-        gpu_node=np.zeros(0, dtype=np.int64),
-        gpu_label=(),
-        gpu_score=np.zeros(0),
-        started=(),
-        ended=ended,
-        xids=(),
-        incidents=(),
-    )
+AM = "http://user:secret@am:9093"
 
 
-def _restarted(sender: AlertSender) -> AlertSender:
-    """A new sender loaded from ``sender``'s state after a JSON round trip (the state file)."""
-    state = json.loads(json.dumps(sender.state_dict(), allow_nan=True))
-    fresh = AlertSender(["http://user:secret@am:9093"], policy=AlertPolicy(resend_interval_s=60.0))
-    fresh.load_state_dict(state)
-    return fresh
+class _Channel:
+    """The tick loop's policy and the sender, as the daemon keeps them: the policy's memory
+    in the loop's state, the sender's pending updates in the delivery state."""
+
+    def __init__(self, client: httpx.AsyncClient | None = None, url: str = AM) -> None:
+        self.policy = AlertPolicy(resend_interval_s=60.0)
+        self.sender = AlertSender([url], resend_interval_s=60.0, client=client)
+
+    def update(
+        self, t: float, open_alerts: list[Alert], ended: tuple[Alert, ...] = ()
+    ) -> list[Notification]:
+        notes = self.policy.update(t, 4, open_alerts, ended)
+        self.sender.queue(notes)
+        return notes
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"policy": self.policy.state_dict(), "delivery": self.sender.state_dict()}
+
+    def restarted(self) -> _Channel:
+        """A new channel loaded from this one's state after a JSON round trip (the file)."""
+        state = json.loads(json.dumps(self.state_dict(), allow_nan=True))
+        fresh = _Channel()
+        fresh.policy.load_state_dict(state["policy"])
+        fresh.sender.load_state_dict(state["delivery"])
+        return fresh
 
 
 async def test_an_episode_that_ended_during_the_crash_is_resolved_after_restart() -> None:
     """Sent as firing, then the daemon dies; the episode is over when it comes back: the
-    restored sender resolves it with the same labels and startsAt (before the fix the new
+    restored policy resolves it with the same labels and startsAt (before the fix the new
     policy knew nothing of it and Alertmanager kept it firing until endsAt)."""
-    sender = AlertSender(["http://user:secret@am:9093"], policy=AlertPolicy(resend_interval_s=60.0))
+    channel = _Channel()
     alert = Alert("n2", "0", 1000.0, None, 0.9, ("xid_119",))
-    [firing] = sender.update(_tick(1000.0), [alert])
-    restarted = _restarted(sender)
+    [firing] = channel.update(1000.0, [alert])
+    restarted = channel.restarted()
     ended = Alert("n2", "0", 1000.0, 1300.0, 0.9, ("xid_119",))
-    notes = restarted.update(_tick(1330.0, ended=(ended,)), [])
+    notes = restarted.update(1330.0, [], ended=(ended,))
     assert [(firing.labels, 1000.0, 1300.0)] == [(n.labels, n.starts_at, n.ends_at) for n in notes]
-    await sender.aclose()
-    await restarted.aclose()
+    await channel.sender.aclose()
+    await restarted.sender.aclose()
 
 
 async def test_undelivered_updates_survive_a_restart_and_are_not_resent_twice() -> None:
     """Queued but never delivered: the restarted sender still has it pending; an alert still
     open after the restart keeps its labels and is not re-sent before its resend is due."""
-    sender = AlertSender(["http://user:secret@am:9093"], policy=AlertPolicy(resend_interval_s=60.0))
+    channel = _Channel()
     alert = Alert("n3", None, 2000.0, None, 0.8, ("nvlink_errors", "ecc"))
-    [queued] = sender.update(_tick(2000.0), [alert])
-    restarted = _restarted(sender)
-    assert 1 == restarted.stats().alertmanagers["http://am:9093"].queued
+    [queued] = channel.update(2000.0, [alert])
+    restarted = channel.restarted()
+    stats = restarted.sender.stats(restarted.policy)
+    assert 1 == stats.alertmanagers["http://am:9093"].queued
     moved = Alert("n3", None, 2000.0, None, 0.85, ("ecc", "nvlink_errors"))  # evidence moved
-    assert [] == restarted.update(_tick(2030.0), [moved])  # not due: no new update
-    [resent] = restarted.update(_tick(2060.0), [moved])
+    assert [] == restarted.update(2030.0, [moved])  # not due: no new update
+    [resent] = restarted.update(2060.0, [moved])
     assert queued.labels == resent.labels  # the labels Alertmanager has, not re-derived
-    assert "secret" not in json.dumps(sender.state_dict())
-    await sender.aclose()
-    await restarted.aclose()
+    assert "secret" not in json.dumps(channel.state_dict())
+    await channel.sender.aclose()
+    await restarted.sender.aclose()
 
 
 async def test_write_ahead_holds_updates_until_the_state_is_saved() -> None:
@@ -162,11 +169,10 @@ async def test_write_ahead_holds_updates_until_the_state_is_saved() -> None:
         return httpx.Response(200)
 
     client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-    sender = AlertSender(
-        ["http://am:9093"], client=client, policy=AlertPolicy(resend_interval_s=60.0)
-    )
+    channel = _Channel(client, "http://am:9093")
+    sender = channel.sender
     sender.write_ahead = True
-    sender.update(_tick(3000.0), [Alert("n1", "2", 3000.0, None, 0.9, ("xid_79",))])
+    channel.update(3000.0, [Alert("n1", "2", 3000.0, None, 0.9, ("xid_79",))])
     assert sender.held
     await sender.deliver()
     assert [] == posts
