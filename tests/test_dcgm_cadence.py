@@ -20,7 +20,6 @@ from detector.errors import ConfigError
 from detector.loop import TickLoop
 from detector.model import Alert, FloatArray, Frame, Labels
 from detector.pipeline import build_pipeline
-from detector.pipeline.tick import Pipeline
 from detector.replay.run import simulated_frames
 from detector.series.index import SeriesIndex
 from detector.service.daemon import Daemon, run_daemon
@@ -160,7 +159,7 @@ def test_bad_hold_is_a_config_error() -> None:
 
 # -- the pipeline: one missed tick does not end (or start) an alert ------------------------
 def deviant_run(
-    pipeline: Pipeline, node: Node, spike: range, missed: set[int], step: float = 15.0
+    pipeline: TickLoop, node: Node, spike: range, missed: set[int], step: float = 15.0
 ) -> list[Alert]:
     """GPU 3's temperature runs 15 C above its peers' during ``spike`` (ticks); the DCGM page
     is missing on the ``missed`` ticks, node-exporter answers every tick."""
@@ -176,10 +175,11 @@ def deviant_run(
     return started
 
 
-def pipeline_for(node: Node, **params: object) -> Pipeline:
-    pipeline = TickLoop.from_config(load_config(None, env={}), node.index)
-    pipeline.params = replace(pipeline.params, **params)  # type: ignore[arg-type]
-    return pipeline
+def pipeline_for(node: Node, **params: object) -> TickLoop:
+    loop = TickLoop.from_config(load_config(None, env={}), node.index)
+    scoring = loop.pipeline
+    scoring.params = replace(scoring.params, **params)  # type: ignore[arg-type]
+    return loop
 
 
 ODD = set(range(1, 240, 2))
