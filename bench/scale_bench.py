@@ -26,6 +26,9 @@ requests are rendered by this parent process, outside the timed CPU, and handed 
   (``--per-request`` samples each, snappy, the target labels ``instance``, ``job``, ``node``
   added as Prometheus adds them) go to ``RemoteWriteSource.receive`` as the server's
   /api/v1/write handler hands them (HTTP and auth left out), then ``Daemon.tick()``.
+- fleet, remote_write, rules' metrics only: the same with only the series whose metric the
+  rules read, as Prometheus sends them with the ``write_relabel_configs`` docs/deploy.md
+  gives (``detector export-selector --regex``).
 - fleet from agent summaries: not built (issue 41 item 2); printed as such.
 
 Figures: medians of ``--ticks`` ticks after ``--warmup`` (the first tick builds the index and
@@ -56,6 +59,7 @@ import gc
 import multiprocessing
 import multiprocessing.connection
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -262,7 +266,8 @@ class Fleet:
         self.seed = seed
         self.node = node_template()
         self.dcgm = [dcgm_template(node_name(n), n) for n in range(nodes)]
-        self._encoders: list[RequestEncoder] | None = None
+        self._encoders: dict[bool, list[RequestEncoder]] = {}
+        self._masks: dict[bool, list[np.ndarray]] = {}
 
     def node_pages(self, node: int, tick: int) -> tuple[bytes, bytes]:
         """(dcgm, node) pages of ``node`` at ``tick``."""
@@ -283,9 +288,13 @@ class Fleet:
             out[urls[0]], out[urls[1]] = self.node_pages(n, tick)
         return out
 
-    def encoders(self) -> list[RequestEncoder]:
-        if self._encoders is None:
-            self._encoders = []
+    def encoders(self, selected: bool = False) -> list[RequestEncoder]:
+        """Every node's encoder; ``selected``: only the series whose metric the rules read
+        (what Prometheus' ``write_relabel_configs`` with ``detector export-selector --regex``
+        keeps)."""
+        if selected not in self._encoders:
+            keep = rules_metrics() if selected else None
+            encoders, masks = [], []
             for n in range(self.nodes):
                 dcgm_url, node_url = fleet_urls(n)
                 dcgm, node = self.node_pages(n, 0)
@@ -295,20 +304,40 @@ class Fleet:
                 ) + remote_write_series(
                     node, {"instance": node_url.split("/")[2], "job": "node-exporter", "node": name}
                 )
-                self._encoders.append(RequestEncoder(series))
-        return self._encoders
+                mask = np.array([keep is None or bool(keep.fullmatch(m)) for m, _ in series])
+                encoders.append(RequestEncoder([s for s, k in zip(series, mask, strict=True) if k]))
+                masks.append(mask)
+            self._encoders[selected] = encoders
+            self._masks[selected] = masks
+        return self._encoders[selected]
 
-    def requests(self, tick: int, per_request: int) -> list[bytes]:
+    def requests(self, tick: int, per_request: int, selected: bool = False) -> list[bytes]:
         """The remote-write requests of the tick's scrape round, every node."""
         stamp_ms = int((T0 + 15.0 * tick) * 1000)
         out = []
-        for n, encoder in enumerate(self.encoders()):
+        for n, encoder in enumerate(self.encoders(selected)):
             dcgm, node = self.dcgm[n], self.node
             values = np.concatenate(
                 (dcgm.values(n, tick, self.seed), node.values(n, tick, self.seed))
             )
-            out += encoder.requests(values, stamp_ms, per_request)
+            out += encoder.requests(values[self._masks[selected][n]], stamp_ms, per_request)
         return out
+
+    def prefix(self, nodes: int) -> Fleet:
+        """The first ``nodes`` nodes (same pages, same requests)."""
+        sub = Fleet.__new__(Fleet)
+        sub.nodes, sub.seed, sub.node, sub.dcgm = nodes, self.seed, self.node, self.dcgm[:nodes]
+        sub._encoders = {k: v[:nodes] for k, v in self._encoders.items()}
+        sub._masks = {k: v[:nodes] for k, v in self._masks.items()}
+        return sub
+
+
+def rules_metrics() -> re.Pattern[str]:
+    """The metric names the default rules read (``detector export-selector --regex``)."""
+    from detector.config import Config, export_pattern, load_signal_rules, load_xid_catalog
+
+    rules = Config().rules
+    return re.compile(export_pattern(load_signal_rules(rules.signals), load_xid_catalog(rules.xid)))
 
 
 # -- the measured process -------------------------------------------------------------------
@@ -505,8 +534,8 @@ def measure(
     baselines: dict[str, list[float]] = {"parse": [], "pc": [], "pb": []}
     try:
         for tick in range(1 + args.warmup + args.ticks):
-            if kind == "remote_write":
-                payload: Any = fleet.requests(tick, args.per_request)
+            if kind in ("remote_write", "rw_selected"):
+                payload: Any = fleet.requests(tick, args.per_request, kind == "rw_selected")
             else:
                 payload = fleet.pages(tick, agent=kind == "agent")
             if tick == 0:
@@ -529,6 +558,8 @@ def measure(
 
 
 def _samples(fleet: Fleet, nodes: int, kind: str) -> int:
+    if kind == "rw_selected":
+        return sum(int(mask.sum()) for mask in fleet._masks[True][:nodes])
     per_node = fleet.node.samples + fleet.dcgm[0].samples
     return per_node * (1 if kind == "agent" else nodes)
 
@@ -565,7 +596,11 @@ def print_report(
         row(agent.label, 1, "measured", facts["series"], agent.cpu["tick"], facts["rss_mb"], "")
     sizes = sorted({args.nodes, 1000, 10_000})
     for kind, (a, b) in paths.items():
-        label = {"pages": "fleet, raw pages", "remote_write": "fleet, remote_write"}[kind]
+        label = {
+            "pages": "fleet, raw pages",
+            "remote_write": "fleet, remote_write",
+            "rw_selected": "fleet, rw, rules' only",
+        }[kind]
         per_series_kb = (
             (b.facts["rss_mb"] - a.facts["rss_mb"]) * 1024 / (b.facts["series"] - a.facts["series"])
         )
@@ -600,7 +635,10 @@ def print_report(
     )
     print(
         f"\nnodes/core = {interval:g} s interval / CPU per tick x nodes; EXTRAPOLATED rows: the "
-        "line through the two measured sizes (CPU, RSS and series per node = its slope)"
+        "line through the two measured sizes (CPU, RSS and series per node = its slope).\n"
+        "fleet, rw, rules' only: remote_write after Prometheus' write_relabel_configs keeps only "
+        "the metrics the rules read (detector export-selector --regex): "
+        f"{paths['rw_selected'][0].samples // paths['rw_selected'][0].nodes:,} series a node."
     )
 
     print(
@@ -711,23 +749,16 @@ def main() -> None:
     print(f"agents measured ({time.perf_counter() - began:.0f} s)", flush=True)
     paths: dict[str, tuple[Measured, Measured]] = {}
     fleet.encoders()  # every node's series wire bytes, once (the smaller size takes its share)
-    for kind in ("pages", "remote_write"):
+    fleet.encoders(selected=True)
+    for kind in ("pages", "remote_write", "rw_selected"):
         pair = []
         for n in (small, large):
-            sub = fleet if n == large else _prefix(fleet, n)
+            sub = fleet if n == large else fleet.prefix(n)
             pair.append(measure(sub, kind, n, args))
             print(f"{kind} {n} nodes measured ({time.perf_counter() - began:.0f} s)", flush=True)
         paths[kind] = (pair[0], pair[1])
     print_report(agents, paths, args)
     print(f"\nbenchmark wall time: {time.perf_counter() - began:.0f} s")
-
-
-def _prefix(fleet: Fleet, nodes: int) -> Fleet:
-    """The first ``nodes`` nodes of ``fleet`` (same pages, same requests)."""
-    sub = Fleet.__new__(Fleet)
-    sub.nodes, sub.seed, sub.node, sub.dcgm = nodes, fleet.seed, fleet.node, fleet.dcgm[:nodes]
-    sub._encoders = fleet.encoders()[:nodes] if fleet._encoders is not None else None
-    return sub
 
 
 if __name__ == "__main__":
