@@ -675,10 +675,8 @@ def print_report(
     pages = [m for m in _all(agents, paths) if "pc" in m.cpu]
     pc = statistics.median(m.cpu["pc"] for m in pages)
     parse = statistics.median(m.cpu["parse"] for m in pages)
-    print(
-        f"| {'prometheus_client parse, one node s two pages':<52} | {pc * 1e3:>8.2f} | "
-        f"{pc / parse:>5.1f}x parse_exposition's |"
-    )
+    name = "prometheus_client parse, a node's two pages"
+    print(f"| {name:<52} | {pc * 1e3:>8.2f} | {pc / parse:>5.1f}x parse_exposition's |")
     print(f"| {'parse_exposition, the same two pages':<52} | {parse * 1e3:>8.2f} | {'1.0x':>24} |")
     a_rw, b_rw = paths["remote_write"]
     for m in (a_rw, b_rw):
