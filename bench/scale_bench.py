@@ -8,7 +8,7 @@ Pages (built from the repository's copies of the real exporters' output, with li
 - node-exporter: the real page tests/data/exporters/node_exporter/e2e-output.txt (3,027
   samples), its text kept and its values moved each tick (counters and histograms grow,
   gauges jitter 1% a node and tick);
-- dcgm-exporter: 8 GPUs x every field of dcgm-exporter's dcp-metrics-included.csv, labelled
+- dcgm-exporter: 8 GPUs x the 25 metrics of dcgm-exporter's dcp-metrics-included.csv, labelled
   as dcgm-exporter writes them (gpu, UUID, pci_bus_id, device, modelName, Hostname, driver
   version), error and XID fields at 0 (a non-zero XID gauge is a failure the loop would judge).
 
@@ -19,7 +19,9 @@ requests are rendered by this parent process, outside the timed CPU, and handed 
   series index, frame, ``TickLoop.step`` (scores, XIDs, alert episodes, the policy,
   accounting), export. The HTTP client is an ``httpx.MockTransport`` answering the rendered
   pages (the Scraper's client seam): socket I/O is left out (bench/daemon_bench.py measures
-  loopback HTTP), httpx's request/response handling is in.
+  loopback HTTP), httpx's request/response handling is in. Twice: with compiled kernels (the
+  Helm chart; systemd with jit.conf) and interpreted (``NUMBA_DISABLE_JIT=1``: the systemd
+  unit's ``MemoryDenyWriteExecute=yes`` default).
 - fleet, raw pages: the same daemon in fleet mode scraping every node's two pages.
 - fleet, remote_write: the daemon in fleet mode with ``remote_write`` on and nothing to
   scrape; before each tick the requests Prometheus would send for that scrape round
@@ -558,6 +560,7 @@ def measure(
 
 
 def _samples(fleet: Fleet, nodes: int, kind: str) -> int:
+    """Samples a tick of path ``kind`` at ``nodes`` nodes."""
     if kind == "rw_selected":
         return sum(int(mask.sum()) for mask in fleet._masks[True][:nodes])
     per_node = fleet.node.samples + fleet.dcgm[0].samples
