@@ -255,7 +255,8 @@ class Recovery:
         if self.offenders:
             counted = Counter(o.recommendation for o in self.offenders)
             listed = ", ".join(f"{what} {n}" for what, n in sorted(counted.items()))
-            lines.append(f"recovery: {len(self.offenders)} repeat offenders ({listed})")
+            n = len(self.offenders)
+            lines.append(f"recovery: {n} repeat offender{'' if n == 1 else 's'} ({listed})")
         if self.retries is not None:
             rates = []
             for kind in ("automatic", "manual"):
