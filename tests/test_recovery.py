@@ -11,12 +11,14 @@ import pytest
 
 from detector.cli.main import main
 from detector.errors import JobsError
-from detector.evaluation import AlertRow
+from detector.evaluation import AlertRow, Evaluation, evaluate
 from detector.ingest import load_jobs, write_jobs
+from detector.loop import Decision
 from detector.model import Alert, JobAttempt, XidEvent
 from detector.replay.recovery import (
     Recovery,
     concentration,
+    recovery_analysis,
     repeat_offenders,
     retry_chains,
 )
@@ -76,6 +78,47 @@ def test_concentration_of_nothing_has_no_share() -> None:
     c = concentration("exclusions", {}, nodes=2)
     assert None is c.top_share(3)
     assert [{"k": 1, "share": None, "even_share": 0.5, "nodes": []}] == c.to_json()["top"]
+
+
+@dataclasses.dataclass
+class FakeReplay:
+    """What recovery_analysis reads of a replay, built by hand."""
+
+    node_names: tuple[str, ...]
+    failures: list[XidEvent]
+    actions: list[Decision]
+    evaluation: Evaluation = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.evaluation = evaluate([], self.failures, start=T0, end=T0 + 48 * H)
+
+
+def test_exclusions_count_what_was_excluded_or_would_have_been() -> None:
+    """Exclusions (dry-run or carried out) are counted per node; refused ones and releases are
+    not; with no exclusion at all there is no exclusions row."""
+
+    def decision(node: str, **kw: object) -> Decision:
+        return Decision("exclude", node, T0, "xid 79", f"id-{node}", **kw)  # type: ignore[arg-type]
+
+    actions = [
+        decision("a", dry_run=True),
+        decision("a", dry_run=True),
+        decision("b"),
+        decision("c", refused="rate_cap"),
+        Decision("release", "a", T0 + H, "by hand", "id-a", by="ops"),
+    ]
+    nodes = (*(f"n{i}" for i in range(60)), "a", "b", "c")
+    found = recovery_analysis(FakeReplay(nodes, [_xid("a", 1.0)], actions), None)
+    assert ["exclusions", "failures", "alerts"] == [c.what for c in found.concentration]
+    excluded = found.concentration[0]
+    assert ((("a", 2), ("b", 1)), 63, 1.0) == (
+        excluded.per_node,
+        excluded.nodes,
+        excluded.top_share(3),
+    )
+    quiet = recovery_analysis(FakeReplay(nodes, [], []), None)
+    assert ["failures", "alerts"] == [c.what for c in quiet.concentration]
+    assert "study: the top 3 of 63 nodes" in quiet.to_json()["concentration_reference"]["text"]
 
 
 # -- repeat offenders ------------------------------------------------------------------------

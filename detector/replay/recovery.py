@@ -40,15 +40,13 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from ..evaluation import AlertRow
+from ..evaluation import AlertRow, Evaluation
+from ..loop import Decision
 from ..model import JobAttempt, XidEvent
-
-if TYPE_CHECKING:  # the HTML report imports this module and stays below the replay driver
-    from .run import ReplayResult
 
 TOP_K = (1, 3, 5, 10)
 SAME_FAILURE_S = 3600.0  # XIDs on a node this soon after a failure without an end are part of it
@@ -78,6 +76,20 @@ RULE = (
     "inspect: otherwise (a repeat offender has 2 or more failures or 2 or more alerts)"
 )
 KINDS = ("automatic", "manual", "mixed")
+
+
+class ReplayOutcome(Protocol):
+    """What the analysis reads from a replay (``replay.ReplayResult`` has all of it; the HTML
+    report imports this module and stays below the replay driver)."""
+
+    @property
+    def node_names(self) -> Sequence[str]: ...
+    @property
+    def failures(self) -> Sequence[XidEvent]: ...
+    @property
+    def evaluation(self) -> Evaluation: ...
+    @property
+    def actions(self) -> Sequence[Decision]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,7 +414,7 @@ def retry_chains(attempts: Sequence[JobAttempt], failures: Sequence[XidEvent]) -
     )
 
 
-def recovery_analysis(result: ReplayResult, jobs: Sequence[JobAttempt] | None) -> Recovery:
+def recovery_analysis(result: ReplayOutcome, jobs: Sequence[JobAttempt] | None) -> Recovery:
     """The recovery analytics of a replay (module docstring); ``jobs``: its job attempts, or
     None without a job-attempts file."""
     nodes = len(result.node_names)
