@@ -354,9 +354,12 @@ def test_simulated_jobs_restart_after_each_failure_without_the_node_in_repair() 
     assert {False, True} == {a.automatic for a in attempts if a.attempt > 1}
 
 
-def test_simulate_writes_the_jobs_file_replay_reads(tmp_path: Path) -> None:
+def test_simulate_writes_the_jobs_file_replay_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`simulate --jobs` writes the cluster's attempts; `replay DUMP --jobs` analyses exactly
-    them in the report JSON and the HTML report's recovery section."""
+    them in the report JSON and the HTML report's recovery section, and warns when the file
+    names nodes the data lacks."""
     dump, events, jobs = tmp_path / "d.om", tmp_path / "e.jsonl", tmp_path / "j.jsonl"
     args = ["--nodes", "4", "--days", "0.3", "--seed", "5"]
     assert 0 == main(
@@ -379,6 +382,14 @@ def test_simulate_writes_the_jobs_file_replay_reads(tmp_path: Path) -> None:
     page = html.read_text("utf-8")
     assert "<section id=recovery>" in page
     assert "<table class=chains>" in page
+    warning = "node(s) of the job-attempts file are not in the data"
+    assert warning not in capsys.readouterr().err
+    renamed = [dataclasses.replace(a, nodes=("gpu-99",)) for a in expected]
+    write_jobs(jobs, renamed)
+    assert 0 == main(
+        ["replay", str(dump), "--events", str(events), "--jobs", str(jobs), "--quiet"]
+    )  # fmt: skip
+    assert f"1 {warning}: gpu-99 (its nodes are named like node-01)" in capsys.readouterr().err
 
 
 def test_a_dump_replay_without_jobs_says_how_to_get_retry_chains() -> None:

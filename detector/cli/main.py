@@ -77,7 +77,13 @@ from ..sim import (
 )
 from .actions import cmd_actions
 from .args import build_parser as _parser
-from .checks import check_output, check_source_flags, threshold_source, warn_unmatchable
+from .checks import (
+    check_output,
+    check_source_flags,
+    threshold_source,
+    warn_unknown_job_nodes,
+    warn_unmatchable,
+)
 
 
 def _load(args: argparse.Namespace) -> tuple[Config, Calibration | None]:
@@ -167,6 +173,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     for line in summary_lines(result):
         print(line)
     warn_unmatchable(result)
+    warn_unknown_job_nodes(result, jobs)
     for line in recovery.lines():
         print(line)
     if args.scores_out is not None:
