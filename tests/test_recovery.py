@@ -399,3 +399,12 @@ def test_a_dump_replay_without_jobs_says_how_to_get_retry_chains() -> None:
     assert "<table class=concentration>" in page
     assert "give <code>--jobs FILE</code>" in page
     assert None is Recovery((), (), None).to_json()["retry_chains"]
+
+
+def test_replay_refuses_a_bad_jobs_file_before_replaying(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`replay --jobs` with a bad line exits 2 naming file, line and field."""
+    path = _lines(tmp_path / "j.jsonl", GOOD, {**GOOD, "attempt": 2, "nodes": "n1"})
+    assert 2 == main(["replay", "--jobs", str(path), "--quiet", "--days", "0.01"])
+    assert f"{path}:2: field 'nodes': expected a non-empty list" in capsys.readouterr().err
