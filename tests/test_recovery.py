@@ -1,5 +1,5 @@
-"""Recovery analytics (replay/recovery.py), the job-attempts file (ingest/jobs.py), the
-simulator's jobs (sim/jobs.py) and the report's recovery section."""
+"""Recovery analytics (replay/recovery.py, replay/retries.py), the job-attempts file
+(ingest/jobs.py), the simulator's jobs (sim/jobs.py) and the report's recovery section."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from detector.replay.recovery import (
     concentration,
     recovery_analysis,
     repeat_offenders,
-    retry_chains,
 )
 from detector.replay.report.recovery import recovery_section
+from detector.replay.retries import retry_chains
 from detector.sim import Scenario, SimulatedCluster
 
 T0 = 1_735_689_600.0

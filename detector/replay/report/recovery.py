@@ -10,16 +10,8 @@ from __future__ import annotations
 
 from html import escape
 
-from ..recovery import (
-    KINDS,
-    RULE,
-    STUDY_AUTOMATIC_SUCCESS,
-    STUDY_CONCENTRATION,
-    STUDY_MANUAL_SUCCESS,
-    STUDY_TOP3_SHARE,
-    Recovery,
-    Spread,
-)
+from ..recovery import RULE, STUDY_CONCENTRATION, STUDY_TOP3_SHARE, Recovery
+from ..retries import KINDS, STUDY_AUTOMATIC_SUCCESS, STUDY_MANUAL_SUCCESS, Spread
 from .markup import html_table, node_link
 
 BAR_W, BAR_H = 320, 14
