@@ -5,6 +5,7 @@
     ├── ParseError                exposition text: names source, line number and content
     ├── DumpError                 a dump file: names file and line (or byte offset)
     ├── EventsError               an events JSONL file: names file and line
+    ├── JobsError                 a job-attempts JSONL file (--jobs): names file, line, field
     ├── ScrapeError               one target's scrape failed (httpx errors translated in
     │                             ingest/scrape.py only); carries target and reason
     ├── RemoteWriteError          a remote-write request is unusable (snappy and protobuf
@@ -47,6 +48,10 @@ class DumpError(DetectorError):
 
 class EventsError(DetectorError):
     """An events file is malformed. The message names the file and the line."""
+
+
+class JobsError(DetectorError):
+    """A job-attempts file is malformed. The message names the file, the line and the field."""
 
 
 class ScrapeError(DetectorError):

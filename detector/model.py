@@ -104,6 +104,26 @@ class XidEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class JobAttempt:
+    """One attempt of a job (or session) to run: a line of the job-attempts file
+    (``--jobs``, ingest/jobs.py). ``exit_status`` None: still running when the record ends;
+    ``automatic``: this attempt was a restart the scheduler made by itself (a retry policy),
+    not a person's resubmission (attempt 1 is neither: it is the submission)."""
+
+    job: str
+    attempt: int
+    start: float
+    end: float | None
+    exit_status: int | None
+    nodes: tuple[str, ...]
+    automatic: bool = False
+
+    @property
+    def failed(self) -> bool:
+        return self.exit_status is not None and self.exit_status != 0
+
+
+@dataclass(frozen=True, slots=True)
 class Alert:
     """One alert episode: an entity whose fused score stayed above threshold."""
 

@@ -43,7 +43,7 @@ CONTRACT_SUMMARY = {
 CONTRACT_FAILURE = {"time", "node", "gpu", "xid", "detected", "lead_time_s"}
 CONTRACT_ALERT = {"node", "gpu", "start", "end", "peak_score", "signals", "matched"}
 # Additive fields, documented in evaluation.Evaluation.to_json.
-ADDITIVE_TOP = {"signals_first", "diagnosis"}
+ADDITIVE_TOP = {"signals_first", "diagnosis", "recovery"}
 ADDITIVE_SUMMARY = {"share_before", "failures_out_of_span", "false_positives_at_other_xids"}
 ADDITIVE_FAILURE = {"gpu_matched"}
 ADDITIVE_ALERT = {"other_xid", "failure_class", "action", "confidence"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import re
 import struct
@@ -21,6 +22,7 @@ from detector.evaluation.matching import Evaluation, evaluate
 from detector.model import Alert, FloatArray, XidEvent
 from detector.replay.report.html import render_html
 from detector.replay.report.svg import encode_png, pool_max
+from detector.sim import Scenario, SimulatedCluster
 
 T0 = 1_735_689_600.0  # 2025-01-01 00:00 UTC
 DAY = 86400.0
@@ -169,13 +171,13 @@ def small_replay(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[st
 
 
 def test_replay_html_has_every_section(small_replay: tuple[str, dict[str, object], Path]) -> None:
-    """--html writes the summary, failures, timelines, heat map, signal, FP/day, offender and
-    diagnosis parts."""
+    """--html writes the summary, failures, timelines, heat map, signal, FP/day, offender,
+    diagnosis and recovery parts."""
     text, _, _ = small_replay
     page = Page(text)
     sections = [a["id"] for a in page.find("section")]
     expected = ["summary", "failures", "timelines", "heatmap", "signals", "fp", "offenders"]
-    assert [*expected, "diagnosis"] == sections
+    assert [*expected, "diagnosis", "recovery"] == sections
     assert 1 == len(page.find("table", "alerts", "diagnosis"))
     assert 1 == len(page.find("table", "summary", "summary"))
     assert 1 == len(page.find("svg", "heat", "heatmap"))
@@ -515,3 +517,20 @@ def test_quiet_replay_without_scores_still_renders_every_section() -> None:
     assert "Scores were not recorded" in page.section_text("heatmap")
     assert "No alerts and no failures" in page.section_text("offenders")
     assert ["0"] * 12 == re.findall(r'class="bar"><title>(\d+) FP</title>', text)
+
+
+def test_built_in_replay_reports_recovery_from_its_simulated_jobs(
+    small_replay: tuple[str, dict[str, object], Path],
+) -> None:
+    """With no DUMP the report JSON's ``recovery`` analyses the simulated cluster's own job
+    attempts, and the HTML report has the recovery section with its tables."""
+    text, report, _ = small_replay
+    recovery = report["recovery"]
+    assert isinstance(recovery, dict)
+    scenario = dataclasses.replace(Scenario.demo(), days=0.1, nodes=6)
+    attempts = SimulatedCluster(scenario).job_attempts()
+    assert len(attempts) == recovery["retry_chains"]["attempts"]
+    assert {"failures", "alerts"} <= set(recovery["concentration"])
+    page = Page(text)
+    for table in ("concentration", "chains", "retry-timing"):
+        assert 1 == len(page.find("table", table, "recovery")), table

@@ -214,6 +214,14 @@ def _replay_command(add: Add, common: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="write a self-contained HTML report (charts, tables) here",
     )
+    rp.add_argument(
+        "--jobs",
+        type=Path,
+        metavar="FILE",
+        help="job attempts JSONL (job, attempt, start, end, exit_status, nodes, automatic) for "
+        "the report's retry-chain analysis (docs/recovery.md); the built-in cluster uses its "
+        "simulated jobs",
+    )
 
 
 def _calibrate_command(add: Add, common: argparse.ArgumentParser) -> None:
@@ -273,6 +281,13 @@ def _simulate_command(add: Add) -> None:
     )
     sp.add_argument(
         "--events", type=Path, metavar="FILE", help="events JSONL to write (ground truth)"
+    )
+    sp.add_argument(
+        "--jobs",
+        type=Path,
+        metavar="FILE",
+        help="also write the jobs' attempts here (JSONL: restarts after failures; replay "
+        "--jobs reads it)",
     )
     sp.add_argument(
         "--job-label",

@@ -7,11 +7,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 from ..config import Calibration, Config
 from ..errors import ConfigError, DetectorError
+from ..model import JobAttempt
 from ..replay import ReplayResult
 
 _THRESHOLD_VAR = "DETECTOR_ALERTS__THRESHOLD"
@@ -64,6 +66,21 @@ def check_output(*paths: Path | None) -> None:
             raise DetectorError(
                 f"{path}: No such file or directory (the directory {path.parent} does not exist)"
             )
+
+
+def warn_unknown_job_nodes(result: ReplayResult, jobs: Sequence[JobAttempt] | None) -> None:
+    """Say on stderr when the job-attempts file names nodes the data does not have: their
+    failures cannot be tied to the attempts they ended (time lost, same-node refailures)."""
+    known = set(result.node_names)
+    strangers = sorted({n for a in jobs or () for n in a.nodes} - known)
+    if strangers and known:
+        shown = ", ".join(strangers[:5]) + (", ..." if len(strangers) > 5 else "")
+        print(
+            f"detector: warning: {len(strangers)} node(s) of the job-attempts file are not in "
+            f"the data: {shown} (its nodes are named like {min(known)}); failures on them "
+            "cannot be tied to their attempts",
+            file=sys.stderr,
+        )
 
 
 def warn_unmatchable(result: ReplayResult) -> None:

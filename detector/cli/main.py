@@ -41,11 +41,11 @@ from ..config import (
 from ..diagnosis import diagnosis_model
 from ..errors import ConfigError, DetectorError
 from ..evaluation import CalibrationResult, calibration_from_result, describe_weights
-from ..ingest import run_record
+from ..ingest import load_jobs, run_record
 from ..jit import SEED_ENV, seed_cache
 from ..logs import configure_logging
 from ..loop import TickLoop, episode_params
-from ..model import XidEvent
+from ..model import JobAttempt, XidEvent
 from ..replay import (
     Fitted,
     ProgressBar,
@@ -57,6 +57,7 @@ from ..replay import (
     fit_calibration,
     learn_diagnosis,
     load_event_files,
+    recovery_analysis,
     render_html,
     report_document,
     run_replay,
@@ -76,7 +77,13 @@ from ..sim import (
 )
 from .actions import cmd_actions
 from .args import build_parser as _parser
-from .checks import check_output, check_source_flags, threshold_source, warn_unmatchable
+from .checks import (
+    check_output,
+    check_source_flags,
+    threshold_source,
+    warn_unknown_job_nodes,
+    warn_unmatchable,
+)
 
 
 def _load(args: argparse.Namespace) -> tuple[Config, Calibration | None]:
@@ -107,8 +114,10 @@ def _replay(
     *,
     record: bool,
     signal_weights: Mapping[str, float] | None = None,
+    jobs_out: list[JobAttempt] | None = None,
 ) -> tuple[ReplayResult, str]:
-    """One replay of the dump (or the built-in cluster) with what the caller loaded once."""
+    """One replay of the dump (or the built-in cluster) with what the caller loaded once.
+    ``jobs_out``: the built-in cluster's job attempts are added to it."""
     index = _index(config)
     loop = TickLoop.from_config(config, index, calibration, signal_weights=signal_weights)
     span: tuple[float, float] | None = None
@@ -123,6 +132,8 @@ def _replay(
         cluster = SimulatedCluster(scenario)
         frames = simulated_frames(cluster, index)
         events = [*events, *cluster.events()]
+        if jobs_out is not None:
+            jobs_out.extend(cluster.job_attempts())
         span = (scenario.start, scenario.start + scenario.duration_s)
         label = (
             f"built-in simulated cluster ({scenario.nodes} nodes x {scenario.gpus} GPUs, "
@@ -151,16 +162,24 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     check_output(args.report_json, args.scores_out, args.html)
     config, calibration = _load(args)
     events = load_event_files(args.events)
-    result, label = _replay(args, config, calibration, events, record=args.html is not None)
+    jobs = load_jobs(args.jobs) if args.jobs is not None else None
+    simulated: list[JobAttempt] = []
+    result, label = _replay(
+        args, config, calibration, events, record=args.html is not None, jobs_out=simulated
+    )
+    recovery = recovery_analysis(result, jobs if jobs is not None or args.dump else simulated)
     print(f"detector replay: {label}")
     print(f"threshold {result.threshold:.4f} ({threshold_source(args, config, calibration)})")
     for line in summary_lines(result):
         print(line)
     warn_unmatchable(result)
+    warn_unknown_job_nodes(result, jobs)
+    for line in recovery.lines():
+        print(line)
     if args.scores_out is not None:
         print(f"scores written to {args.scores_out}")
     if args.report_json is not None:
-        args.report_json.write_text(json.dumps(report_document(result), indent=2) + "\n")
+        args.report_json.write_text(json.dumps(report_document(result, recovery), indent=2) + "\n")
         print(f"report written to {args.report_json}")
     if args.html is not None:
         html = render_html(
@@ -171,6 +190,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             confusion=diagnosis_confusion(result),
             diagnoses=alert_diagnoses(result),
             storms=result.storms,
+            recovery=recovery,
         )
         args.html.write_text(html, "utf-8")
         print(f"HTML report written to {args.html}")
@@ -318,9 +338,11 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         return _serve(scenario, args.port, args.job_label, speed)
     if args.out is None or args.events is None:
         raise ConfigError("simulate: give --out DUMP and --events EVENTS (or --serve)")
-    check_output(args.out, args.events)
-    write_dump(scenario, args.out, args.events, counter_names=args.counter_names)
-    print(f"wrote {args.out} and {args.events}")
+    check_output(args.out, args.events, args.jobs)
+    write_dump(
+        scenario, args.out, args.events, counter_names=args.counter_names, jobs_path=args.jobs
+    )
+    print(f"wrote {args.out} and {args.events}" + (f" and {args.jobs}" if args.jobs else ""))
     return 0
 
 

@@ -11,10 +11,18 @@ from .calibration import (
     describe_weights,
     fit_signal_weights,
 )
-from .matching import Evaluation, FailureRow, describe_other_xids, evaluate, failure_sources
+from .matching import (
+    AlertRow,
+    Evaluation,
+    FailureRow,
+    describe_other_xids,
+    evaluate,
+    failure_sources,
+)
 
 __all__ = [
     "AccountingSnapshot",
+    "AlertRow",
     "CalibrationPoint",
     "CalibrationResult",
     "Detection",

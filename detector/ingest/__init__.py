@@ -4,6 +4,7 @@ from .dumps.read import DumpStats, read_dump
 from .dumps.store import load_array
 from .dumps.writer import OpenMetricsWriter
 from .events import load_events, place_events
+from .jobs import load_jobs, parse_jobs, write_jobs
 from .kmsg import KernelXids, KmsgFollower
 from .record import RoundRecorder, run_record
 from .remote_write import SAMPLE_RESULTS, RemoteWriteSource, RemoteWriteStats
@@ -24,7 +25,10 @@ __all__ = [
     "TargetSource",
     "load_array",
     "load_events",
+    "load_jobs",
+    "parse_jobs",
     "place_events",
     "read_dump",
     "run_record",
+    "write_jobs",
 ]

@@ -45,7 +45,7 @@ from .kmsg import gpu_names, normalize_pci
 SOURCE = "events-file"
 
 
-class _FieldError(ValueError):
+class FieldError(ValueError):
     """A field of one line is invalid; turned into EventsError with file and line."""
 
     def __init__(self, field: str, reason: str) -> None:
@@ -53,7 +53,7 @@ class _FieldError(ValueError):
         super().__init__(f"field {field!r}: {reason}" if field else reason)
 
 
-def _open_text(path: Path, *, write: bool) -> IO[str]:
+def open_text(path: Path, *, write: bool) -> IO[str]:
     """Open for text reading or writing; gzip when the name ends in .gz. Caller closes.
     Reading skips a UTF-8 byte-order mark (Windows editors write one)."""
     encoding = "utf-8" if write else "utf-8-sig"
@@ -62,14 +62,14 @@ def _open_text(path: Path, *, write: bool) -> IO[str]:
     return open(path, "w" if write else "r", encoding=encoding)
 
 
-def _parse_time(field: str, value: Any) -> float:
+def parse_time(field: str, value: Any) -> float:
     if isinstance(value, bool):  # bool is an int subclass; true is not a time
-        raise _FieldError(field, f"expected unix seconds or RFC 3339, got {value!r}")
+        raise FieldError(field, f"expected unix seconds or RFC 3339, got {value!r}")
     if isinstance(value, int | float):
         try:
             seconds = float(value)
         except OverflowError:  # a JSON integer with hundreds of digits
-            raise _FieldError(field, "not a valid unix time: a number past float range") from None
+            raise FieldError(field, "not a valid unix time: a number past float range") from None
     elif isinstance(value, str):
         text = value.strip()
         try:
@@ -77,11 +77,11 @@ def _parse_time(field: str, value: Any) -> float:
         except ValueError:
             seconds = _parse_rfc3339(field, text)
     else:
-        raise _FieldError(field, f"expected unix seconds or RFC 3339, got {value!r}")
+        raise FieldError(field, f"expected unix seconds or RFC 3339, got {value!r}")
     if not math.isfinite(seconds) or seconds < 0:
-        raise _FieldError(field, f"not a valid unix time: {value!r}")
+        raise FieldError(field, f"not a valid unix time: {value!r}")
     if seconds > MS_THRESHOLD:  # unix seconds stay below it until the year 5138
-        raise _FieldError(field, f"{value!r} looks like milliseconds; write unix seconds")
+        raise FieldError(field, f"{value!r} looks like milliseconds; write unix seconds")
     return seconds
 
 
@@ -89,9 +89,9 @@ def _parse_rfc3339(field: str, text: str) -> float:
     try:
         parsed = datetime.fromisoformat(text)
     except ValueError:
-        raise _FieldError(field, f"not unix seconds nor RFC 3339: {text!r}") from None
+        raise FieldError(field, f"not unix seconds nor RFC 3339: {text!r}") from None
     if parsed.tzinfo is None:
-        raise _FieldError(field, f"{text!r} has no UTC offset; add 'Z' or e.g. '+02:00'")
+        raise FieldError(field, f"{text!r} has no UTC offset; add 'Z' or e.g. '+02:00'")
     return parsed.timestamp()
 
 
@@ -99,14 +99,14 @@ def _parse_gpu(value: Any) -> str | None:
     if value is None:
         return None
     if isinstance(value, bool):
-        raise _FieldError("gpu", f"expected a GPU index or null, got {value!r}")
+        raise FieldError("gpu", f"expected a GPU index or null, got {value!r}")
     if isinstance(value, int):
         if value < 0:
-            raise _FieldError("gpu", f"negative GPU index {value}")
+            raise FieldError("gpu", f"negative GPU index {value}")
         return str(value)
     if isinstance(value, str):
         return value.strip() or None
-    raise _FieldError("gpu", f"expected a GPU index or null, got {value!r}")
+    raise FieldError("gpu", f"expected a GPU index or null, got {value!r}")
 
 
 def _parse_xid(value: Any) -> int:
@@ -116,24 +116,24 @@ def _parse_xid(value: Any) -> int:
     # isdigit() alone accepts '²' and other digits int() refuses; 9 digits is plenty for a code
     if text.isascii() and text.isdigit() and len(text) <= 9 and int(text) > 0:
         return int(text)
-    raise _FieldError("xid", f"expected a positive integer XID code, got {value!r}")
+    raise FieldError("xid", f"expected a positive integer XID code, got {value!r}")
 
 
 def _parse_record(record: Any) -> XidEvent:
     if not isinstance(record, dict):
         kind = type(record).__name__
-        raise _FieldError("", f"expected one JSON object per line, got a JSON {kind}")
+        raise FieldError("", f"expected one JSON object per line, got a JSON {kind}")
     for required in ("time", "node", "xid"):
         if required not in record:
-            raise _FieldError(required, "missing")
+            raise FieldError(required, "missing")
     node = record["node"]
     if not isinstance(node, str) or not node.strip():
-        raise _FieldError("node", f"expected a non-empty string, got {node!r}")
-    time = _parse_time("time", record["time"])
+        raise FieldError("node", f"expected a non-empty string, got {node!r}")
+    time = parse_time("time", record["time"])
     end_raw = record.get("end")
-    end = None if end_raw is None else _parse_time("end", end_raw)
+    end = None if end_raw is None else parse_time("end", end_raw)
     if end is not None and end < time:
-        raise _FieldError("end", f"end {end_raw!r} is before time {record['time']!r}")
+        raise FieldError("end", f"end {end_raw!r} is before time {record['time']!r}")
     return XidEvent(
         time=time,
         node=node.strip(),
@@ -160,7 +160,7 @@ def parse_events(lines: Iterable[str], source: str) -> list[XidEvent]:
             raise EventsError(f"{source}:{number}: not valid JSON: {reason}") from None
         try:
             events.append(_parse_record(record))
-        except _FieldError as exc:
+        except FieldError as exc:
             raise EventsError(f"{source}:{number}: {exc}") from None
     events.sort(key=lambda event: event.time)
     return events
@@ -171,7 +171,7 @@ def load_events(path: Path) -> list[XidEvent]:
     A file that is not JSONL (its first line that is not blank or a comment is not a JSON
     object, or is a journal entry) is read as a kernel log export (kernel_log.py)."""
     try:
-        with _open_text(path, write=False) as handle:
+        with open_text(path, write=False) as handle:
             head: list[str] = []
             for line in handle:
                 head.append(line)
@@ -217,7 +217,7 @@ def write_events(path: Path, events: Iterable[XidEvent]) -> None:
 
     ``load_events(path)`` gives the same events back (with ``source="events-file"``).
     """
-    with _open_text(path, write=True) as handle:
+    with open_text(path, write=True) as handle:
         for event in events:
             handle.write(json.dumps(_event_record(event), separators=(", ", ": ")) + "\n")
 

@@ -9,6 +9,7 @@ from .diagnosis import (
 )
 from .fitting import Fitted, fit_calibration
 from .progress import ProgressBar
+from .recovery import Recovery, recovery_analysis
 from .report.html import render_html
 from .run import ReplayResult, dump_frames, load_event_files, run_replay, simulated_frames
 from .summary import summary_lines
@@ -16,6 +17,7 @@ from .summary import summary_lines
 __all__ = [
     "Fitted",
     "ProgressBar",
+    "Recovery",
     "ReplayResult",
     "alert_diagnoses",
     "describe_learned",
@@ -24,6 +26,7 @@ __all__ = [
     "fit_calibration",
     "learn_diagnosis",
     "load_event_files",
+    "recovery_analysis",
     "render_html",
     "report_document",
     "run_replay",

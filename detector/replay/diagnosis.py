@@ -13,7 +13,8 @@ model, ``detector.diagnosis.diagnosis_model`` builds it; docs/diagnosis.md is th
 - ``report_document``: the ``--report-json`` document: the evaluation's (contract keys
   unchanged) plus ``alerts[].failure_class``, ``alerts[].action``, ``alerts[].confidence`` and
   the top-level ``diagnosis`` (the confusion table, and ``storms``: each cluster incident's
-  bottleneck with its figures, replay/storms.py).
+  bottleneck with its figures, replay/storms.py), and, given the recovery analytics, the
+  top-level ``recovery`` (replay/recovery.py).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ..diagnosis import (
     learn_counts,
 )
 from ..model import Alert
+from .recovery import Recovery
 from .run import ReplayResult
 
 
@@ -125,12 +127,18 @@ def describe_learned(counts: DiagnosisCounts | None) -> str:
     return f"the prior plus the leading signals of {total} failures learned ({listed}){fitted}"
 
 
-def report_document(result: ReplayResult) -> dict[str, Any]:
+def report_document(result: ReplayResult, recovery: Recovery | None = None) -> dict[str, Any]:
     """The ``--report-json`` document (module docstring)."""
     document = result.evaluation.to_json()
     confusion = diagnosis_confusion(result)
-    if confusion is None:
-        return document
+    if confusion is not None:
+        _add_diagnosis(document, result, confusion)
+    if recovery is not None:
+        document["recovery"] = recovery.to_json()
+    return document
+
+
+def _add_diagnosis(document: dict[str, Any], result: ReplayResult, confusion: Confusion) -> None:
     for row, entry in zip(result.evaluation.alerts, document["alerts"], strict=True):
         found = alert_diagnosis(result, row.alert)
         assert found is not None
@@ -138,7 +146,6 @@ def report_document(result: ReplayResult) -> dict[str, Any]:
         entry["action"] = found.action
         entry["confidence"] = round(found.confidence, 4)
     document["diagnosis"] = {**confusion.to_json(), "storms": storm_rows(result)}
-    return document
 
 
 def storm_rows(result: ReplayResult) -> list[dict[str, Any]]:

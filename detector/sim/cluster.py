@@ -26,11 +26,12 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError
-from ..model import FloatArray, IntArray, Labels, XidEvent
+from ..model import FloatArray, IntArray, JobAttempt, Labels, XidEvent
 from .catalog import NODE_FAMILIES, XID_COUNT_FIELD, dcgm_fields
 from .failures import FailureEffects, PlannedFailure, plan_failures
 from .gpu import GpuDrive, GpuModel
 from .host import HostModel
+from .jobs import job_attempts
 from .pages import PageFamily, node_layout, render
 from .relabel import RunLabels
 from .scenario import Scenario
@@ -124,6 +125,10 @@ class SimulatedCluster:
     def events(self) -> list[XidEvent]:
         """Every XID the cluster raises (failures and XID 45 teardown floods), by time."""
         return list(self._events)
+
+    def job_attempts(self) -> list[JobAttempt]:
+        """Every job run as an attempt of a session (sim/jobs.py): the job-attempts file."""
+        return job_attempts(self.scenario, self.workload)
 
     # -- series ---------------------------------------------------------------------------
     def _build_series(self, rng: np.random.Generator) -> None:

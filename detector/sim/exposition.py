@@ -7,7 +7,8 @@ stores them (with ``instance`` and ``job``, without the per-tick pod labels), ex
 nodes (``Scenario.shared_nodes``) and with a pod per GPU (``Scenario.pod_per_gpu``), where the
 GPUs' series carry the pod each GPU runs at each sample (``SimulatedCluster.pod_gpu_series``):
 which GPUs are peers changes with it, and a replay follows it. The ground-truth
-events go to JSONL ({"time","node","gpu","xid","end"?}, ARCHITECTURE.md).
+events go to JSONL ({"time","node","gpu","xid","end"?}, ARCHITECTURE.md); given a path, the
+jobs' attempts go to the job-attempts JSONL (sim/jobs.py, ingest/jobs.py).
 
 ``counter_names`` spells the counters: as the simulated exporters do ("exporters":
 dcgm-exporter's bare, node-exporter's with ``_total``), all bare ("bare": the dump a
@@ -24,7 +25,7 @@ from typing import Literal, TextIO
 
 import numpy as np
 
-from ..ingest import OpenMetricsWriter
+from ..ingest import OpenMetricsWriter, write_jobs
 from ..model import Sample, XidEvent
 from .cluster import SimulatedCluster, with_pod
 from .scenario import Scenario
@@ -51,9 +52,11 @@ def write_dump(
     events_path: Path | str,
     *,
     counter_names: CounterNames = "exporters",
+    jobs_path: Path | None = None,
 ) -> int:
     """Simulate ``scenario`` into an OpenMetrics dump and an events JSONL; returns samples.
-    ``counter_names``: how counters are spelled (module docstring)."""
+    ``counter_names``: how counters are spelled (module docstring); ``jobs_path``: also write
+    the jobs' attempts there (the job-attempts file, sim/jobs.py)."""
     cluster = SimulatedCluster(scenario)
     series = cluster.series()
     types = {fam.name: fam.kind for fam in cluster.families}
@@ -78,4 +81,6 @@ def write_dump(
                 samples += 1
     with Path(events_path).open("w") as out:
         write_events(cluster.events(), out)
+    if jobs_path is not None:
+        write_jobs(jobs_path, cluster.job_attempts())
     return samples

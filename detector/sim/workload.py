@@ -42,6 +42,19 @@ class Teardown:
     skip: tuple[int, int] | None
 
 
+@dataclass(frozen=True, slots=True)
+class JobRun:
+    """One run of a job (seconds from start): its members, and the failure that ended it
+    (None: it ended as planned, or the scenario ended first: ``end`` past its duration)."""
+
+    job: int
+    run: int  # 1-based, per job
+    start: float
+    end: float
+    members: tuple[int, ...]
+    failed: PlannedFailure | None
+
+
 @dataclass(slots=True)
 class Workload:
     phase: NDArray[np.int8]  # (nodes, ticks) IDLE..HUNG
@@ -53,6 +66,7 @@ class Workload:
     nfs_write: NDArray[np.float64]  # (ticks,) share of all nodes writing a checkpoint
     nfs_read: NDArray[np.float64]  # (ticks,) share of all nodes loading data
     teardowns: list[Teardown] = field(default_factory=list)
+    runs: list[JobRun] = field(default_factory=list)  # every job's runs, in job then time order
     # Scenario.shared_nodes: the nodes whose last shared_gpus GPUs run side jobs, and per such
     # node and tick those GPUs' phase, run number (0: idle) and step-time wobble
     shared: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -144,6 +158,7 @@ def build_workload(
                 ckpt += sc.checkpoint_interval_s
             if failed is not None:
                 w.phase[rows, tick(failed.time) : k_end] = HUNG
+            w.runs.append(JobRun(j, runs, t, end, members, failed))
             if end < sc.duration_s:
                 skip = (failed.node, failed.gpu) if failed is not None else None
                 w.teardowns.append(Teardown(end, j, members, skip))

@@ -15,7 +15,9 @@ max-pooled, with a colour legend), ``signals`` (the dominant signal per failure 
 ``signals_first``), ``fp`` (FP/day per daily bucket of unmatched alerts) and ``offenders``
 (nodes ranked by alerts and failures) and, given the diagnoses, ``diagnosis`` (the
 confusion table of the class diagnosed at each detected failure's first alert against its XID's
-class, every alert's class, action and confidence, and each cluster incident's bottleneck).
+class, every alert's class, action and confidence, and each cluster incident's bottleneck) and,
+given the recovery analytics, ``recovery`` (concentration, repeat offenders' recommendations,
+retry chains: report/recovery.py).
 
 No network resources: CSS and SVG are inline, the heat map is an inline PNG (``data:`` URI).
 """
@@ -38,10 +40,12 @@ from ...evaluation import (
     failure_sources,
 )
 from ...model import Alert, FloatArray, XidEvent
+from ..recovery import Recovery
 from ..storms import Storm
 from .charts import CSS, LEGEND, Mark, Span, bars_svg, heatmap_svg, timeline_svg
 from .diagnosis import class_cell, diagnosis_section
 from .markup import html_table, node_link
+from .recovery import recovery_section
 from .svg import utc
 
 ZOOM_BEFORE_S = 5400.0  # a zoom panel shows 90 min before the failure (longer if the lead is)
@@ -102,10 +106,12 @@ def render_html(
     confusion: Confusion | None = None,
     diagnoses: Mapping[tuple[str, float], Diagnosis] | None = None,
     storms: Sequence[Storm] = (),
+    recovery: Recovery | None = None,
 ) -> str:
     """The whole report as one HTML document (module docstring). ``diagnoses``: each alert's
     diagnosis by (node, start); ``confusion``: the table over the detected failures;
-    ``storms``: the cluster incidents with their bottlenecks."""
+    ``storms``: the cluster incidents with their bottlenecks; ``recovery``: the recovery
+    analytics (replay/recovery.py)."""
     sections = [
         _summary(result, threshold, signal_weights or {}),
         _failures(result.evaluation, diagnoses or {}),
@@ -115,6 +121,7 @@ def render_html(
         _fp_per_day(result),
         _offenders(result.evaluation),
         diagnosis_section(result.evaluation, confusion, diagnoses or {}, storms),
+        recovery_section(recovery),
     ]
     days = (result.end - result.start) / 86400
     head = (
