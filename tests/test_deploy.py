@@ -276,7 +276,7 @@ def test_promtool_checks_and_unit_tests_rules() -> None:
     promtool = require_tool("promtool")
     check = _run(promtool, "check", "rules", str(RULES / "detector.rules.yaml"))
     assert 0 == check.returncode, check.stdout + check.stderr
-    assert "SUCCESS: 21 rules found" in check.stdout
+    assert "SUCCESS: 24 rules found" in check.stdout  # 3 score alerts x (warning, critical)
     test = _run(promtool, "test", "rules", str(RULES / "detector.rules.test.yaml"))
     assert 0 == test.returncode, test.stdout + test.stderr
 
@@ -306,7 +306,7 @@ def test_promtool_unit_tests_catch_a_changed_threshold(tmp_path: Path) -> None:
     shutil.copy(RULES / "detector.rules.test.yaml", tmp_path)
     proc = _run(promtool, "test", "rules", str(tmp_path / "detector.rules.test.yaml"))
     assert 0 != proc.returncode
-    assert "alertname: GPUFailureSuspected" in proc.stdout + proc.stderr
+    assert "alertname: GPUFailureScoreHigh" in proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize(
@@ -316,7 +316,18 @@ def test_promtool_unit_tests_catch_a_changed_threshold(tmp_path: Path) -> None:
             ["alertname=GPUFailureSuspected", "severity=critical", "node=gpu-node-07", "gpu=3"],
             "gpu-pager",
         ),
+        (
+            ["alertname=GPUFailureSuspected", "severity=warning", "node=gpu-node-07", "gpu=3"],
+            "gpu-ops-chat",
+        ),
+        (
+            ["alertname=GPUFailureScoreHigh", "severity=critical", "node=gpu-node-07", "gpu=3"],
+            "gpu-pager",
+        ),
+        (["alertname=NodeFailureScoreHigh", "severity=warning", "node=n"], "gpu-ops-chat"),
         (["alertname=GPUClusterIncident", "severity=critical"], "infra-pager"),
+        (["alertname=GPUClusterScoreHigh", "severity=critical"], "infra-pager"),
+        (["alertname=GPUClusterIncident", "severity=warning", "signal=nfs"], "gpu-ops-chat"),
         (
             ["alertname=GPUFailureDetectorDown", "severity=warning", "instance=a:9108"],
             "gpu-ops-chat",
