@@ -18,6 +18,8 @@ import pytest
 import yaml
 from e2e.procs import missing_tool, require_tool
 
+from detector.alerting import RuleSettings, prometheus_rules
+from detector.config import AlertsConfig
 from detector.config.load import load_config
 
 REPO = Path(__file__).resolve().parent.parent
@@ -190,6 +192,14 @@ def test_monitoring_toggles_render_operator_objects_with_release_label(helm: str
     expected = yaml.safe_load((RULES / "detector.rules.yaml").read_text())["groups"]
     assert expected == rule["spec"]["groups"]
     assert "1" == dash["metadata"]["labels"]["grafana_dashboard"]
+
+
+def test_prometheus_rule_leaves_out_score_alerts_unless_asked(helm: str) -> None:
+    """By default (the chart starts in shadow mode) the PrometheusRule is `detector rules
+    prometheus --no-score-alerts`: recording and health rules only, nothing that pages."""
+    rule = _one(_render(helm, "prometheusRule.enabled=true"), "PrometheusRule")
+    lean = RuleSettings.from_config(AlertsConfig(), score_alerts=False)
+    assert yaml.safe_load(prometheus_rules(lean))["groups"] == rule["spec"]["groups"]
 
 
 def test_default_render_has_no_operator_objects(helm: str) -> None:

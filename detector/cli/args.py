@@ -36,7 +36,7 @@ EXAMPLES = {
     "config": """examples:
   detector config reference     # every key as Markdown; docs/configuration.md is its output""",
     "rules": """examples:
-  detector rules prometheus > detector.rules.yaml       # the shipped rules (defaults)
+  detector rules prometheus         # the shipped rules/prometheus/detector.rules.yaml
   detector rules prometheus --config config.yaml --calibration calibration.json
   detector rules prometheus --config config.yaml --no-score-alerts  # daemon alerts only""",
     "export-selector": """examples:
