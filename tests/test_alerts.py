@@ -219,6 +219,8 @@ async def test_alert_held_past_page_after_escalates_to_critical_once() -> None:
         resolved["endsAt"],
     )
     assert "critical" == paged["labels"]["severity"]
+    why = "Firing for 10 min (alerts.page_after_s): it pages."
+    assert why in paged["annotations"]["description"]
     assert {k: v for k, v in resolved["labels"].items() if k != "severity"} == {
         k: v for k, v in paged["labels"].items() if k != "severity"
     }

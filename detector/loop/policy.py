@@ -322,12 +322,15 @@ class AlertPolicy:
             if not self._due(now, tracked):
                 return
         tracked.labels, tracked.last_sent = labels, now
-        out.append(Notification(labels, self._annotations(alert, evidence), alert.start, None))
+        note = self._annotations(alert, evidence, dict(labels)["severity"], now)
+        out.append(Notification(labels, note, alert.start, None))
 
     def _due(self, now: float, tracked: _Tracked) -> bool:
         return now - tracked.last_sent >= self.resend_interval_s
 
-    def _annotations(self, alert: Alert, evidence: Sequence[str]) -> Labels:
+    def _annotations(
+        self, alert: Alert, evidence: Sequence[str], severity: str, now: float
+    ) -> Labels:
         where = f"GPU {alert.gpu} on node {alert.node}" if alert.gpu else f"node {alert.node}"
         xids = xid_codes(evidence)
         description = (
@@ -336,6 +339,9 @@ class AlertPolicy:
         )
         if xids:
             description += f" Evidence: failure XID {', '.join(map(str, xids))} seen on the node."
+        elif severity == CRITICAL:
+            minutes = (now - alert.start) / 60
+            description += f" Firing for {minutes:.0f} min (alerts.page_after_s): it pages."
         return _labels(
             summary=f"{where} looks like it is failing",
             description=description,
