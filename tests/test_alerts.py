@@ -16,8 +16,10 @@ import pytest
 from detector.alerting.queue import Backoff, CoalescingQueue
 from detector.alerting.sender import AlertSender, AlertStats
 from detector.config.schema import AlertsConfig
+from detector.loop import leading_gpu
 from detector.loop.policy import AlertPolicy, Notification
 from detector.model import Alert, Incident
+from detector.pipeline import TickResult
 
 T0 = 1_700_000_000.0
 RESEND = 60.0
@@ -195,6 +197,54 @@ async def test_xid_forced_alert_is_critical_and_escalation_replaces_the_warning(
     await sender.deliver()
     assert ("n2", "warning") == tuple(am.alerts[-1]["labels"][k] for k in ("node", "severity"))
     await clients[0].aclose()
+
+
+async def test_alert_held_past_page_after_escalates_to_critical_once() -> None:
+    """An alert firing for page_after_s pages: the warning is resolved, a critical one fires,
+    and it stays critical (no step back down) until the episode ends."""
+    am, clock = FakeAlertmanager(), FakeClock()
+    sender, clients = make(am, clock=clock, page_after_s=600.0)
+    a = alert("n1")
+    for dt in (0, 300, 585):
+        clock.t = T0 + dt
+        sender.update(tick(clock.t), [a])
+    await sender.deliver()
+    assert {"warning"} == {x["labels"]["severity"] for x in am.alerts}
+    clock.t = T0 + 600
+    sender.update(tick(clock.t), [a])
+    await sender.deliver()
+    resolved, paged = am.alerts[-2:]
+    assert ("warning", "2023-11-14T22:23:20.000Z") == (
+        resolved["labels"]["severity"],
+        resolved["endsAt"],
+    )
+    assert "critical" == paged["labels"]["severity"]
+    why = "Firing for 10 min (alerts.page_after_s): it pages."
+    assert why in paged["annotations"]["description"]
+    assert {k: v for k, v in resolved["labels"].items() if k != "severity"} == {
+        k: v for k, v in paged["labels"].items() if k != "severity"
+    }
+    posted = len(am.alerts)
+    clock.t = T0 + 1200
+    sender.update(tick(clock.t), [a])
+    await sender.deliver()
+    assert ["critical"] == [x["labels"]["severity"] for x in am.alerts[posted:]]
+    await clients[0].aclose()
+
+
+def test_page_after_none_pages_only_on_failure_xids() -> None:
+    """With page_after_s null an alert stays warning however long it fires; an XID pages."""
+    policy = AlertPolicy(page_after_s=None, is_failure_xid=lambda code: code == 79)
+    day = 86_400.0
+    notes = policy.update(T0 + day, 10, [alert("n1"), alert("n2", signals=("xid_79",))])
+    severities = {dict(n.labels)["node"]: dict(n.labels)["severity"] for n in notes}
+    assert {"n1": "warning", "n2": "critical"} == severities
+
+
+def test_page_after_comes_from_the_config() -> None:
+    """alerts.page_after_s reaches the policy (default 600 s: ten minutes past firing)."""
+    assert 600.0 == AlertPolicy.from_config(AlertsConfig()).page_after_s
+    assert AlertPolicy.from_config(AlertsConfig(page_after_s=None)).page_after_s is None
 
 
 async def test_outage_then_recovery_delivers_latest_state_of_every_alert() -> None:
@@ -468,3 +518,28 @@ async def test_run_delivers_queued_updates_until_stopped() -> None:
         stop.set()
         await asyncio.wait_for(task, 120)
     assert ["n1"] == [a["labels"]["node"] for post in received for a in post]
+
+
+def gpu_tick(gpu_node: list[int], gpu_score: list[float]) -> TickResult:
+    """A scored tick of two nodes whose GPUs (labels "0", "1", ...) score ``gpu_score``."""
+    return TickResult(
+        time=T0,
+        node_names=("n0", "n1"),
+        node_score=np.array([0.9, 0.9]),
+        gpu_node=np.array(gpu_node, dtype=np.int64),
+        gpu_label=tuple(str(i) for i in range(len(gpu_node))),
+        gpu_score=np.array(gpu_score, dtype=float),
+        xids=(),
+        incidents=(),
+    )
+
+
+def test_the_gpu_that_crossed_the_threshold_leads_its_node() -> None:
+    """The node's highest GPU score at or above the threshold names the GPU; below it, or
+    with no GPU data, no GPU leads (the strongest column's GPU is named instead)."""
+    tick = gpu_tick([0, 0, 0, 1, 1], [0.2, 0.72, 0.65, 0.5, float("nan")])
+    assert "1" == leading_gpu(tick, 0, 0.6)
+    assert leading_gpu(tick, 0, 0.8) is None
+    assert "3" == leading_gpu(tick, 1, 0.3)  # the NaN GPU sent nothing: it does not lead
+    assert leading_gpu(gpu_tick([0, 1], [0.9, float("nan")]), 1, 0.1) is None
+    assert leading_gpu(gpu_tick([], []), 0, 0.1) is None

@@ -18,6 +18,8 @@ import pytest
 import yaml
 from e2e.procs import missing_tool, require_tool
 
+from detector.alerting import RuleSettings, prometheus_rules
+from detector.config import AlertsConfig
 from detector.config.load import load_config
 
 REPO = Path(__file__).resolve().parent.parent
@@ -192,6 +194,14 @@ def test_monitoring_toggles_render_operator_objects_with_release_label(helm: str
     assert "1" == dash["metadata"]["labels"]["grafana_dashboard"]
 
 
+def test_prometheus_rule_leaves_out_score_alerts_unless_asked(helm: str) -> None:
+    """By default (the chart starts in shadow mode) the PrometheusRule is `detector rules
+    prometheus --no-score-alerts`: recording and health rules only, nothing that pages."""
+    rule = _one(_render(helm, "prometheusRule.enabled=true"), "PrometheusRule")
+    lean = RuleSettings.from_config(AlertsConfig(), score_alerts=False)
+    assert yaml.safe_load(prometheus_rules(lean))["groups"] == rule["spec"]["groups"]
+
+
 def test_default_render_has_no_operator_objects(helm: str) -> None:
     """Without the toggles the chart needs no CRDs (plain clusters install it)."""
     kinds = {d["kind"] for d in _render(helm)}
@@ -276,7 +286,7 @@ def test_promtool_checks_and_unit_tests_rules() -> None:
     promtool = require_tool("promtool")
     check = _run(promtool, "check", "rules", str(RULES / "detector.rules.yaml"))
     assert 0 == check.returncode, check.stdout + check.stderr
-    assert "SUCCESS: 21 rules found" in check.stdout
+    assert "SUCCESS: 24 rules found" in check.stdout  # 3 score alerts x (warning, critical)
     test = _run(promtool, "test", "rules", str(RULES / "detector.rules.test.yaml"))
     assert 0 == test.returncode, test.stdout + test.stderr
 
@@ -306,7 +316,7 @@ def test_promtool_unit_tests_catch_a_changed_threshold(tmp_path: Path) -> None:
     shutil.copy(RULES / "detector.rules.test.yaml", tmp_path)
     proc = _run(promtool, "test", "rules", str(tmp_path / "detector.rules.test.yaml"))
     assert 0 != proc.returncode
-    assert "alertname: GPUFailureSuspected" in proc.stdout + proc.stderr
+    assert "alertname: GPUFailureScoreHigh" in proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize(
@@ -316,7 +326,18 @@ def test_promtool_unit_tests_catch_a_changed_threshold(tmp_path: Path) -> None:
             ["alertname=GPUFailureSuspected", "severity=critical", "node=gpu-node-07", "gpu=3"],
             "gpu-pager",
         ),
+        (
+            ["alertname=GPUFailureSuspected", "severity=warning", "node=gpu-node-07", "gpu=3"],
+            "gpu-ops-chat",
+        ),
+        (
+            ["alertname=GPUFailureScoreHigh", "severity=critical", "node=gpu-node-07", "gpu=3"],
+            "gpu-pager",
+        ),
+        (["alertname=NodeFailureScoreHigh", "severity=warning", "node=n"], "gpu-ops-chat"),
         (["alertname=GPUClusterIncident", "severity=critical"], "infra-pager"),
+        (["alertname=GPUClusterScoreHigh", "severity=critical"], "infra-pager"),
+        (["alertname=GPUClusterIncident", "severity=warning", "signal=nfs"], "gpu-ops-chat"),
         (
             ["alertname=GPUFailureDetectorDown", "severity=warning", "instance=a:9108"],
             "gpu-ops-chat",

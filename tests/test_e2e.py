@@ -9,7 +9,7 @@ What is checked, each against the real tool's own API:
   alertname and node, and is notified resolved once the GPU is back;
 - Prometheus scrapes the daemon and a genuine node-exporter, evaluates the project's rules
   (rules/prometheus/detector.rules.yaml with ``for`` durations divided by 60 and group
-  intervals of 1 s, see ``shorten_rules``) without error, and fires GPUFailureSuspected for
+  intervals of 1 s, see ``shorten_rules``) without error, and fires GPUFailureScoreHigh for
   the failed GPU, which it routes to the same Alertmanager;
 - the daemon scrapes that node-exporter as one of its own targets, without errors;
 - Prometheus also scrapes the simulated exporters, and replays of its own exports
@@ -49,7 +49,8 @@ from e2e.stack import (
 from detector.cli.main import main
 from detector.ingest.parse import parse_exposition
 
-ALERT = "GPUFailureSuspected"
+ALERT = "GPUFailureSuspected"  # the daemon's own alert
+RULE_ALERT = "GPUFailureScoreHigh"  # Prometheus' score alert (rules/prometheus)
 # The failure fires within ~25 s of the start and resolves ~15 s later; these are ceilings.
 FIRE_TIMEOUT_S = 60.0
 RESOLVE_TIMEOUT_S = 60.0
@@ -148,15 +149,15 @@ def test_daemon_alert_reaches_alertmanager_then_resolves(stack: Stack) -> None:
 @pytest.mark.tools
 @pytest.mark.slow
 def test_prometheus_rule_fires_for_the_failed_gpu(stack: Stack) -> None:
-    """GPUFailureSuspected fires in Prometheus for node-02 GPU 1 from the detector's scores
-    and reaches Alertmanager; no other node's failure alert and no detector-health alert
+    """GPUFailureScoreHigh fires in Prometheus for node-02 GPU 1 from the detector's scores
+    and reaches Alertmanager; no other node's score alert and no detector-health alert
     fires."""
     poller = stack.poller
     assert poller is not None
 
     def rule_alert(alerts: Any, state: str) -> bool:
         return any(
-            a["labels"].get("alertname") == ALERT
+            a["labels"].get("alertname") == RULE_ALERT
             and a["labels"].get("node") == FAILED_NODE
             and a["labels"].get("gpu") == FAILED_GPU
             and a["state"] == state
@@ -166,13 +167,13 @@ def test_prometheus_rule_fires_for_the_failed_gpu(stack: Stack) -> None:
     wait_until(
         lambda: poller.first("prometheus", lambda a: rule_alert(a, "firing")),
         FIRE_TIMEOUT_S,
-        "Prometheus to fire GPUFailureSuspected",
+        "Prometheus to fire GPUFailureScoreHigh",
         stack.procs,
     )
 
     def routed(alerts: Any) -> bool:
         return any(
-            a["labels"].get("alertname") == ALERT
+            a["labels"].get("alertname") == RULE_ALERT
             and a["labels"].get("node") == FAILED_NODE
             and a["labels"].get("component") == "gpu-failure-detector"
             for a in alerts
@@ -193,7 +194,7 @@ def test_prometheus_rule_fires_for_the_failed_gpu(stack: Stack) -> None:
     ]
     health = {"GPUFailureDetectorDown", "GPUFailureDetectorAbsent", "GPUFailureDetectorStale"}
     assert set() == {labels["alertname"] for labels in fired} & health
-    failing = {"GPUFailureSuspected", "NodeFailureSuspected", "GPUClusterIncident"}
+    failing = {"GPUFailureScoreHigh", "NodeFailureScoreHigh", "GPUClusterScoreHigh"}
     nodes = {labels.get("node") for labels in fired if labels["alertname"] in failing}
     assert {FAILED_NODE} == nodes  # the healthy nodes and the real host stay quiet
 
@@ -365,7 +366,8 @@ def test_rule_durations_are_shortened_not_changed(tmp_path: Path) -> None:
             if "for" in rule:
                 expected = max(1, round(duration_s(rule["for"]) / 60))
                 assert f"{expected}s" == new["for"]
-    assert "2s" == short["groups"][1]["rules"][0]["for"]  # GPUFailureSuspected: 2m
+    assert "1s" == short["groups"][1]["rules"][0]["for"]  # GPUFailureScoreHigh warning: 1m
+    assert "11s" == short["groups"][1]["rules"][1]["for"]  # its critical twin: 11m
     assert 1.5 * 3600 == duration_s("1h30m")
     with pytest.raises(ValueError, match="not a Prometheus duration"):
         duration_s("2 minutes")

@@ -1,8 +1,10 @@
-"""Alert delivery internals: the policy (what Alertmanager should see) and the coalescing queue.
+"""Alerts out of the detector: delivery to Alertmanager (sender.py, queue.py) and the
+Prometheus rules that fire on the same threshold and severities (prometheus_rules.py).
 
-Import ``detector.alerts`` (the sender); these modules are pure and do no I/O.
+The policy that decides what Alertmanager sees is the tick loop's (``detector.loop``).
 """
 
+from .prometheus_rules import RuleSettings, prom_duration, prometheus_rules
 from .sender import AlertSender, AlertStats
 
-__all__ = ["AlertSender", "AlertStats"]
+__all__ = ["AlertSender", "AlertStats", "RuleSettings", "prom_duration", "prometheus_rules"]

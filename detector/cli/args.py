@@ -35,6 +35,10 @@ EXAMPLES = {
   detector check-config /etc/detector/config.yaml""",
     "config": """examples:
   detector config reference     # every key as Markdown; docs/configuration.md is its output""",
+    "rules": """examples:
+  detector rules prometheus         # the shipped rules/prometheus/detector.rules.yaml
+  detector rules prometheus --config config.yaml --calibration calibration.json
+  detector rules prometheus --config config.yaml --no-score-alerts  # daemon alerts only""",
     "export-selector": """examples:
   detector export-selector --job dcgm-exporter --job node-exporter --job kube-state-metrics
   detector export-selector --config /etc/detector/config.yaml --regex""",
@@ -372,6 +376,40 @@ def _config_commands(add: Add) -> None:
         description="Print the configuration reference generated from the schema: every "
         "section and key with its type, default, environment variable and meaning (Markdown; "
         "docs/configuration.md is this output).",
+    )
+
+    rp = add(
+        "rules",
+        "print the Prometheus rules that fire on the daemon's threshold and severities",
+        "Alert rules for other tools, generated from the config and calibration the daemon "
+        "alerts with. 'prometheus' prints the rule file on the detector's /metrics "
+        "(rules/prometheus/detector.rules.yaml is its output with no config): the score "
+        "alerts fire at the threshold in force (alerts.threshold, else the calibration's, else "
+        "0.6), warning after alerts.min_duration_s, critical after alerts.page_after_s more.",
+    )
+    kinds = rp.add_subparsers(dest="rules_kind", required=True, metavar="KIND")
+    prom = kinds.add_parser(
+        "prometheus",
+        help="print the Prometheus rule file (YAML) for this config and calibration",
+        description="Print the Prometheus recording and alerting rules (YAML) on the "
+        "detector's /metrics for this config and calibration; docs/deploy.md 'Alert paths' "
+        "says when to load them.",
+    )
+    prom.add_argument(
+        "--config", type=Path, metavar="FILE", help="config YAML (default: built-in defaults)"
+    )
+    prom.add_argument(
+        "--calibration",
+        type=Path,
+        metavar="FILE",
+        help="calibration file whose threshold and FP budget the rules take (default: the "
+        "config's calibration.path)",
+    )
+    prom.add_argument(
+        "--no-score-alerts",
+        action="store_true",
+        help="leave out the *ScoreHigh alerts: recording and detector-health rules only (the "
+        "daemon posts the failure alerts itself)",
     )
 
     es = add(

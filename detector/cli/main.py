@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from .. import __version__
+from ..alerting import RuleSettings, prometheus_rules
 from ..config import (
     Calibration,
     Config,
@@ -409,6 +410,15 @@ def _cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_rules(args: argparse.Namespace) -> int:
+    config, calibration = _load(args)
+    settings = RuleSettings.from_config(
+        config.alerts, calibration, score_alerts=not args.no_score_alerts
+    )
+    sys.stdout.write(prometheus_rules(settings))
+    return 0
+
+
 def _cmd_export_selector(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     pattern = export_pattern(
@@ -457,6 +467,7 @@ COMMANDS: dict[str, Command] = {
     "check-config": _cmd_check_config,
     "config": _cmd_config,
     "export-selector": _cmd_export_selector,
+    "rules": _cmd_rules,
     "run": _cmd_run,
     "record": _cmd_record,
     "actions": cmd_actions,

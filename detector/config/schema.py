@@ -401,6 +401,13 @@ class AlertsConfig(_Section):
     xid_hold_s: float = Field(
         default=300.0, gt=0, description="seconds a failure XID holds its alert firing"
     )
+    page_after_s: float | None = Field(
+        default=600.0,
+        ge=0,
+        description="seconds an alert stays firing (its score held above the threshold, with "
+        "the clear_ratio hysteresis) before it escalates from severity warning to critical "
+        "(pages); a failure XID pages at once; null: only failure XIDs page",
+    )
     shadow: bool = Field(
         default=False,
         description="evaluate and export alerts, send nothing to Alertmanager (a first "

@@ -13,9 +13,16 @@ from .action_records import (
     alert_id,
 )
 from .actions import ActionEngine
-from .alerts import AlertChanges, Evidence, NodeAlerts
+from .alerts import AlertChanges, Evidence, NodeAlerts, leading_gpu
 from .episodes import EpisodeParams, Episodes
-from .policy import FAILURE_ALERT, INCIDENT_ALERT, AlertPolicy, Notification, xid_codes
+from .policy import (
+    FAILURE_ALERT,
+    INCIDENT_ALERT,
+    AlertPolicy,
+    Notification,
+    alert_severity,
+    xid_codes,
+)
 from .recording import Decided, Recording
 from .tickloop import Decisions, LoopTick, TickLoop, episode_params
 
@@ -42,6 +49,8 @@ __all__ = [
     "Refusal",
     "TickLoop",
     "alert_id",
+    "alert_severity",
     "episode_params",
+    "leading_gpu",
     "xid_codes",
 ]

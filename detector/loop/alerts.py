@@ -12,6 +12,10 @@ starts and ends, whatever the clock.
 - At each new peak of an episode its evidence is taken from ``evidence(node)`` (the pipeline's
   leading signals and GPU at this tick, or what calibration recorded); during an XID hold the
   precursor evidence the episode already had is kept and the XID is added behind it.
+- The GPU an alert names (its ``gpu`` label) is the one that leads the node: the GPU whose own
+  fused score is the node's highest and at or above the alert threshold (``leading_gpu``: the
+  GPU Prometheus' ``GPUFailureScoreHigh`` names), else the GPU of the strongest column, if
+  that column is a GPU's.
 """
 
 from __future__ import annotations
@@ -24,11 +28,26 @@ import numpy as np
 
 from ..config import AlertsConfig
 from ..model import Alert, BoolArray, FloatArray, XidEvent
+from ..pipeline import TickResult
 from .episodes import EpisodeParams, Episodes
 
 # (signals strongest first, GPU label or None) that give a node its score at this tick
 Evidence = tuple[tuple[str, ...], str | None]
 EvidenceFn = Callable[[int], Evidence]
+
+
+def leading_gpu(tick: TickResult, node: int, threshold: float) -> str | None:
+    """The label of ``node``'s GPU with the highest fused score at ``tick`` when that score is
+    at or above ``threshold`` (the GPU alone would alert), else None. GPUs that sent nothing
+    this tick (NaN) do not lead."""
+    mine = np.flatnonzero(tick.gpu_node == node)
+    if mine.size == 0:
+        return None
+    scores = tick.gpu_score[mine]
+    if np.all(np.isnan(scores)):
+        return None
+    best = int(np.nanargmax(scores))
+    return tick.gpu_label[int(mine[best])] if scores[best] >= threshold else None
 
 
 @dataclass(frozen=True, slots=True)

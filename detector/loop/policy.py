@@ -3,12 +3,15 @@
 Pure (no I/O, clock passed in). ``AlertPolicy.update`` turns the pipeline's alert episodes,
 cluster incidents and the set of nodes under maintenance into ``Notification`` records:
 
-- a node alert is ``GPUFailureSuspected`` with labels alertname, node, gpu (when known),
-  severity, cluster (when configured) and signal (the leading signal). ``severity`` is
-  ``critical`` when the evidence names ``xid_<code>`` of a failure XID (the pipeline forces
-  such alerts), else ``warning``. Labels are fixed when an episode is first sent so
-  Alertmanager sees one alert per episode even as its evidence moves; an escalation to
-  critical resolves the warning alert and fires a critical one.
+- a node alert is ``GPUFailureSuspected`` with labels alertname, node, gpu (when a GPU leads
+  the evidence), severity, cluster (when configured) and signal (the leading signal).
+  ``severity`` (``alert_severity``) is ``critical`` (pages) when the evidence names
+  ``xid_<code>`` of a failure XID (the pipeline forces such alerts) or when the episode has
+  been firing for ``page_after_s`` (its score held above the threshold, with hysteresis,
+  that long past the minimum duration that made it fire), else ``warning``. Labels are fixed
+  when an episode is first sent so Alertmanager sees one alert per episode even as its
+  evidence moves; an escalation to critical resolves the warning alert and fires a critical
+  one (a critical alert never steps down to warning).
 - firing notifications repeat every ``resend_interval_s`` with fresh annotations; an episode
   that ended (or vanished) is resolved once, at its end time.
 - suppression removes evidence: ``xid_<code>`` for suppressed codes and suppressed signal
@@ -46,6 +49,7 @@ _ALERTS = AlertsConfig()  # the defaults are the config schema's, written once t
 FAILURE_ALERT = "GPUFailureSuspected"
 INCIDENT_ALERT = "GPUClusterIncident"
 _XID_SIGNAL = re.compile(r"xid_(\d+)")
+CRITICAL, WARNING = "critical", "warning"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +82,24 @@ def _labels(**pairs: str | None) -> Labels:
 def xid_codes(signals: Iterable[str]) -> list[int]:
     """The XID codes named by ``xid_<code>`` evidence."""
     return [int(m[1]) for s in signals if (m := _XID_SIGNAL.fullmatch(s))]
+
+
+def alert_severity(
+    signals: Iterable[str],
+    firing_s: float,
+    page_after_s: float | None,
+    is_failure_xid: Callable[[int], bool] = lambda _code: True,
+) -> str:
+    """The severity of a node alert that has been firing for ``firing_s`` seconds with
+    evidence ``signals``: ``critical`` for a failure XID or once ``firing_s`` reaches
+    ``page_after_s`` (None: never by duration), else ``warning``. The Prometheus rules that
+    ``detector rules prometheus`` prints page on the same duration (alerting.prometheus_rules).
+    """
+    if any(is_failure_xid(c) for c in xid_codes(signals)):
+        return CRITICAL
+    if page_after_s is not None and firing_s >= page_after_s:
+        return CRITICAL
+    return WARNING
 
 
 def _pairs(labels: Labels | None) -> list[list[str]] | None:
@@ -128,7 +150,9 @@ class AlertPolicy:
         suppress_xids: Collection[int] = (),
         suppress_signals: Collection[str] = (),
         is_failure_xid: Callable[[int], bool] | None = None,
+        page_after_s: float | None = _ALERTS.page_after_s,
     ) -> None:
+        self.page_after_s = page_after_s
         self.resend_interval_s = resend_interval_s
         self.cluster = cluster
         self.runbook_url = runbook_url
@@ -162,6 +186,7 @@ class AlertPolicy:
             suppress_xids=config.suppress_xids,
             suppress_signals=config.suppress_signals,
             is_failure_xid=is_failure_xid,
+            page_after_s=config.page_after_s,
         )
 
     def settings(self) -> dict[str, Any]:
@@ -177,6 +202,7 @@ class AlertPolicy:
             "suppress_xids": self.suppress_xids,
             "suppress_signals": self.suppress_signals,
             "is_failure_xid": self.is_failure_xid,
+            "page_after_s": self.page_after_s,
         }
 
     def update(
@@ -252,10 +278,6 @@ class AlertPolicy:
                 kept.append(s)
         return tuple(kept), (reason if signals and not kept else None)
 
-    def _severity(self, signals: Iterable[str]) -> str:
-        failing = any(self.is_failure_xid(c) for c in xid_codes(signals))
-        return "critical" if failing else "warning"
-
     def _count(self, tracked: _Tracked, reason: str) -> None:
         if reason not in tracked.counted:
             tracked.counted.add(reason)
@@ -270,7 +292,9 @@ class AlertPolicy:
         out: list[Notification],
     ) -> None:
         evidence, reason = self._evidence(alert.signals)
-        severity = self._severity(evidence)
+        severity = alert_severity(
+            evidence, now - alert.start, self.page_after_s, self.is_failure_xid
+        )
         self.firing[severity] += 1
         if tracked.suppressed is not None or alert.node in muted:
             self._count(tracked, tracked.suppressed or "maintenance")
@@ -289,20 +313,24 @@ class AlertPolicy:
         if tracked.labels is None:
             if self.shadow:
                 self._count(tracked, "shadow")
-        elif severity == "critical" and dict(tracked.labels)["severity"] != "critical":
-            # Escalated by a failure XID: a critical alert replaces the warning one.
+        elif severity == CRITICAL and dict(tracked.labels)["severity"] != CRITICAL:
+            # Escalated (a failure XID, or held past page_after_s): a critical alert
+            # replaces the warning one.
             out.append(Notification(tracked.labels, (), alert.start, now))
         else:
             labels = tracked.labels  # frozen for the episode's lifetime
             if not self._due(now, tracked):
                 return
         tracked.labels, tracked.last_sent = labels, now
-        out.append(Notification(labels, self._annotations(alert, evidence), alert.start, None))
+        note = self._annotations(alert, evidence, dict(labels)["severity"], now)
+        out.append(Notification(labels, note, alert.start, None))
 
     def _due(self, now: float, tracked: _Tracked) -> bool:
         return now - tracked.last_sent >= self.resend_interval_s
 
-    def _annotations(self, alert: Alert, evidence: Sequence[str]) -> Labels:
+    def _annotations(
+        self, alert: Alert, evidence: Sequence[str], severity: str, now: float
+    ) -> Labels:
         where = f"GPU {alert.gpu} on node {alert.node}" if alert.gpu else f"node {alert.node}"
         xids = xid_codes(evidence)
         description = (
@@ -311,6 +339,9 @@ class AlertPolicy:
         )
         if xids:
             description += f" Evidence: failure XID {', '.join(map(str, xids))} seen on the node."
+        elif severity == CRITICAL:
+            minutes = (now - alert.start) / 60
+            description += f" Firing for {minutes:.0f} min (alerts.page_after_s): it pages."
         return _labels(
             summary=f"{where} looks like it is failing",
             description=description,

@@ -6,7 +6,9 @@ incidents, and each node's leading signal and GPU (the evidence an alert names a
 over them: calibration tries thresholds this way without re-scoring, through the very code
 that ``run`` and ``replay`` decide with. What it cannot replay exactly: an alert's evidence is
 its leading signal alone (``run`` names up to ``top_k``), which matters only to
-``alerts.suppress_signals`` when a suppressed signal leads with others behind it.
+``alerts.suppress_signals`` when a suppressed signal leads with others behind it; and its GPU
+is the leading column's (``run`` names the GPU whose own score crossed the threshold,
+``leading_gpu``), which no count depends on (matching is per node).
 """
 
 from __future__ import annotations

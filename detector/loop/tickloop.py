@@ -42,7 +42,7 @@ from ..pipeline import Pipeline, TickResult, build_pipeline, dedupe_episodes, is
 from ..series import SeriesIndex
 from .action_records import Candidate, Decision
 from .actions import ActionEngine
-from .alerts import Evidence, EvidenceFn, NodeAlerts
+from .alerts import Evidence, EvidenceFn, NodeAlerts, leading_gpu
 from .episodes import EpisodeParams
 from .policy import FAILURE_ALERT, INCIDENT_ALERT, AlertPolicy, Notification
 
@@ -307,10 +307,11 @@ class TickLoop:
         and ``xids`` (the driver's: kernel log, events file); ``muted``: nodes under
         maintenance."""
         tick = self.pipeline.step(frame)
-        pipeline = self.pipeline
+        pipeline, threshold = self.pipeline, self.threshold
 
         def evidence(node: int) -> Evidence:
-            return pipeline.peak_evidence(tick, node)
+            signals, gpu = pipeline.peak_evidence(tick, node)
+            return signals, leading_gpu(tick, node, threshold) or gpu
 
         return self.decisions.decide(tick, (*tick.xids, *xids), evidence, muted)
 
