@@ -219,7 +219,7 @@ def alerts_started(results: list[TickResult]) -> list[str]:
 
 
 def scores(results: list[TickResult]) -> FloatArray:
-    return np.concatenate([np.concatenate((r.node_score, r.gpu_score)) for r in results])
+    return np.concatenate([np.concatenate((r.node_score, r.scores.gpu_score)) for r in results])
 
 
 @pytest.mark.slow
@@ -233,7 +233,7 @@ def test_hours_long_gap_raises_no_alert_storm(gap_hours: int) -> None:
     before = fleet.run(ticks(T0, 240))
     after = fleet.run(ticks(T0 + 240 * STEP + gap_hours * HOUR, 240))
     assert [] == alerts_started(before + after)
-    assert [] == fleet.loop.open_alerts()
+    assert [] == fleet.pipeline.open_alerts()
     assert bool(np.isfinite(scores(after)).all())
     assert float(scores(after[1:]).max()) < DEFAULT_THRESHOLD
 
