@@ -215,7 +215,7 @@ def test_seasonal_gate_explains_a_daily_spike_and_only_ever_discounts(
     gate_input = harness.seasonal_z(f, cfg)
     assert np.isinf(gate_input[spikes[0]])  # first day: the hour is not learnt yet
     assert (gate_input[day3] < cfg.gate_z).mean() > 0.8
-    scores = harness.seasonal_detectors(f, cfg)
+    scores = {**harness.seasonal_detectors(f, cfg), **harness.own_past_detectors(f, cfg)}
     for name, score in scores.items():
         assert score.shape == f.values.shape, name
         assert np.all((score >= 0.0) & (score <= 1.0)), name

@@ -150,7 +150,7 @@ async def run_outage(tmp: Path, log: Path) -> OutageRun:
             run.saves.append((t, daemon.stats.state_saves, daemon.stats.state_save_errors))
             resolved = am.resolved(node="node-02")
             if t > END and resolved and timeline.done:
-                stats = daemon.alerts.stats().alertmanagers[am.url]
+                stats = daemon.alerts.stats(daemon.loop.policy).alertmanagers[am.url]
                 run.failed_requests = stats.failed_requests
                 run.ticks, run.overruns = daemon.stats.ticks, daemon.stats.overruns
                 stop.set()
