@@ -39,7 +39,7 @@ from ..config import (
     load_xid_catalog,
     save_calibration,
 )
-from ..diagnosis import diagnosis_model
+from ..diagnosis import NFS_METRICS, diagnosis_model
 from ..errors import ConfigError, DetectorError
 from ..evaluation import CalibrationResult, calibration_from_result, describe_weights
 from ..ingest import load_jobs, run_record
@@ -422,7 +422,9 @@ def _cmd_rules(args: argparse.Namespace) -> int:
 def _cmd_export_selector(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     pattern = export_pattern(
-        load_signal_rules(config.rules.signals), load_xid_catalog(config.rules.xid)
+        load_signal_rules(config.rules.signals),
+        load_xid_catalog(config.rules.xid),
+        extra=NFS_METRICS,  # what a storm's bottleneck is named from
     )
     # a job name as a literal in a PromQL regex string: regex metacharacters escaped with a
     # backslash, itself written twice inside the double-quoted string

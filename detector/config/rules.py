@@ -22,6 +22,7 @@ spell a counter both ways has one signal for it.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -446,14 +447,15 @@ def load_rules_file(path: Path | None, filename: str, model: type[_M]) -> _M:
 _EXPORT_ALWAYS = ("DCGM_.*", "dcgm_.*", "node_uname_info", "kube_pod_info")
 
 
-def export_pattern(signals: SignalCatalog, xids: XidCatalog) -> str:
+def export_pattern(signals: SignalCatalog, xids: XidCatalog, extra: Sequence[str] = ()) -> str:
     """A regular expression (RE2, as Prometheus matches ``__name__``) for every metric a
     replay reads: each rule's metrics, patterns and ratio denominators, the XID sources, every
     DCGM field (GPU series no rule names are still compared with their peers) and the series
     that name hosts and pods. An export selected by it (``{__name__=~"..."}``) replays as the
     whole Prometheus would, without node-exporter's thousands of series no rule reads; with
     ``default_rule.node_level`` on, every ``node_`` series too. Each name and pattern admits
-    both spellings of a counter (``both_spellings``), as the rules read both."""
+    both spellings of a counter (``both_spellings``), as the rules read both. ``extra``: more
+    metric names a replay reads (the diagnosis' NFS mountstats counters)."""
     broad = list(_EXPORT_ALWAYS)
     if signals.default_rule.enabled and signals.default_rule.node_level:
         broad.append("node_.*")
@@ -463,7 +465,7 @@ def export_pattern(signals: SignalCatalog, xids: XidCatalog) -> str:
         names.extend(rule.metrics)
         names.extend([rule.pattern] if rule.pattern else [])
         names.extend([rule.denominator] if rule.denominator else [])
-    names.extend((*xids.sources.gauge_metrics, *xids.sources.count_metrics))
+    names.extend((*xids.sources.gauge_metrics, *xids.sources.count_metrics, *extra))
     # metric names are [a-zA-Z_:][a-zA-Z0-9_:]*: nothing to escape; a name a broad pattern
     # covers (every DCGM field) is left out
     named = [both_spellings(n) for n in names if not covered.fullmatch(n)]

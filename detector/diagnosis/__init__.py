@@ -11,12 +11,13 @@ from .confusion import Confusion, DiagnosedFailure, confusion_table
 from .diagnose import XID_CONFIDENCE, diagnose, posterior
 from .learn import fit_temperature, learn_counts
 from .model import DiagnosisModel, build_model, diagnosis_model
-from .nfs_meter import NfsMeter, NfsSnapshot, nfs_figures
+from .nfs_meter import NFS_METRICS, NfsMeter, NfsSnapshot, nfs_figures
 from .notify import AlertText, alert_text
 from .records import XID_PREFIX, Diagnosis, Evidence, SignalEvidence
 from .storm import NFS_SIGNAL_PREFIX, NfsFigures, StormDiagnosis, storm_bottleneck
 
 __all__ = [
+    "NFS_METRICS",
     "NFS_SIGNAL_PREFIX",
     "XID_CONFIDENCE",
     "XID_PREFIX",

@@ -34,6 +34,8 @@ METRICS: dict[str, tuple[str, ...]] = {
     "link_bytes_per_s": ("node_infiniband_rate_bytes_per_second", "node_network_speed_bytes"),
 }
 QUANTITIES = tuple(METRICS)
+# every raw counter a storm's bottleneck is read from (``detector export-selector`` keeps them)
+NFS_METRICS = tuple(name for names in METRICS.values() for name in names)
 _QUANTITY_OF = {metric: q for q, metrics in METRICS.items() for metric in metrics}
 
 
