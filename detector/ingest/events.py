@@ -119,13 +119,20 @@ def _parse_xid(value: Any) -> int:
     raise FieldError("xid", f"expected a positive integer XID code, got {value!r}")
 
 
-def _parse_record(record: Any) -> XidEvent:
+def json_record(record: Any, required: tuple[str, ...]) -> dict[str, Any]:
+    """One JSONL line's value as an object holding every ``required`` key; FieldError naming
+    the key (or the line's kind) otherwise. The events and the job-attempts files share it."""
     if not isinstance(record, dict):
         kind = type(record).__name__
         raise FieldError("", f"expected one JSON object per line, got a JSON {kind}")
-    for required in ("time", "node", "xid"):
-        if required not in record:
-            raise FieldError(required, "missing")
+    for key in required:
+        if key not in record:
+            raise FieldError(key, "missing")
+    return record
+
+
+def _parse_record(record: Any) -> XidEvent:
+    record = json_record(record, ("time", "node", "xid"))
     node = record["node"]
     if not isinstance(node, str) or not node.strip():
         raise FieldError("node", f"expected a non-empty string, got {node!r}")

@@ -33,7 +33,7 @@ from typing import Any
 
 from ..errors import JobsError
 from ..model import JobAttempt
-from .events import FieldError, open_text, parse_time
+from .events import FieldError, json_record, open_text, parse_time
 
 
 def _parse_job(record: dict[str, Any]) -> str:
@@ -70,12 +70,7 @@ def _parse_nodes(value: Any) -> tuple[str, ...]:
 
 
 def _parse_record(record: Any) -> JobAttempt:
-    if not isinstance(record, dict):
-        kind = type(record).__name__
-        raise FieldError("", f"expected one JSON object per line, got a JSON {kind}")
-    for required in ("attempt", "start", "nodes"):
-        if required not in record:
-            raise FieldError(required, "missing")
+    record = json_record(record, ("attempt", "start", "nodes"))
     job = _parse_job(record)
     start = parse_time("start", record["start"])
     end_raw = record.get("end")
