@@ -304,65 +304,47 @@ class Pipeline:
         return nodes
 
     # -- evidence ---------------------------------------------------------------------------
-    def peak_evidence(self, tick: TickResult, node: int) -> tuple[tuple[str, ...], str | None]:
-        """The signals (strongest first, at most ``top_k``, each named once) and the GPU of
-        the strongest column that give ``node`` its score at ``tick``; ((), None) when no
-        column contributed evidence. What an alert names at its peak."""
-        layout, entities = self._layout, self._entities
-        if layout is None or entities is None or tick.column_z.shape[0] != len(layout):
-            return (), None
-        top = top_signals(
-            tick.column_z,
-            self._node_columns[node],
-            layout,
-            self.params.top_k,
-            self.params.fusion.z0,
-        )
-        names: list[str] = []
-        for col, _ in top:
-            name = layout.signal_names[int(layout.signal[col])]
-            if name not in names:
-                names.append(name)
-        gpu_entity = int(entities.gpu_entity[top[0][0]]) if top else -1
-        return tuple(names), entities.gpu_label[gpu_entity] if gpu_entity >= 0 else None
-
-    def node_evidence(self, tick: TickResult, node: str) -> tuple[SignalScore, ...]:
-        """The strongest columns (above the fusion's z0, at most ``top_k``) of ``node`` at
-        ``tick``, strongest first, as (node, GPU, signal, fused z: weighted robust sigmas from
-        baseline or peers): what the diagnosis reads beside an alert's signal names."""
+    def node_evidence(
+        self, tick: TickResult, node: int, k: int | None = None
+    ) -> tuple[SignalScore, ...]:
+        """The strongest columns (above the fusion's z0, at most ``k``, default ``top_k``) of
+        node id ``node`` at ``tick``, strongest first, as (node, GPU, signal, fused z: weighted
+        robust sigmas from baseline or peers). Computed on demand, so replay does not pay for
+        it: what an alert names (``peak_evidence``), what the diagnosis reads and what the
+        daemon exports (``evidence``)."""
         layout, entities = self._layout, self._entities
         if layout is None or entities is None or tick.column_z.shape[0] != len(layout):
             return ()
-        if node not in layout.node_names:
+        if not 0 <= node < len(self._node_columns):
             return ()
-        columns = self._node_columns[layout.node_names.index(node)]
+        k = self.params.top_k if k is None else k
+        name = layout.node_names[node]
         out = []
         for col, z in top_signals(
-            tick.column_z, columns, layout, self.params.top_k, self.params.fusion.z0
+            tick.column_z, self._node_columns[node], layout, k, self.params.fusion.z0
         ):
             gpu_entity = int(entities.gpu_entity[col])
             gpu = entities.gpu_label[gpu_entity] if gpu_entity >= 0 else None
-            out.append(SignalScore(node, gpu, layout.signal_names[int(layout.signal[col])], z))
+            out.append(SignalScore(name, gpu, layout.signal_names[int(layout.signal[col])], z))
         return tuple(out)
 
+    def peak_evidence(self, tick: TickResult, node: int) -> tuple[tuple[str, ...], str | None]:
+        """The signals of ``node_evidence`` (each named once, strongest first) and the GPU of
+        the strongest column; ((), None) when no column contributed evidence. What an alert
+        names at its peak."""
+        found = self.node_evidence(tick, node)
+        names = tuple(dict.fromkeys(e.signal for e in found))
+        return names, found[0].gpu if found else None
+
     def evidence(self, tick: TickResult, k: int | None = None) -> list[SignalScore]:
-        """The top ``k`` signals (above the fusion's z0) of every node with a positive score at
-        ``tick``: what the daemon exports as ``detector_signal_score``. Computed on demand, so
-        replay does not pay for it."""
-        layout, entities = self._layout, self._entities
-        if layout is None or entities is None or tick.column_z.shape[0] != len(layout):
-            return []
-        k = self.params.top_k if k is None else k
-        out: list[SignalScore] = []
+        """``node_evidence`` of every node with a positive score at ``tick``: what the daemon
+        exports as ``detector_signal_score``."""
         scores = np.nan_to_num(tick.node_score, nan=0.0)
-        for node in np.flatnonzero(scores > 0).tolist():
-            columns = self._node_columns[node]
-            for col, z in top_signals(tick.column_z, columns, layout, k, self.params.fusion.z0):
-                gpu_entity = int(entities.gpu_entity[col])
-                gpu = entities.gpu_label[gpu_entity] if gpu_entity >= 0 else None
-                name = layout.signal_names[int(layout.signal[col])]
-                out.append(SignalScore(layout.node_names[node], gpu, name, z))
-        return out
+        return [
+            e
+            for node in np.flatnonzero(scores > 0).tolist()
+            for e in self.node_evidence(tick, node, k)
+        ]
 
     def lead_signals(self, tick: TickResult) -> tuple[IntArray, IntArray]:
         """Per node of ``tick``: the signal id (``layout.signal_names``) of its strongest

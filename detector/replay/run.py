@@ -246,7 +246,8 @@ def run_replay(
                 recording.add(tick, pipeline, held)
             if diagnosis is not None:
                 for alert in tick.started:  # what the page says, when it goes out
-                    scores = pipeline.node_evidence(tick.scores, alert.node)
+                    node = tick.node_names.index(alert.node)
+                    scores = pipeline.node_evidence(tick.scores, node)
                     evidence = Evidence.of_alert(alert.signals, scores)
                     diagnoses[(alert.node, alert.start)] = diagnose(evidence, diagnosis)
             if storms is not None:
