@@ -226,6 +226,20 @@ def test_numeric_node_label_is_a_numa_id_not_a_node_name() -> None:
     assert ("numa_node", "1") in index.infos[n1].labels
 
 
+def test_drbd_peer_label_is_not_a_node_name() -> None:
+    """node-exporter's DRBD series carry node="local"/"remote" (the replication peer): two
+    series on the instance's node, and no address is renamed after the peer."""
+    index = SeriesIndex()
+    inst = ("instance", "server1:9100")
+    name = "node_drbd_disk_state_is_up_to_date"
+    local = index.add(name, (("device", "drbd1"), ("node", "local"), inst))
+    remote = index.add(name, (("device", "drbd1"), ("node", "remote"), inst))
+    assert local != remote
+    assert {"server1"} == {index.infos[local].node, index.infos[remote].node}
+    assert ("drbd_node", "remote") in index.infos[remote].labels
+    assert {} == host_names([(name, (("node", "remote"), inst))], LabelRules())
+
+
 def test_target_labels_win_and_exporter_labels_become_exported() -> None:
     """As Prometheus without honor_labels: the target's instance names the node, the exporter's
     own instance is kept as exported_instance context; labels the target does not set stay."""

@@ -115,11 +115,10 @@ def test_replay_alerts_before_the_failure_on_its_own_past(
     assert ["xid_79"] == forced["signals"]
     with scores.open(newline="") as fh:
         rows = list(csv.DictReader(fh))
-    # one node, named as the data names it (the fixture's DRBD series carry node="remote",
-    # which labels.py reads as the host's name)
+    # one node, named by its instance (the fixture's DRBD series' node="remote" is the
+    # replication peer, not a host)
     [node] = {r["node"] for r in rows}
-    assert node in (NODE, "remote")
-    assert node == alert["node"] == forced["node"]
+    assert NODE == node == alert["node"] == forced["node"]
     assert T0 + STEP * CHANGE_TICK <= alert["start"] < T0 + STEP * FAIL_TICK
     assert set(alert["signals"]) & set(planted)
     assert TICKS == len(rows)

@@ -252,12 +252,24 @@ def raw_grouping(labels: Labels, rules: LabelRules) -> tuple[str, ...]:
     return _grouping_of(_renamed(labels, rules), rules)
 
 
-def _node_of(raw: Mapping[str, str], rules: LabelRules) -> str:
+def _not_a_host(metric: str, key: str, value: str) -> str | None:
+    """The label a ``node``-like label of node-exporter's own is kept under when its value is
+    not a host's name, else None: its NUMA series carry ``node="0"`` (a number is never a
+    host name) and its DRBD series ``node="local"``/``"remote"`` (the replication peer)."""
+    if key not in ("node", "exported_node"):
+        return None
+    if value.isdigit():
+        return "numa_node"
+    if metric.startswith("node_drbd_"):
+        return "drbd_node"
+    return None
+
+
+def _node_of(raw: Mapping[str, str], rules: LabelRules, metric: str) -> str:
     """The node a series names: its first of ``rules.node_labels`` (``instance``: the host)."""
     for key in rules.node_labels:
         value = raw.get(key, "")
-        # node-exporter's NUMA series carry node="0": a number is never a host name.
-        if value and not value.isdigit():
+        if value and _not_a_host(metric, key, value) is None:
             return _host_part(value) if key == "instance" else value
     return ""
 
@@ -268,7 +280,7 @@ def normalize(
     """Normalize one series: (metric, identity labels, node, gpu, context labels). ``hosts``
     renames nodes named by a scrape address (``host_names``)."""
     raw = _renamed(labels, rules)
-    node = _node_of(raw, rules)
+    node = _node_of(raw, rules, name)
     if hosts:
         node = hosts.get(node, node)
     gpu = ""
@@ -283,9 +295,9 @@ def normalize(
         if key in rules.gpu_labels:
             continue
         is_context = key in rules.context_labels or (gpu != "" and key in rules.gpu_context_labels)
-        if key in ("node", "exported_node") and value.isdigit():
-            is_context = False  # a NUMA node id distinguishes series
-            key = "numa_node"
+        if (kept_as := _not_a_host(name, key, value)) is not None:
+            is_context = False  # a NUMA node id or DRBD peer distinguishes series
+            key = kept_as
         if per_target and key == "job":
             is_context = False  # one health series per scrape job of the node (see above)
         (context if is_context else identity).append((key, value))
@@ -327,7 +339,7 @@ def host_names(series: Iterable[tuple[str, Labels]], rules: LabelRules) -> dict[
                 pods.setdefault(pod, set()).add(node)
             continue
         raw = _renamed(labels, rules)
-        host = raw.get("nodename", "") if name == UNAME_METRIC else _node_of(raw, rules)
+        host = raw.get("nodename", "") if name == UNAME_METRIC else _node_of(raw, rules, name)
         named.add(host)
         address = _host_part(raw.get("instance", ""))
         if address and host.lower() not in _NO_HOST_NAME and host != address:
@@ -345,10 +357,10 @@ def pod_named_nodes(
     ``Hostname`` is its scrape target's ``pod`` (the exporter's pod without host networking),
     and ``hosts`` (``kube_pod_info``) does not file that pod under a node. Sorted."""
     named: set[str] = set()
-    for _, labels in series:
+    for name, labels in series:
         raw = dict(labels)
         pod = raw.get("Hostname") or raw.get("hostname")
         exporter_pod = pod and pod == raw.get("pod") and raw.get("gpu") and pod not in hosts
-        if exporter_pod and _node_of(_renamed(labels, rules), rules) == pod:  # no node label
+        if exporter_pod and _node_of(_renamed(labels, rules), rules, name) == pod:  # no node label
             named.add(pod)
     return sorted(named)
