@@ -595,13 +595,14 @@ class KmsgConfig(_Section):
 
 
 class RecordConfig(_Section):
-    """What ``detector run`` scraped, written as it scored it: the dumps ``detector replay``
-    reads back (the same files ``detector record`` writes). ``dir`` None: not written."""
+    """What ``detector run`` scraped and was remote-written, written as it scored it: the
+    dumps ``detector replay`` reads back (the same files ``detector record`` writes).
+    ``dir`` None: not written."""
 
     dir: Path | None = Field(
         default=None,
-        description="directory for OpenMetrics dumps of every scrape round run scored; "
-        "null: none written",
+        description="directory for OpenMetrics dumps of every tick run scored (the scrape "
+        "round and the remote-written samples, stamped with the tick); null: none written",
     )
     rotate_bytes: int = Field(
         default=256 * 1024 * 1024, gt=0, description="a dump file is closed at this size"

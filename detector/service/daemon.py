@@ -58,7 +58,7 @@ from ..ingest import (
 )
 from ..logs import configure_logging, get_logger
 from ..loop import LoopTick, TickLoop
-from ..model import Frame
+from ..model import Frame, Sample
 from ..series import LabelRules, SeriesIndex, merge_frames
 from .entity_stats import NodeScoreStats
 from .export import Exporter
@@ -174,7 +174,9 @@ class Daemon:
         self.pipeline = self.loop.pipeline
         # remote_write: a second source of each tick's frame, fed by POST /api/v1/write
         self.remote_write = (
-            RemoteWriteSource.from_config(self.config.remote_write, self.index)
+            RemoteWriteSource.from_config(
+                self.config.remote_write, self.index, keep_series=self.config.record.dir is not None
+            )
             if self.config.remote_write.enabled
             else None
         )
@@ -291,8 +293,6 @@ class Daemon:
         refused_before = self.index.refused
         round_ = await self.scraper.scrape_all(self.targets.current(), self.index, now)
         self.last_round = round_
-        if self.recorder is not None:  # what this tick scores, for `detector replay`
-            self.recorder.add(round_.targets, now)
         if self.index.refused > refused_before:
             _log.error(
                 "series refused: the index is full (scrape.max_series_total)",
@@ -318,8 +318,14 @@ class Daemon:
             grown = np.full(len(self.index), np.nan)
             grown[: frame.values.shape[0]] = frame.values
             frame = Frame(frame.time, grown)
+        written: list[Sample] = []
         if self.remote_write is not None:  # what Prometheus remote-wrote since the last tick
-            frame = merge_frames(frame, self.remote_write.frame(now))
+            top = self.remote_write.frame(now)
+            frame = merge_frames(frame, top)
+            if self.recorder is not None:
+                written = self.remote_write.written(top)
+        if self.recorder is not None:  # what this tick scores, for `detector replay`
+            self.recorder.add(round_.targets, now, written)
         tick = self.loop.step(frame, xids=kernel, muted=self._muted_nodes())
         self.last_tick = tick
         if not self.loop.policy.shadow:
