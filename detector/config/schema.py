@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from .actions import ActionsConfig
+from .kubernetes import ExporterPods, KubernetesApiConfig, KubernetesTargetsConfig
 
 __all__ = [
     "ActionsConfig",
@@ -32,7 +33,10 @@ __all__ = [
     "CalibrationConfig",
     "Config",
     "EvaluationConfig",
+    "ExporterPods",
     "KmsgConfig",
+    "KubernetesApiConfig",
+    "KubernetesTargetsConfig",
     "LabelsConfig",
     "LoggingConfig",
     "RulesConfig",
@@ -149,7 +153,8 @@ class AgentPorts(_Section):
 
 
 class TargetsConfig(_Section):
-    """Where to scrape: static targets, Prometheus file_sd files (reloaded on change)."""
+    """Where to scrape: static targets, Prometheus file_sd files (reloaded on change), and in
+    agent mode this node's exporters (localhost ports, or pods found through Kubernetes)."""
 
     static: list[StaticTarget] = Field(
         default_factory=list, description="exporters to scrape, one entry each (fleet mode)"
@@ -164,6 +169,11 @@ class TargetsConfig(_Section):
     )
     agent_ports: AgentPorts = Field(
         default_factory=AgentPorts, description="agent mode: the local exporters' ports"
+    )
+    kubernetes: KubernetesTargetsConfig = Field(
+        default_factory=KubernetesTargetsConfig,
+        description="agent mode in Kubernetes: this node's exporter pods found through the API "
+        "(config/kubernetes.py)",
     )
 
     @field_validator("file_sd", mode="before")

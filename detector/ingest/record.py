@@ -42,6 +42,7 @@ from ..config import Config
 from ..logs import get_logger
 from ..model import Exposition, Labels, Sample
 from .dumps.writer import OpenMetricsWriter, series_text
+from .kubernetes import PodDiscovery
 from .parse import split_series
 from .scrape import HEALTH_METRICS, Scraper, TargetScrape
 from .targets import Target, TargetSource
@@ -251,16 +252,24 @@ def run_record(
                 loop.add_signal_handler(signum, stop.set)
         if duration_s is not None:
             loop.call_later(duration_s, stop.set)
-        source = TargetSource(config)
-        async with Scraper.from_config(config.scrape) as scraper:
-            return await record(
-                source.current,
-                scraper,
-                out_dir,
-                interval_s=config.scrape.interval_s,
-                rotate_bytes=rotate_bytes,
-                rotate_s=rotate_s,
-                stop_event=stop,
-            )
+        pods = PodDiscovery.for_agent(config)  # agent mode in Kubernetes: followed meanwhile
+        source = TargetSource(config, pods=pods)
+        following = asyncio.create_task(pods.run()) if pods is not None else None
+        try:
+            async with Scraper.from_config(config.scrape) as scraper:
+                return await record(
+                    source.current,
+                    scraper,
+                    out_dir,
+                    interval_s=config.scrape.interval_s,
+                    rotate_bytes=rotate_bytes,
+                    rotate_s=rotate_s,
+                    stop_event=stop,
+                )
+        finally:
+            if following is not None and pods is not None:
+                following.cancel()
+                await asyncio.gather(following, return_exceptions=True)
+                await pods.aclose()
 
     return asyncio.run(main())

@@ -50,6 +50,7 @@ from ..errors import DetectorError, StateError
 from ..ingest import (
     KernelXids,
     KmsgFollower,
+    PodDiscovery,
     RemoteWriteSource,
     RoundRecorder,
     Scraper,
@@ -131,7 +132,9 @@ class Daemon:
             load_calibration(config.calibration.path) if config.calibration.path else None
         )
         self._fresh_loop()
-        self.targets = TargetSource(config)
+        # agent mode in Kubernetes: this node's exporter pods (run_daemon follows them)
+        self.pods = PodDiscovery.for_agent(config)
+        self.targets = TargetSource(config, pods=self.pods)
         self.scraper = Scraper.from_config(config.scrape, client)
         self.alerts = AlertSender.from_config(config.alerts, client=client, clock=clock)
         self.alerts.write_ahead = config.state.path is not None
@@ -430,6 +433,8 @@ class Daemon:
         )
 
     async def aclose(self) -> None:
+        if self.pods is not None:
+            await self.pods.aclose()
         if self.actions is not None:
             await self.actions.executor.aclose()
         if self.recorder is not None:
@@ -472,6 +477,7 @@ async def run_daemon(
     interval = config.scrape.interval_s
     daemon = Daemon(config, clock=clock, client=client, kmsg=kmsg)
     delivery: asyncio.Task[None] | None = None
+    discovery: asyncio.Task[None] | None = None
     delivery_stop = asyncio.Event()
     readiness = Readiness(interval)
     server: Server | None = None
@@ -481,6 +487,8 @@ async def run_daemon(
             config, daemon.exporter, readiness, port=port, remote_write=daemon.remote_write
         )
         delivery = asyncio.create_task(daemon.alerts.run(delivery_stop), name="alert-delivery")
+        if daemon.pods is not None:
+            discovery = asyncio.create_task(daemon.pods.run(), name="pod-discovery")
         _log_start(daemon)
         next_at = loop.time()
         while not stop.is_set():
@@ -495,6 +503,9 @@ async def run_daemon(
         sd_notify("STOPPING=1", env)
         _log.info("daemon stopping", ticks=daemon.stats.ticks)
         delivery_stop.set()
+        if discovery is not None:
+            discovery.cancel()
+            await asyncio.gather(discovery, return_exceptions=True)
         await _flush_alerts(daemon, delivery, shutdown_timeout_s)
         daemon.save()
         if server is not None:
