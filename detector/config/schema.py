@@ -644,7 +644,8 @@ class Config(_Section):
     mode: Literal["agent", "fleet"] = Field(
         default="fleet",
         description="fleet: one process scrapes many nodes; agent: one process per GPU node "
-        "scrapes its own exporters on localhost",
+        "scrapes its own exporters on localhost (or, with targets.kubernetes, its node's "
+        "exporter pods)",
     )
     node_name: str | None = Field(
         default=None,
