@@ -24,6 +24,8 @@ import pytest
 from detector.config import Config, KubernetesTargetsConfig
 from detector.errors import ConfigError
 from detector.ingest import PodDiscovery, Scraper, TargetSource
+from detector.loop import LoopTick
+from detector.service import Daemon, run_daemon
 
 NODE = "gpu-01"
 TOKEN = "sa-token-1"
@@ -229,7 +231,9 @@ def api() -> Iterator[FakeApiServer]:
     server.close()
 
 
-def _config(api: FakeApiServer, tmp_path: Path, dcgm_port: int, node_port: int) -> Config:
+def _config(api: FakeApiServer, tmp_path: Path, node_port: int) -> Config:
+    """An agent on NODE: dcgm-exporter pods by port name (metrics), node-exporter pods in
+    monitoring by number."""
     token = tmp_path / "token"
     token.write_text(TOKEN + "\n")
     return Config.model_validate(
@@ -283,7 +287,7 @@ async def following(
     node = Exporter("127.0.0.4", 0, "node_load1 0.5\n")
     exporters = {"dcgm-a": dcgm_a, "dcgm-b": dcgm_b, "node": node}
     waits = Waits()
-    config = _config(api, tmp_path, dcgm_a.port, node.port)
+    config = _config(api, tmp_path, node.port)
     discovery = PodDiscovery.for_agent(config, sleep=waits)
     assert discovery is not None
     task = asyncio.create_task(discovery.run())
@@ -375,7 +379,7 @@ async def test_api_errors_are_retried_with_a_doubling_backoff_keeping_the_target
     following: tuple[TargetSource, PodDiscovery, Waits, dict[str, Exporter]],
 ) -> None:
     """HTTP 500s back off 0.5, 1, 2, 4 s (capped at backoff_max_s) while the targets already
-    found stay; the next good list resets the backoff and picks up the changes."""
+    found stay; once the API answers again the changes are picked up."""
     source, discovery, waits, exporters = following
     port = exporters["dcgm-a"].port
     api.put(pod("dcgm-a", "127.0.0.2", port=("metrics", port)))
@@ -452,3 +456,44 @@ def test_the_defaults_select_the_gpu_operator_and_kube_prometheus_stack_exporter
         partly.node.port,
         partly.node.namespace,
     )
+
+
+async def test_the_agent_daemon_scrapes_and_scores_the_exporter_pod_the_api_names(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    """``detector run`` in agent mode with targets.kubernetes follows the API while it ticks:
+    it scrapes the dcgm-exporter pod at the pod's address and scores its GPUs under the
+    node's name (not the pod's Hostname)."""
+    page = "".join(
+        f'DCGM_FI_DEV_GPU_TEMP{{gpu="{g}",UUID="GPU-{g}",Hostname="nvidia-dcgm-exporter-x7"}} '
+        f"{40 + g}\n"
+        for g in range(2)
+    )
+    exporter = Exporter("127.0.0.2", 0, page)
+    api.put(pod("dcgm-a", "127.0.0.2", port=("metrics", exporter.port)))
+    doc = _config(api, tmp_path, 9100).model_dump(mode="json")
+    doc |= {
+        "scrape": {"interval_s": 0.2, "timeout_s": 0.15},
+        "kmsg": {"enabled": False},
+        "logging": {"level": "warning"},
+    }
+    config = Config.model_validate(doc)
+    url = f"http://127.0.0.2:{exporter.port}/metrics"
+    stop = asyncio.Event()
+    seen: list[tuple[str, ...]] = []
+
+    def on_tick(daemon: Daemon, tick: LoopTick) -> None:
+        assert daemon.last_round is not None
+        scraped = [r.target.url for r in daemon.last_round.targets if r.error is None]
+        if url in scraped:
+            seen.append(tick.node_names)
+            stop.set()
+
+    try:
+        await asyncio.wait_for(
+            run_daemon(config, stop=stop, on_tick=on_tick, handle_signals=False, port=0),
+            HANG_GUARD_S,
+        )
+    finally:
+        exporter.close()
+    assert [(NODE,)] == seen

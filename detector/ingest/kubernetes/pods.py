@@ -9,12 +9,14 @@ Contract
     - ``run()`` lists them (``GET /api/v1/[namespaces/NS/]pods``), then watches from the list's
       ``resourceVersion`` (``watch=1``, ``allowWatchBookmarks``, ``timeoutSeconds``): ADDED and
       MODIFIED replace a pod, DELETED removes it, BOOKMARK only moves the resourceVersion.
-      A watch the server ends is resumed from the last resourceVersion seen. 410 Gone (the
-      resourceVersion is too old: as an HTTP status or an ERROR event) starts again with a
-      list, at once. Any other failure (connection, HTTP status, a body that is not the API's
-      JSON) is logged and retried with a list after a backoff doubling from 0.5 s to
-      ``backoff_max_s``; what was known is kept meanwhile (the exporters still run). Runs
-      until cancelled.
+      A watch the server ends is resumed from the last resourceVersion seen (after 0.5 s if it
+      brought no event: a proxy that ends watches at once never makes a tight loop). 410 Gone
+      (the resourceVersion is too old: as an HTTP status or an ERROR event) starts again with
+      a list, at once, unless the watch right after a list got it. Any other failure
+      (connection, HTTP status, a body that is not the API's JSON) is logged and retried with
+      a list after a backoff doubling from 0.5 s to ``backoff_max_s``, back to 0.5 s once a
+      watch runs its course; what was known is kept meanwhile (the exporters still run).
+      Runs until cancelled.
     - ``targets()``: one :class:`~detector.ingest.targets.Target` per pod that is Running,
       ready (condition Ready True), not being deleted and has an IP:
       ``<scheme>://<pod IP>:<port><path>``, where ``port`` is the container port's number, or
@@ -110,9 +112,8 @@ class ExporterPodWatch:
                     events = self._events
                     await self._watch()
                     watched += 1
-                    if self._events > events:
-                        backoff = FIRST_BACKOFF_S  # the watch works
-                    else:  # ended with nothing said: never re-watch in a tight loop
+                    backoff = FIRST_BACKOFF_S  # a watch ran its course: the API works
+                    if self._events == events:  # it said nothing: never re-watch in a tight loop
                         await self.sleep(FIRST_BACKOFF_S)
             except _Gone:
                 _log.info("pod watch expired (410 Gone), listing again", kind=self.kind)
@@ -170,6 +171,8 @@ class ExporterPodWatch:
             kind, obj = event["type"], event["object"]
         except (ValueError, KeyError, TypeError) as exc:
             raise _Unusable(f"watch {url}: not a watch event: {line[:200]!r}") from exc
+        if not isinstance(obj, dict):
+            raise _Unusable(f"watch {url}: not a watch event: {line[:200]!r}")
         if kind == "ERROR":
             if obj.get("code") == 410:
                 raise _Gone()
