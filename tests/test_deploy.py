@@ -88,6 +88,7 @@ def test_validate_deploy_script_passes_every_check(helm: str) -> None:
         "kmsg-values.yaml",
         "monitoring-values.yaml",
         "actions-values.yaml",
+        "discovery-values.yaml",
     ],
 )
 def test_helm_lint_strict_accepts_chart(helm: str, values: str) -> None:
@@ -157,6 +158,7 @@ def test_fleet_statefulset_takes_shard_from_pod_ordinal(helm: str) -> None:
         "kmsg-values.yaml",
         "monitoring-values.yaml",
         "actions-values.yaml",
+        "discovery-values.yaml",
     ],
 )
 def test_rendered_daemon_configs_load(helm: str, values: str, tmp_path: Path) -> None:
@@ -264,6 +266,45 @@ def test_actions_rbac_grants_node_get_patch_and_status_patch_only(
     for kind in ("DaemonSet", "Deployment"):
         assert _one(docs, kind)["spec"]["template"]["spec"]["automountServiceAccountToken"]
     rendered = tmp_path / "actions.yaml"
+    rendered.write_text(yaml.safe_dump_all(docs))
+    kv = require_tool("kubernetes-validate")
+    proc = _run(kv, "--strict", "--quiet", str(rendered))
+    assert 0 == proc.returncode, proc.stdout + proc.stderr
+
+
+def test_agent_discovery_grants_read_only_pod_access_and_turns_it_on(
+    helm: str, tmp_path: Path
+) -> None:
+    """agent.discovery: a ClusterRole with pods get/list/watch only, bound to the chart's
+    service account, the token mounted in the agents (NODE_NAME from spec.nodeName), and the
+    agent config's targets.kubernetes on with the values' keys kept; kubernetes-validate
+    --strict accepts it."""
+    docs = _render(helm, files=("discovery-values.yaml",))
+    role = _one(docs, "ClusterRole", "-pod-discovery")
+    binding = _one(docs, "ClusterRoleBinding", "-pod-discovery")
+    assert [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}] == role[
+        "rules"
+    ]
+    account = _one(docs, "ServiceAccount")["metadata"]["name"]
+    assert [{"kind": "ServiceAccount", "name": account, "namespace": "gpu-monitoring"}] == binding[
+        "subjects"
+    ]
+    assert role["metadata"]["name"] == binding["roleRef"]["name"]
+    ds = _one(docs, "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is True
+    assert "hostNetwork" not in pod
+    node_name = {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+    assert node_name in _container(ds)["env"]
+    agent = tmp_path / "agent.yaml"
+    agent.write_text(_one(docs, "ConfigMap", "detector")["data"]["agent.yaml"])
+    k8s = load_config(agent, {"NODE_NAME": "gpu-node-01"}).targets.kubernetes
+    assert (True, "monitoring", "app=nvidia-dcgm-exporter") == (
+        k8s.enabled,
+        k8s.node.namespace,
+        k8s.dcgm.label_selector,
+    )
+    rendered = tmp_path / "discovery.yaml"
     rendered.write_text(yaml.safe_dump_all(docs))
     kv = require_tool("kubernetes-validate")
     proc = _run(kv, "--strict", "--quiet", str(rendered))

@@ -15,8 +15,9 @@ Contract:
 - ``release(decision)``: the same read-patch removing the taint and the annotations (and
   uncordoning if the detector cordoned), then the condition False.
 - In-cluster by default: ``https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT``, the
-  service account's token (read before each request: kubelet rotates it) and CA. Every path,
-  the environment and the httpx client are injectable.
+  service account's token (read before each request: kubelet rotates it) and CA, set up by
+  ``ingest.KubeApi`` (pod discovery's connection too). Every path, the environment and the
+  httpx client are injectable.
 - httpx errors and statuses other than 2xx become ``ActionError`` naming node, method, URL
   and status (this module is the one boundary for them).
 """
@@ -24,17 +25,15 @@ Contract:
 from __future__ import annotations
 
 import json
-import os
-import ssl
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
 
 from ..config import ActionsConfig
-from ..errors import ActionError
+from ..errors import ActionError, ConfigError
+from ..ingest import KubeApi
 from ..loop import Decision
 
 __all__ = ["KubernetesExecutor"]
@@ -60,14 +59,13 @@ class KubernetesExecutor:
         self.taint_key, self.taint_effect = k8s.taint_key, k8s.taint_effect
         self.prefix = k8s.annotation_prefix.rstrip("/")
         self.condition_type = k8s.condition_type
-        self.token_path = k8s.token_path
-        self.base_url = k8s.api_url.rstrip("/") if k8s.api_url else _in_cluster_url(env)
-        if client is None:
-            verify: ssl.SSLContext | bool = True
-            if self.base_url.startswith("https://") and Path(k8s.ca_path).exists():
-                verify = ssl.create_default_context(cafile=str(k8s.ca_path))
-            client = httpx.AsyncClient(timeout=k8s.timeout_s, verify=verify)
-        self._client = client
+        try:
+            self.api = KubeApi.from_config(
+                k8s, setting="actions.kubernetes.api_url", client=client, env=env
+            )
+        except ConfigError as exc:
+            raise ActionError(str(exc)) from None
+        self.base_url = self.api.base_url
 
     async def apply(self, decision: Decision) -> None:
         """Cordon, taint and annotate ``decision.node`` (see the module docstring)."""
@@ -123,7 +121,7 @@ class KubernetesExecutor:
         await self._condition(decision, "False", "Released", decision.reason, stamp)
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self.api.aclose()
 
     # -- internals -----------------------------------------------------------------------
     def _key(self, name: str) -> str:
@@ -165,16 +163,18 @@ class KubernetesExecutor:
         content_type: str | None = None,
         conflict_ok: bool = False,
     ) -> Any:
-        headers = {"Accept": "application/json"}
-        token = self._token(node)
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
+        try:
+            headers = self.api.headers()
+        except OSError as exc:
+            raise ActionError(
+                f"kubernetes: node {node}: cannot read token {self.api.token_path}: {exc}"
+            ) from exc
         content = None
         if body is not None:
             headers["Content-Type"] = content_type or MERGE_PATCH
             content = json.dumps(body).encode()
         try:
-            response = await self._client.request(method, url, headers=headers, content=content)
+            response = await self.api.client.request(method, url, headers=headers, content=content)
         except httpx.HTTPError as exc:
             raise ActionError(
                 f"kubernetes: {method} {url} for node {node}: {type(exc).__name__}: {exc}"
@@ -190,30 +190,6 @@ class KubernetesExecutor:
             return response.json()
         except ValueError as exc:
             raise ActionError(f"kubernetes: {method} {url}: not JSON: {exc}") from exc
-
-    def _token(self, node: str) -> str:
-        """The bearer token; "" without a token file (an api_url through kubectl proxy)."""
-        try:
-            return Path(self.token_path).read_text().strip()
-        except FileNotFoundError:
-            return ""  # out of cluster (api_url over a proxy): no token
-        except OSError as exc:
-            raise ActionError(
-                f"kubernetes: node {node}: cannot read token {self.token_path}: {exc}"
-            ) from exc
-
-
-def _in_cluster_url(env: Mapping[str, str] | None) -> str:
-    env = os.environ if env is None else env
-    host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT", "443")
-    if not host:
-        raise ActionError(
-            "kubernetes: not in a cluster (KUBERNETES_SERVICE_HOST unset) and "
-            "actions.kubernetes.api_url not set"
-        )
-    if ":" in host:
-        host = f"[{host}]"  # IPv6
-    return f"https://{host}:{port}"
 
 
 def _label_value(text: str) -> str:

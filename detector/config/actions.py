@@ -14,6 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .kubernetes import SERVICE_ACCOUNT_DIR, KubernetesApiConfig
+
 __all__ = [
     "SERVICE_ACCOUNT_DIR",
     "ActionsConfig",
@@ -22,7 +24,6 @@ __all__ = [
     "WebhookActionConfig",
 ]
 
-SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 # A Kubernetes qualified name: an optional DNS-subdomain prefix and "/", then a name part.
 _QUALIFIED = re.compile(
     r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
@@ -34,22 +35,9 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class KubernetesActionConfig(_Section):
+class KubernetesActionConfig(KubernetesApiConfig):
     """How a node is excluded in Kubernetes: cordon, a taint, an annotation and a condition."""
 
-    api_url: str | None = Field(
-        default=None,
-        description="API server URL; None: in-cluster, https://$KUBERNETES_SERVICE_HOST:"
-        "$KUBERNETES_SERVICE_PORT with the service account's token and CA",
-    )
-    token_path: Path = Field(
-        default=SERVICE_ACCOUNT_DIR / "token",
-        description="bearer token file, read before every request (kubelet rotates it)",
-    )
-    ca_path: Path = Field(
-        default=SERVICE_ACCOUNT_DIR / "ca.crt",
-        description="CA bundle that signs the API server's certificate (https only)",
-    )
     taint_key: str = Field(
         default="gpu-failure-detector/excluded",
         description="key of the taint put on an excluded node (its value is the failure class)",
@@ -68,7 +56,6 @@ class KubernetesActionConfig(_Section):
         description="node condition set True on exclusion and False on release through the "
         "nodes/status subresource; None: annotations only (no nodes/status RBAC needed)",
     )
-    timeout_s: float = Field(default=10.0, gt=0, description="timeout of one API request")
 
     @field_validator("taint_key")
     @classmethod

@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from .actions import ActionsConfig
+from .kubernetes import ExporterPods, KubernetesApiConfig, KubernetesTargetsConfig
 
 __all__ = [
     "ActionsConfig",
@@ -32,7 +33,10 @@ __all__ = [
     "CalibrationConfig",
     "Config",
     "EvaluationConfig",
+    "ExporterPods",
     "KmsgConfig",
+    "KubernetesApiConfig",
+    "KubernetesTargetsConfig",
     "LabelsConfig",
     "LoggingConfig",
     "RulesConfig",
@@ -149,7 +153,8 @@ class AgentPorts(_Section):
 
 
 class TargetsConfig(_Section):
-    """Where to scrape: static targets, Prometheus file_sd files (reloaded on change)."""
+    """Where to scrape: static targets, Prometheus file_sd files (reloaded on change), and in
+    agent mode this node's exporters (localhost ports, or pods found through Kubernetes)."""
 
     static: list[StaticTarget] = Field(
         default_factory=list, description="exporters to scrape, one entry each (fleet mode)"
@@ -164,6 +169,11 @@ class TargetsConfig(_Section):
     )
     agent_ports: AgentPorts = Field(
         default_factory=AgentPorts, description="agent mode: the local exporters' ports"
+    )
+    kubernetes: KubernetesTargetsConfig = Field(
+        default_factory=KubernetesTargetsConfig,
+        description="agent mode in Kubernetes: this node's exporter pods found through the API "
+        "(config/kubernetes.py)",
     )
 
     @field_validator("file_sd", mode="before")
@@ -595,13 +605,14 @@ class KmsgConfig(_Section):
 
 
 class RecordConfig(_Section):
-    """What ``detector run`` scraped, written as it scored it: the dumps ``detector replay``
-    reads back (the same files ``detector record`` writes). ``dir`` None: not written."""
+    """What ``detector run`` scraped and was remote-written, written as it scored it: the
+    dumps ``detector replay`` reads back (the same files ``detector record`` writes).
+    ``dir`` None: not written."""
 
     dir: Path | None = Field(
         default=None,
-        description="directory for OpenMetrics dumps of every scrape round run scored; "
-        "null: none written",
+        description="directory for OpenMetrics dumps of every tick run scored (the scrape "
+        "round and the remote-written samples, stamped with the tick); null: none written",
     )
     rotate_bytes: int = Field(
         default=256 * 1024 * 1024, gt=0, description="a dump file is closed at this size"
@@ -633,7 +644,8 @@ class Config(_Section):
     mode: Literal["agent", "fleet"] = Field(
         default="fleet",
         description="fleet: one process scrapes many nodes; agent: one process per GPU node "
-        "scrapes its own exporters on localhost",
+        "scrapes its own exporters on localhost (or, with targets.kubernetes, its node's "
+        "exporter pods)",
     )
     node_name: str | None = Field(
         default=None,

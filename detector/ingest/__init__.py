@@ -6,6 +6,7 @@ from .dumps.writer import OpenMetricsWriter
 from .events import load_events, place_events
 from .jobs import load_jobs, parse_jobs, write_jobs
 from .kmsg import KernelXids, KmsgFollower
+from .kubernetes import KubeApi, PodDiscovery
 from .record import RoundRecorder, run_record
 from .remote_write import SAMPLE_RESULTS, RemoteWriteSource, RemoteWriteStats
 from .scrape import Scraper, ScrapeRound
@@ -16,7 +17,9 @@ __all__ = [
     "DumpStats",
     "KernelXids",
     "KmsgFollower",
+    "KubeApi",
     "OpenMetricsWriter",
+    "PodDiscovery",
     "RemoteWriteSource",
     "RemoteWriteStats",
     "RoundRecorder",

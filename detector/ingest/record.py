@@ -18,6 +18,11 @@ Contract
     openmetrics``. A file appears atomically when closed; stopping (event, cancellation, an
     error) closes the current file with everything scraped so far. No empty file is written.
 
+    ``detector run`` with ``record.dir`` writes each tick through the same
+    :class:`RoundRecorder`, with the tick's remote-written samples after its scrape round
+    (stamped with the tick's time, labelled as Prometheus wrote them): the recording replays
+    to the frames the daemon scored, whichever source brought them.
+
     A tick that overruns the interval skips the ticks it missed (logged) rather than
     scraping in a burst.
 """
@@ -37,6 +42,7 @@ from ..config import Config
 from ..logs import get_logger
 from ..model import Exposition, Labels, Sample
 from .dumps.writer import OpenMetricsWriter, series_text
+from .kubernetes import PodDiscovery
 from .parse import split_series
 from .scrape import HEALTH_METRICS, Scraper, TargetScrape
 from .targets import Target, TargetSource
@@ -103,6 +109,11 @@ class _Segment:
             self.writer.add_exposition(out, default_time=now)
             self.bytes += sum(map(len, relabeled)) + _LINE_OVERHEAD * len(relabeled)
 
+    def add_written(self, samples: Sequence[Sample]) -> None:
+        """Remote-written samples, as written (Prometheus added its target labels already)."""
+        self.writer.add_many(samples)
+        self.bytes += sum(len(series_text(s.name, s.labels)) + _LINE_OVERHEAD for s in samples)
+
     def add_health(
         self, target_labels: Labels, health: tuple[float, float, float], now: float
     ) -> None:
@@ -131,9 +142,13 @@ class RoundRecorder:
         self._keys: dict[tuple[Labels, str], str] = {}
         self._segment: _Segment | None = None
 
-    def add(self, results: Sequence[TargetScrape], now: float) -> None:
-        """Write one round, stamped ``now`` (samples without their own timestamp)."""
-        if not results:
+    def add(
+        self, results: Sequence[TargetScrape], now: float, written: Sequence[Sample] = ()
+    ) -> None:
+        """Write one round, stamped ``now`` (samples without their own timestamp), and the
+        tick's remote-written samples (``RemoteWriteSource.written``: stamped with the tick,
+        labelled as written) after it, as the tick's frame takes them over a scraped value."""
+        if not results and not written:
             return
         if self._segment is None:
             self._segment = _Segment(self.out_dir, self.prefix, len(self.files), now)
@@ -150,6 +165,7 @@ class RoundRecorder:
             )
         for labels, values in health.items():
             self._segment.add_health(labels, values, now)
+        self._segment.add_written(written)
         if self._segment.bytes >= self.rotate_bytes or now - self._segment.first >= self.rotate_s:
             self.close()
 
@@ -236,16 +252,24 @@ def run_record(
                 loop.add_signal_handler(signum, stop.set)
         if duration_s is not None:
             loop.call_later(duration_s, stop.set)
-        source = TargetSource(config)
-        async with Scraper.from_config(config.scrape) as scraper:
-            return await record(
-                source.current,
-                scraper,
-                out_dir,
-                interval_s=config.scrape.interval_s,
-                rotate_bytes=rotate_bytes,
-                rotate_s=rotate_s,
-                stop_event=stop,
-            )
+        pods = PodDiscovery.for_agent(config)  # agent mode in Kubernetes: followed meanwhile
+        source = TargetSource(config, pods=pods)
+        following = asyncio.create_task(pods.run()) if pods is not None else None
+        try:
+            async with Scraper.from_config(config.scrape) as scraper:
+                return await record(
+                    source.current,
+                    scraper,
+                    out_dir,
+                    interval_s=config.scrape.interval_s,
+                    rotate_bytes=rotate_bytes,
+                    rotate_s=rotate_s,
+                    stop_event=stop,
+                )
+        finally:
+            if following is not None and pods is not None:
+                following.cancel()
+                await asyncio.gather(following, return_exceptions=True)
+                await pods.aclose()
 
     return asyncio.run(main())

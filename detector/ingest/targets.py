@@ -9,7 +9,9 @@ Contract
     :class:`TargetSource` ``.current()`` returns the targets of this process, in a stable order:
 
     - agent mode (``config.mode == "agent"``): this node's dcgm-exporter and node-exporter on
-      localhost (``config.targets.agent_ports``), named ``config.node_name``;
+      localhost (``config.targets.agent_ports``), named ``config.node_name``; or, given
+      ``pods`` (``targets.kubernetes``: ingest/kubernetes/pods.py), the exporter pods it
+      currently finds on this node;
     - ``config.targets.static`` as written;
     - every ``config.targets.file_sd`` file (Prometheus file_sd, JSON or YAML:
       ``[{"targets": ["host:port"], "labels": {...}}]``; ``__metrics_path__``, ``__scheme__``
@@ -36,7 +38,7 @@ import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from urllib.parse import urlencode, urlsplit
 
 import yaml
@@ -47,6 +49,7 @@ from ..logs import get_logger
 from ..model import Labels
 
 __all__ = [
+    "PodTargets",
     "Target",
     "TargetKind",
     "TargetSource",
@@ -190,6 +193,16 @@ def shard_targets(
     return [t for t in targets if shard_of(of_node[t.node], shard.count) == shard.index]
 
 
+class PodTargets(Protocol):
+    """Targets found elsewhere and followed (kubernetes.PodDiscovery); ``version`` changes
+    whenever ``targets()`` does."""
+
+    @property
+    def version(self) -> int: ...
+
+    def targets(self) -> list[Target]: ...
+
+
 @dataclass
 class _WatchedFile:
     signature: tuple[int, int, int] | None = None  # (mtime_ns, size, inode) of the last read
@@ -205,8 +218,11 @@ class TargetSource:
         *,
         shard: Shard | None = None,
         clock: Callable[[], float] = time.monotonic,
+        pods: PodTargets | None = None,
     ) -> None:
         self.config = config
+        self.pods = pods  # agent mode: this node's exporters as found in Kubernetes
+        self._pods_version = -1
         self.shard = shard if shard is not None else config.shard
         self.clock = clock
         self.errors: dict[Path, str] = {}  # file -> current error, while it is bad
@@ -216,7 +232,9 @@ class TargetSource:
 
     def _fixed(self) -> list[Target]:
         config, out = self.config, []
-        if config.mode == "agent":
+        if config.mode == "agent" and self.pods is not None:
+            out.extend(self.pods.targets())
+        elif config.mode == "agent":
             node = config.node_name or "localhost"
             ports = config.targets.agent_ports
             out.append(
@@ -280,6 +298,8 @@ class TargetSource:
     def current(self) -> list[Target]:
         """This process's targets now (file_sd refreshed when due)."""
         self.refresh()
+        if self.pods is not None and self.pods.version != self._pods_version:
+            self._pods_version, self._current = self.pods.version, None
         if self._current is None:
             seen: set[str] = set()
             merged = []

@@ -50,6 +50,7 @@ from ..errors import DetectorError, StateError
 from ..ingest import (
     KernelXids,
     KmsgFollower,
+    PodDiscovery,
     RemoteWriteSource,
     RoundRecorder,
     Scraper,
@@ -58,7 +59,7 @@ from ..ingest import (
 )
 from ..logs import configure_logging, get_logger
 from ..loop import LoopTick, TickLoop
-from ..model import Frame
+from ..model import Frame, Sample
 from ..series import LabelRules, SeriesIndex, merge_frames
 from .entity_stats import NodeScoreStats
 from .export import Exporter
@@ -131,7 +132,9 @@ class Daemon:
             load_calibration(config.calibration.path) if config.calibration.path else None
         )
         self._fresh_loop()
-        self.targets = TargetSource(config)
+        # agent mode in Kubernetes: this node's exporter pods (run_daemon follows them)
+        self.pods = PodDiscovery.for_agent(config)
+        self.targets = TargetSource(config, pods=self.pods)
         self.scraper = Scraper.from_config(config.scrape, client)
         self.alerts = AlertSender.from_config(config.alerts, client=client, clock=clock)
         self.alerts.write_ahead = config.state.path is not None
@@ -174,7 +177,9 @@ class Daemon:
         self.pipeline = self.loop.pipeline
         # remote_write: a second source of each tick's frame, fed by POST /api/v1/write
         self.remote_write = (
-            RemoteWriteSource.from_config(self.config.remote_write, self.index)
+            RemoteWriteSource.from_config(
+                self.config.remote_write, self.index, keep_series=self.config.record.dir is not None
+            )
             if self.config.remote_write.enabled
             else None
         )
@@ -291,8 +296,6 @@ class Daemon:
         refused_before = self.index.refused
         round_ = await self.scraper.scrape_all(self.targets.current(), self.index, now)
         self.last_round = round_
-        if self.recorder is not None:  # what this tick scores, for `detector replay`
-            self.recorder.add(round_.targets, now)
         if self.index.refused > refused_before:
             _log.error(
                 "series refused: the index is full (scrape.max_series_total)",
@@ -318,8 +321,14 @@ class Daemon:
             grown = np.full(len(self.index), np.nan)
             grown[: frame.values.shape[0]] = frame.values
             frame = Frame(frame.time, grown)
+        written: list[Sample] = []
         if self.remote_write is not None:  # what Prometheus remote-wrote since the last tick
-            frame = merge_frames(frame, self.remote_write.frame(now))
+            top = self.remote_write.frame(now)
+            frame = merge_frames(frame, top)
+            if self.recorder is not None:
+                written = self.remote_write.written(top)
+        if self.recorder is not None:  # what this tick scores, for `detector replay`
+            self.recorder.add(round_.targets, now, written)
         tick = self.loop.step(frame, xids=kernel, muted=self._muted_nodes())
         self.last_tick = tick
         if not self.loop.policy.shadow:
@@ -424,6 +433,8 @@ class Daemon:
         )
 
     async def aclose(self) -> None:
+        if self.pods is not None:
+            await self.pods.aclose()
         if self.actions is not None:
             await self.actions.executor.aclose()
         if self.recorder is not None:
@@ -466,6 +477,7 @@ async def run_daemon(
     interval = config.scrape.interval_s
     daemon = Daemon(config, clock=clock, client=client, kmsg=kmsg)
     delivery: asyncio.Task[None] | None = None
+    discovery: asyncio.Task[None] | None = None
     delivery_stop = asyncio.Event()
     readiness = Readiness(interval)
     server: Server | None = None
@@ -475,6 +487,8 @@ async def run_daemon(
             config, daemon.exporter, readiness, port=port, remote_write=daemon.remote_write
         )
         delivery = asyncio.create_task(daemon.alerts.run(delivery_stop), name="alert-delivery")
+        if daemon.pods is not None:
+            discovery = asyncio.create_task(daemon.pods.run(), name="pod-discovery")
         _log_start(daemon)
         next_at = loop.time()
         while not stop.is_set():
@@ -489,6 +503,9 @@ async def run_daemon(
         sd_notify("STOPPING=1", env)
         _log.info("daemon stopping", ticks=daemon.stats.ticks)
         delivery_stop.set()
+        if discovery is not None:
+            discovery.cancel()
+            await asyncio.gather(discovery, return_exceptions=True)
         await _flush_alerts(daemon, delivery, shutdown_timeout_s)
         daemon.save()
         if server is not None:

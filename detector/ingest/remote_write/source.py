@@ -29,6 +29,12 @@ Contract
     timestamp falls in was scored; it then counts in the next tick, as a slow scrape would.
 
     Requests are counted by ``stats.requests[result]``: ``ok`` or the RemoteWriteError reason.
+
+    With ``keep_series`` (``record.dir`` set), ``written(frame)`` returns the samples a tick's
+    frame holds (:class:`~detector.model.Sample`: name and labels of the newest admitted
+    sample's series as remote-written) stamped with the tick's time: written to the recording
+    beside the scrape round, they replay into the very tick that scored them (a late sample
+    too, which counted in the tick after its timestamp).
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ import numpy as np
 from ...config import RemoteWriteConfig
 from ...errors import RemoteWriteError
 from ...jit import jit
-from ...model import BoolArray, FloatArray, Frame, IntArray
+from ...model import BoolArray, FloatArray, Frame, IntArray, Labels, Sample
 from ...series import SeriesIndex
 from .decode import check_headers, decode_write_request, split_key
 
@@ -108,8 +114,12 @@ class RemoteWriteSource:
         max_body_bytes: int = 16 * 1024 * 1024,
         max_decoded_bytes: int = 64 * 1024 * 1024,
         max_sample_age_s: float = 60.0,
+        keep_series: bool = False,
     ) -> None:
         self.index = index
+        self.keep_series = keep_series
+        # per column (keep_series): the raw key of its newest admitted sample, split
+        self._series: list[tuple[str, str, Labels] | None] = []
         self.max_body_bytes = max_body_bytes
         self.max_decoded_bytes = max_decoded_bytes
         self.max_sample_age_s = max_sample_age_s
@@ -120,12 +130,15 @@ class RemoteWriteSource:
         self._last_tick = float("-inf")
 
     @classmethod
-    def from_config(cls, config: RemoteWriteConfig, index: SeriesIndex) -> RemoteWriteSource:
+    def from_config(
+        cls, config: RemoteWriteConfig, index: SeriesIndex, *, keep_series: bool = False
+    ) -> RemoteWriteSource:
         return cls(
             index,
             max_body_bytes=config.max_body_bytes,
             max_decoded_bytes=config.max_decoded_bytes,
             max_sample_age_s=config.max_sample_age_s,
+            keep_series=keep_series,
         )
 
     def refused(self, reason: str) -> None:
@@ -154,6 +167,8 @@ class RemoteWriteSource:
             self._latest,
             self._seen,
         )
+        if self.keep_series:
+            self._keep(batch.keys, batch.sample_series[codes == 0], series_columns)
         counts = np.bincount(codes, minlength=len(SAMPLE_RESULTS))
         results = Counter(
             {name: int(n) for name, n in zip(SAMPLE_RESULTS, counts.tolist(), strict=True) if n}
@@ -170,6 +185,27 @@ class RemoteWriteSource:
         self._seen[:width] = False
         self._last_tick = max(self._last_tick, now)
         return Frame(now, values)
+
+    def written(self, frame: Frame) -> list[Sample]:
+        """The samples ``frame`` (this source's) holds, as written, at the frame's time
+        (``keep_series`` only; see the module docstring)."""
+        out = []
+        for column in np.flatnonzero(~np.isnan(frame.values)).tolist():
+            kept = self._series[column] if column < len(self._series) else None
+            if kept is not None:
+                out.append(Sample(kept[1], kept[2], float(frame.values[column]), frame.time))
+        return out
+
+    def _keep(self, keys: list[str], admitted: IntArray, series_columns: IntArray) -> None:
+        """Remember each admitted sample's series key by column (split once per new key)."""
+        if len(self._series) < len(self.index):
+            self._series.extend([None] * (len(self.index) - len(self._series)))
+        for series, column in zip(
+            admitted.tolist(), series_columns[admitted].tolist(), strict=True
+        ):
+            key, kept = keys[series], self._series[column]
+            if kept is None or kept[0] != key:
+                self._series[column] = (key, *split_key(key))
 
     def _grow(self, width: int) -> None:
         have = self._newest.shape[0]

@@ -56,7 +56,7 @@ keys the chart owns laid over it. Argument: dict "root" $ "mode" "agent"|"fleet"
 {{- $owned := dict "mode" .mode }}
 {{- if eq .mode "agent" }}
 {{- $_ := set $owned "kmsg" (dict "enabled" $v.agent.kmsg.enabled "path" "/dev/kmsg") }}
-{{- $_ := set $owned "targets" (dict "agent_ports" (dict "dcgm" $v.agent.exporterPorts.dcgm "node" $v.agent.exporterPorts.node)) }}
+{{- $_ := set $owned "targets" (dict "agent_ports" (dict "dcgm" $v.agent.exporterPorts.dcgm "node" $v.agent.exporterPorts.node) "kubernetes" (dict "enabled" $v.agent.discovery.enabled)) }}
 {{- else }}
 {{- $cfg = mustMergeOverwrite $cfg (deepCopy (default dict $v.fleet.config)) }}
 {{- end }}
