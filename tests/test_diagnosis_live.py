@@ -224,10 +224,10 @@ def test_metrics_show_failure_concentration_and_repeat_offenders() -> None:
 def test_the_recovery_log_survives_a_restart() -> None:
     """state_dict through JSON and back: the same figures."""
     log = RecoveryLog(3600.0, 300.0)
-    log.update(T0, NODES, failures=[XidEvent(T0, "n1", "3", 79, end=T0 + 60)])
-    log.update(T0 + 30, NODES, notified=[Alert("n1", "3", T0 + 30, None, 0.9, ("gpu_temp",))])
-    log.update(T0 + 4000, NODES, failures=[XidEvent(T0 + 4000, "n1", None, 48)])
-    log.update(T0 + 4100, NODES, excluded=["n1"])
+    log.update(T0, len(NODES), failures=[XidEvent(T0, "n1", "3", 79, end=T0 + 60)])
+    log.update(T0 + 30, len(NODES), notified=[Alert("n1", "3", T0 + 30, None, 0.9, ("gpu_temp",))])
+    log.update(T0 + 4000, len(NODES), failures=[XidEvent(T0 + 4000, "n1", None, 48)])
+    log.update(T0 + 4100, len(NODES), excluded=["n1"])
     restored = RecoveryLog(3600.0, 300.0)
     restored.load_state_dict(json.loads(json.dumps(log.state_dict())))
     assert log.figures(T0 + 5000) == restored.figures(T0 + 5000)

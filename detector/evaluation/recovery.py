@@ -30,7 +30,7 @@ unmatched until it does.
 from __future__ import annotations
 
 from collections import Counter, defaultdict, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -203,7 +203,7 @@ class RecoveryLog:
         self.horizon_s = horizon_s
         self.grace_s = grace_s
         self.since: float | None = None
-        self.nodes: set[str] = set()  # every node a tick named (the even share's denominator)
+        self.nodes = 0  # the most nodes a tick named (the even share's denominator)
         self._alerts: deque[Alert] = deque(maxlen=max_events)
         self._failures: deque[XidEvent] = deque(maxlen=max_events)
         self._exclusions: deque[tuple[float, str]] = deque(maxlen=max_events)
@@ -211,23 +211,24 @@ class RecoveryLog:
     def update(
         self,
         now: float,
-        nodes: Iterable[str],
+        nodes: int,
         notified: Sequence[Alert] = (),
         failures: Sequence[XidEvent] = (),
         excluded: Sequence[str] = (),
     ) -> None:
-        """One tick: the nodes it named, the alerts notified for the first time, the failure
-        XID episodes that began, the nodes the action engine excluded (or would have)."""
+        """One tick: how many nodes it named, the alerts notified for the first time, the
+        failure XID episodes that began, the nodes the action engine excluded (or would
+        have)."""
         if self.since is None:
             self.since = now
-        self.nodes.update(nodes)
+        self.nodes = max(self.nodes, nodes)
         self._alerts.extend(notified)
         self._failures.extend(failures)
         self._exclusions.extend((now, node) for node in excluded)
 
     def figures(self, now: float) -> RecoveryFigures:
         """The figures over what the log holds, judged at ``now``."""
-        nodes = len(self.nodes)
+        nodes = self.nodes
         kinds = []
         episodes = {node: len(found) for node, found in failure_episodes(self._failures).items()}
         if episodes:
@@ -251,7 +252,7 @@ class RecoveryLog:
         """JSON-able: what the log holds."""
         return {
             "since": self.since,
-            "nodes": sorted(self.nodes),
+            "nodes": self.nodes,
             "alerts": [
                 [a.node, a.gpu, a.start, a.end, a.peak_score, list(a.signals)] for a in self._alerts
             ],
@@ -263,7 +264,7 @@ class RecoveryLog:
         """Restore ``state_dict`` output; KeyError, TypeError or ValueError when malformed,
         leaving the log as it was."""
         since = None if state["since"] is None else float(state["since"])
-        nodes = {str(n) for n in state["nodes"]}
+        nodes = int(state["nodes"])
         alerts = [
             Alert(str(n), _str(g), float(s), _float(e), float(p), tuple(str(x) for x in sig))
             for n, g, s, e, p, sig in state["alerts"]

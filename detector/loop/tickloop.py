@@ -205,7 +205,7 @@ class Decisions:
         detections = self.accounting.update(t, notified, new_failures)
         actions = self._act(tick, failing, n_seen) if self.actions is not None else []
         excluded = [d.node for d in actions if d.action == "exclude" and d.refused is None]
-        self.recovery.update(t, tick.node_names, notified, new_failures, excluded)
+        self.recovery.update(t, len(tick.node_names), notified, new_failures, excluded)
         return LoopTick(
             scores=tick,
             started=changes.started,
