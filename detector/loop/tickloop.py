@@ -34,28 +34,26 @@ scores to try thresholds without re-scoring (``Recording.decide``): the same cod
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..config import AlertsConfig, Calibration, Config, XidCatalog
-from ..diagnosis import Diagnosis, DiagnosisModel, Evidence, diagnose, diagnosis_model
+from ..diagnosis import Diagnosis, DiagnosisModel, diagnosis_model
 from ..evaluation import Detection, LiveAccounting, RecoveryLog
 from ..model import Alert, FloatArray, Frame, Incident, SignalScore, XidEvent
 from ..pipeline import Pipeline, TickResult, build_pipeline, dedupe_episodes, is_failure
 from ..series import SeriesIndex
 from .action_records import Candidate, Decision
 from .actions import ActionEngine
-from .alerts import Evidence as AlertEvidence
-from .alerts import EvidenceFn, NodeAlerts, leading_gpu
+from .alerts import Evidence, EvidenceFn, NodeAlerts, leading_gpu
+from .diagnoses import AlertDiagnoses, AlertKey, SignalScoresFn
 from .episodes import EpisodeParams
 from .policy import FAILURE_ALERT, INCIDENT_ALERT, AlertPolicy, Notification
 
 STATE_VERSION = 1
-AlertKey = tuple[str, float]  # (node, start): an alert episode
-SignalScoresFn = Callable[[int], Sequence[SignalScore]]  # node id -> its leading columns
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,12 +130,12 @@ class Decisions:
         self.policy = policy
         self.accounting = accounting
         self.diagnosis = diagnosis  # None: alerts go undiagnosed (a loop built by hand)
+        self.diagnoses = AlertDiagnoses(diagnosis)
         self.alerts = NodeAlerts(episodes, xid_hold_s=xid_hold_s, alert_on_xid=alert_on_xid)
         self._settings = (policy.settings(), accounting.horizon_s, accounting.grace_s)
         self.incidents = _Incidents()
         self.recovery = RecoveryLog(accounting.horizon_s, accounting.grace_s)
         self._sent: set[AlertKey] = set()  # open episodes the policy notified
-        self._diagnoses: dict[AlertKey, Diagnosis] = {}  # open episodes' diagnoses
         self._recent_failures: list[XidEvent] = []
 
     @classmethod
@@ -192,14 +190,14 @@ class Decisions:
         failing = [e for e in xids if is_failure(e, self.catalog)]
         changes = self.alerts.update(t, tick.node_names, tick.node_score, failing, evidence)
         open_alerts = self.alerts.open_alerts()
-        diagnosed = self._diagnose(tick, (*changes.started, *open_alerts), signal_scores)
+        started = (*changes.started, *open_alerts)
+        diagnosed = self.diagnoses.update(tick.node_names, started, signal_scores)
         n_seen = int(np.count_nonzero(~np.isnan(tick.node_score)))
         notes = self.policy.update(
-            t, n_seen, open_alerts, changes.ended, tick.incidents, muted, self._diagnoses
+            t, n_seen, open_alerts, changes.ended, tick.incidents, muted, self.diagnoses.open
         )
         notified, ended_sent = self._track_sent(notes, open_alerts, changes.ended)
-        for alert in changes.ended:
-            self._diagnoses.pop((alert.node, alert.start), None)
+        self.diagnoses.keep(open_alerts)
         self.incidents.update(notes)
         new_failures = self._new_failures(failing, t)
         detections = self.accounting.update(t, notified, new_failures)
@@ -220,28 +218,9 @@ class Decisions:
             diagnoses=diagnosed,
         )
 
-    def _diagnose(
-        self, tick: TickResult, alerts: Sequence[Alert], signal_scores: SignalScoresFn | None
-    ) -> dict[AlertKey, Diagnosis]:
-        """Diagnose the alerts that have none yet (those that started this tick; after a
-        restart from a state without diagnoses, the open ones) from their evidence now."""
-        model = self.diagnosis
-        new = {(a.node, a.start): a for a in alerts if (a.node, a.start) not in self._diagnoses}
-        if model is None or not new:
-            return {}
-        index = {name: i for i, name in enumerate(tick.node_names)}
-        found: dict[AlertKey, Diagnosis] = {}
-        for alert in new.values():
-            i = index.get(alert.node)
-            scores = signal_scores(i) if signal_scores is not None and i is not None else ()
-            evidence = Evidence.of_alert(alert.signals, scores)
-            found[(alert.node, alert.start)] = diagnose(evidence, model)
-        self._diagnoses.update(found)
-        return found
-
     def diagnosis_of(self, alert: Alert) -> Diagnosis | None:
         """The diagnosis an open alert has kept since it started (None: no model)."""
-        return self._diagnoses.get((alert.node, alert.start))
+        return self.diagnoses.of(alert)
 
     def _act(self, tick: TickResult, failing: Sequence[XidEvent], n_seen: int) -> list[Decision]:
         """Step 6: the failure XIDs and the notified alerts (with their score this tick) as
@@ -249,11 +228,7 @@ class Decisions:
         assert self.actions is not None
         index = {name: i for i, name in enumerate(tick.node_names)}
         scores = tick.node_score
-        model = self.diagnosis
-        candidates = [
-            Candidate.from_xid(e, model.class_of_xid(e.xid) if model is not None else None)
-            for e in failing
-        ]
+        candidates = [Candidate.from_xid(e, self.diagnoses.class_of_xid(e.xid)) for e in failing]
         for alert in self.open_sent_alerts():
             i = index.get(alert.node)
             score = float(scores[i]) if i is not None and i < scores.shape[0] else float("nan")
@@ -311,9 +286,7 @@ class Decisions:
             "sent": [[node, start] for node, start in sorted(self._sent)],
             "policy": self.policy.state_dict(),
             "accounting": self.accounting.state_dict(),
-            "diagnoses": [
-                [node, start, d.to_state()] for (node, start), d in self._diagnoses.items()
-            ],
+            "diagnoses": self.diagnoses.state_dict(),
             "recovery": self.recovery.state_dict(),
         }
         if self.actions is not None:
@@ -325,11 +298,7 @@ class Decisions:
         self._sent = {(str(node), float(start)) for node, start in meta["sent"]}
         self.policy.load_state_dict(meta["policy"])
         self.accounting.load_state_dict(meta["accounting"])
-        # a state written before diagnoses were kept: the open alerts are diagnosed anew
-        self._diagnoses = {
-            (str(node), float(start)): Diagnosis.from_state(d)
-            for node, start, d in meta.get("diagnoses", [])
-        }
+        self.diagnoses.load_state_dict(meta.get("diagnoses", []))  # none in an older state
         if isinstance(meta.get("recovery"), dict):
             self.recovery.load_state_dict(meta["recovery"])
         if self.actions is not None and isinstance(meta.get("actions"), dict):
@@ -390,7 +359,7 @@ class TickLoop:
         tick = self.pipeline.step(frame)
         pipeline, threshold = self.pipeline, self.threshold
 
-        def evidence(node: int) -> AlertEvidence:
+        def evidence(node: int) -> Evidence:
             signals, gpu = pipeline.peak_evidence(tick, node)
             return signals, leading_gpu(tick, node, threshold) or gpu
 
