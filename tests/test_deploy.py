@@ -372,6 +372,27 @@ def test_promtool_unit_tests_catch_a_changed_threshold(tmp_path: Path) -> None:
             "gpu-ops-chat",
         ),
         (
+            [
+                "alertname=GPUFailureSuspected",
+                "severity=critical",
+                "node=gpu-node-07",
+                "failure_class=host_nfs",
+                "action=CHECK_STORAGE",
+            ],
+            "infra-pager",
+        ),
+        (
+            [
+                "alertname=GPUFailureSuspected",
+                "severity=critical",
+                "node=gpu-node-07",
+                "gpu=3",
+                "failure_class=memory_ecc",
+                "action=RESET_GPU",
+            ],
+            "gpu-pager",
+        ),
+        (
             ["alertname=GPUFailureScoreHigh", "severity=critical", "node=gpu-node-07", "gpu=3"],
             "gpu-pager",
         ),

@@ -15,7 +15,6 @@ import math
 import pytest
 
 from detector.config import load_config
-from detector.diagnosis import diagnosis_model
 from detector.loop import TickLoop
 from detector.replay import (
     ReplayResult,
@@ -55,9 +54,8 @@ def replayed() -> ReplayResult:
     cluster = SimulatedCluster(scenario)
     index = SeriesIndex()
     loop = TickLoop.from_config(load_config(None, env={}), index)
-    model = diagnosis_model(loop.pipeline.signal_map.catalog, loop.pipeline.xid_catalog)
     frames = simulated_frames(cluster, index)
-    return run_replay(loop, frames, events=cluster.events(), diagnosis=model)
+    return run_replay(loop, frames, events=cluster.events())
 
 
 def test_each_failure_kind_is_diagnosed_at_its_first_alert(replayed: ReplayResult) -> None:

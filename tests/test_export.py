@@ -11,6 +11,8 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from detector.alerting.sender import AlertStats, DeliveryStats
+from detector.diagnosis import Diagnosis, Evidence
+from detector.evaluation import RecoveryFigures, concentration, repeat_offenders
 from detector.evaluation.accounting import AccountingSnapshot
 from detector.loop import LoopTick
 from detector.model import Alert, XidEvent
@@ -19,6 +21,7 @@ from detector.service.entity_stats import NodeScoreStats
 from detector.service.export import Exporter, SignalScore
 
 T0 = 1_700_000_000.0
+MEMORY_ECC = Diagnosis("memory_ecc", 0.87, "RESET_GPU", Evidence())
 PROMTOOL = "/usr/bin/promtool"
 
 
@@ -94,6 +97,13 @@ def full_exporter() -> Exporter:
             missed=1,
             fp_per_day=1.5,
             lead_times_s=[-60.0, 1200.0, 4000.0],
+        )
+    )
+    exp.set_alert_diagnoses([(Alert("n0", "1", T0, None, 0.9, ("ecc_sbe_volatile",)), MEMORY_ECC)])
+    failures = [XidEvent(T0, "n0", "1", 79, end=T0 + 60), XidEvent(T0 + 7200, "n0", "1", 48)]
+    exp.set_recovery(
+        RecoveryFigures(
+            (concentration("failures", {"n0": 2}, 3),), tuple(repeat_offenders(failures, []))
         )
     )
     exp.node_stats = NodeScoreStats()

@@ -53,7 +53,8 @@ def test_the_walkthrough_names_the_failure_and_the_query() -> None:
 @pytest.mark.slow
 def test_the_walkthrough_brings_the_alert_to_alertmanager(tmp_path: Path) -> None:
     """Run as written, the walkthrough's Alertmanager lists GPUFailureSuspected for the node
-    the plan names (and, when the alert names a GPU, the planted one)."""
+    the plan names (and, when the alert names a GPU, the planted one), with its diagnosis'
+    failure_class and action labels and its runbook_url."""
     require_tool("prometheus-alertmanager")
     amtool = require_tool("amtool")
     setup, query = walkthrough()
@@ -102,6 +103,10 @@ def test_the_walkthrough_brings_the_alert_to_alertmanager(tmp_path: Path) -> Non
         assert 'alertname="GPUFailureSuspected"' in line
         gpus = re.findall(r'\bgpu="(\d+)"', line)
         assert gpus in ([], [gpu])  # no GPU label yet (issue 39, item 2) or the planted one
+        # the diagnosis the loop decided when the alert started, and its runbook
+        assert re.search(r'\bfailure_class="[a-z_]+"', line), line
+        assert re.search(r'\baction="[A-Z_/]+"', line), line
+        assert re.search(r'\brunbook_url="[^"]+/diagnosis\.md#[a-z_]+"', line), line
     finally:
         stop_group(shell.pid)
         log.close()

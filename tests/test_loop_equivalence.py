@@ -1,7 +1,8 @@
 """``run`` and ``replay`` are one tick loop on two clocks: the daemon scores a simulated cluster
 live (its exporters on loopback, a virtual clock, a kernel-log Xid line, a local Alertmanager)
 while recording what it scraped (``record.dir``); ``detector replay`` of that recording with
-the same config gives the same alerts, the same notifications and the same accounting.
+the same config gives the same alerts, the same notifications, the same diagnoses and the same
+accounting.
 
 The clock is virtual: each tick is stamped 30 simulated seconds after the previous one
 whatever the machine's load, and the exporters serve the page of that simulated time, so the
@@ -14,22 +15,28 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Mapping
 from dataclasses import astuple
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from detector.config import Config, load_config
+from detector.diagnosis import Diagnosis
+from detector.evaluation import RecoveryFigures
 from detector.ingest import load_events
-from detector.loop import LoopTick, Notification, TickLoop
+from detector.loop import FAILURE_ALERT, LoopTick, Notification, TickLoop
 from detector.model import Alert
-from detector.replay import dump_frames, run_replay
+from detector.replay import Recovery, dump_frames, recovery_analysis, run_replay
 from detector.series import LabelRules, SeriesIndex
 from detector.service import Daemon, run_daemon
+from detector.service.export import Exporter
 from detector.sim import FailureSpec, Scenario, serve
 
 STEP = 30.0  # simulated seconds per tick
@@ -133,8 +140,10 @@ async def test_replay_of_what_run_scraped_decides_exactly_what_run_decided(
     tmp_path: Path, receiver: Receiver
 ) -> None:
     """Same alerts (entity, start, end, evidence), the same notifications (firing and
-    resolved, in order) and the same live accounting (detections, FP/day) from ``run`` and
-    from ``replay`` of its recording; the kernel-log XID forces its alert in both."""
+    resolved, in order), the same diagnoses and the same live accounting (detections, FP/day)
+    from ``run`` and from ``replay`` of its recording; the kernel-log XID forces its alert in
+    both; Alertmanager gets each alert's failure_class, action and runbook_url as replay
+    reports them, and /metrics the diagnoses and the recovery figures."""
     clock = VirtualClock(SCENARIO.start)
     exporters = serve(SCENARIO, port=0, speed=1.0, clock=clock)
     (tmp_path / "kmsg").write_text("")
@@ -206,3 +215,74 @@ async def test_replay_of_what_run_scraped_decides_exactly_what_run_decided(
     assert sent == got
     assert run_counts.failures >= 1  # the kernel log's (the gauge's XID goes with its GPU)
     assert run_counts.failures == run_counts.detected_before + run_counts.detected_after
+
+    # The diagnosis is the loop's: run decided the same one for each alert as replay reports,
+    # and Alertmanager got it as the failure_class and action labels and the class's runbook.
+    run_diagnoses = {key: d for t in ticks for key, d in t.diagnoses.items()}
+    assert _classes(run_diagnoses) == _classes(result.diagnoses)
+    model = result.diagnosis_model
+    assert model is not None
+    expected = {
+        (node, _iso(start)): (d.failure_class, d.action, model.runbook_url(d.failure_class))
+        for (node, start), d in result.diagnoses.items()
+    }
+    node_alerts = [a for a in receiver.received if a["labels"]["alertname"] == FAILURE_ALERT]
+    assert node_alerts
+    for sent in node_alerts:
+        labels, annotations = sent["labels"], sent["annotations"]
+        klass, action, runbook = expected[(labels["node"], sent["startsAt"])]
+        assert (klass, action) == (labels["failure_class"], labels["action"])
+        if annotations:  # firing (a resolve carries none)
+            assert runbook == annotations["runbook_url"]
+    # /metrics: the diagnoses per class, each open alert's, and the recovery figures, which
+    # follow the replay report's rules
+    found = _samples(daemon.exporter)
+    by_class = Counter(d.failure_class for d in run_diagnoses.values())
+    assert {(("failure_class", c),): float(n) for c, n in by_class.items()} == {
+        labels: v for (name, labels), v in found.items() if name == "detector_diagnoses_total"
+    }
+    open_now = {
+        (a.node, d.failure_class): d.confidence
+        for a in daemon.loop.open_alerts()
+        if (d := daemon.loop.decisions.diagnosis_of(a)) is not None
+    }
+    assert open_now == {
+        (dict(labels)["node"], dict(labels)["failure_class"]): v
+        for (name, labels), v in found.items()
+        if name == "detector_alert_diagnosis"
+    }
+    live = daemon.loop.decisions.recovery.figures(ticks[-1].time)
+    replayed = recovery_analysis(result, None)
+    assert _per_node(replayed, "failures") == _per_node(live, "failures")
+    assert [(o.node, o.recommendation) for o in replayed.offenders] == [
+        (o.node, o.recommendation) for o in live.offenders
+    ]
+    top3 = (("kind", "failures"), ("top_k", "3"))
+    assert found[("detector_failure_concentration_ratio", top3)] == next(
+        c.top_share(3) for c in live.concentration if c.what == "failures"
+    )
+
+
+def _classes(diagnoses: Mapping[tuple[str, float], Diagnosis]) -> dict[Any, tuple[Any, ...]]:
+    return {
+        key: (d.failure_class, d.action, d.basis, round(d.confidence, 9))
+        for key, d in diagnoses.items()
+    }
+
+
+def _iso(t: float) -> str:
+    """Alertmanager's startsAt of an alert that started at ``t``."""
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _samples(exporter: Exporter) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    body, _ = exporter.render()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(body.decode())
+        for s in family.samples
+    }
+
+
+def _per_node(figures: Recovery | RecoveryFigures, what: str) -> tuple[tuple[str, int], ...]:
+    return next(c.per_node for c in figures.concentration if c.what == what)

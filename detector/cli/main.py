@@ -39,7 +39,7 @@ from ..config import (
     load_xid_catalog,
     save_calibration,
 )
-from ..diagnosis import NFS_METRICS, diagnosis_model
+from ..diagnosis import NFS_METRICS
 from ..errors import ConfigError, DetectorError
 from ..evaluation import CalibrationResult, calibration_from_result, describe_weights
 from ..ingest import load_jobs, run_record
@@ -151,9 +151,6 @@ def _replay(
         progress=bar,
         expected_span=span,
         source=label,
-        diagnosis=diagnosis_model(
-            loop.pipeline.signal_map.catalog, loop.pipeline.xid_catalog, calibration
-        ),
     )
     return result, label
 

@@ -45,7 +45,6 @@ class DiagnosisRules(_Strict):
     version: int = 1
     smoothing: float = Field(default=0.05, gt=0.0, allow_inf_nan=False)
     prior_strength: float = Field(default=10.0, ge=0.0, allow_inf_nan=False)
-    runbook: str = ""  # base address of docs/diagnosis.md; a class's runbook is #<name>
     classes: tuple[DiagnosisClass, ...]
 
     @model_validator(mode="after")

@@ -52,6 +52,8 @@ __all__ = [
 
 MiB = 1024 * 1024
 DEFAULT_THRESHOLD = 0.6
+# The project's docs/ folder in its repository: diagnosed alerts link into its diagnosis.md.
+PROJECT_DOCS_URL = "https://github.com/gpu-failure-detector/gpu-failure-detector/blob/main/docs"
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 # bcrypt ($2a$/$2b$/$2y$, cost, 53 chars of salt+hash) or "sha256:<64 hex>"; never plain text.
 _PASSWORD_HASH = re.compile(r"\$2[aby]\$\d{2}\$[./A-Za-z0-9]{53}|sha256:[0-9a-fA-F]{64}")
@@ -441,7 +443,15 @@ class AlertsConfig(_Section):
         default=None, description="a node carrying this label (any value) sends no alert"
     )
     runbook_url: str | None = Field(
-        default=None, description="runbook_url annotation on every alert"
+        default=None,
+        description="runbook_url annotation on every alert, overriding a diagnosed alert's "
+        "link to its failure class (docs_url)",
+    )
+    docs_url: str = Field(
+        default=PROJECT_DOCS_URL,
+        min_length=1,
+        description="where the project's docs/ folder is served: a diagnosed alert's "
+        "runbook_url is <docs_url>/diagnosis.md#<failure_class>; point it at your own copy",
     )
     cluster: str | None = Field(default=None, description="cluster label on every alert")
 

@@ -61,10 +61,10 @@ class DiagnosisModel:
     sources: tuple[DiagnosisRules, SignalCatalog, XidCatalog] | None = None  # built from
 
     def with_learned(self, learned: DiagnosisCounts | None) -> DiagnosisModel:
-        """The model of the same rules and catalogs with other learned counts."""
+        """The model of the same rules, catalogs and runbook with other learned counts."""
         if self.sources is None:
             raise ValueError("a model not made by build_model cannot be rebuilt")
-        return build_model(*self.sources, learned)
+        return build_model(*self.sources, learned, runbook=self.runbook)
 
     def index(self, failure_class: str) -> int:
         return self.classes.index(failure_class)
@@ -84,10 +84,13 @@ def build_model(
     signals: SignalCatalog,
     xids: XidCatalog,
     learned: DiagnosisCounts | None = None,
+    *,
+    runbook: str = "",
 ) -> DiagnosisModel:
     """The model of ``rules`` (checked against the catalogs by the caller), plus ``learned``
     counts when given (their classes and signals outside the rules are ignored: a calibration
-    file fitted with other rules must not invent classes)."""
+    file fitted with other rules must not invent classes). ``runbook``: the address of
+    docs/diagnosis.md, a class's runbook being its ``#<class>`` anchor."""
     classes = tuple(c.name for c in rules.classes)
     vocabulary = [rule.name for rule in signals.signals if rule.truth is None]
     names = {name: i for i, name in enumerate(vocabulary)}
@@ -124,7 +127,7 @@ def build_model(
         xid_class=xid_class,
         xid_action={x.code: x.action for x in xids.xids},
         unknown_action=xids.unknown.action,
-        runbook=rules.runbook,
+        runbook=runbook,
         learned=learned,
         temperature=learned.temperature if learned is not None else 1.0,
         sources=(rules, signals, xids),
@@ -136,16 +139,20 @@ def diagnosis_model(
     xids: XidCatalog,
     calibration: Calibration | None = None,
     rules: Path | None = None,
+    *,
+    docs_url: str = "",
 ) -> DiagnosisModel:
     """The model for the catalogs in use (a pipeline's ``signal_map.catalog`` and
     ``xid_catalog``): ``rules`` (default: the built-in rules/diagnosis.yaml) checked against
-    them (ConfigError naming the file), plus what the calibration file learned. What replay
-    runs with, and what the daemon's loop should build once at start."""
+    them (ConfigError naming the file), plus what the calibration file learned; runbooks
+    under ``docs_url`` (the docs/ folder: ``alerts.docs_url``). What the shared tick loop
+    builds once (``TickLoop.from_config``) for ``run``, ``replay`` and ``calibrate``."""
     taxonomy = load_diagnosis_rules(rules)
     where = str(rules) if rules is not None else "rules/diagnosis.yaml (built in)"
     taxonomy.check_against(signals, xids, where)
     learned = calibration.diagnosis if calibration is not None else None
-    return build_model(taxonomy, signals, xids, learned)
+    runbook = f"{docs_url.rstrip('/')}/diagnosis.md" if docs_url else ""
+    return build_model(taxonomy, signals, xids, learned, runbook=runbook)
 
 
 def evidence_weights(z: list[float]) -> list[float]:

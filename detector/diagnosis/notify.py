@@ -4,11 +4,16 @@ to the alert it sends (alerting/sender.py builds the rest).
 Labels (for routing and silences, low cardinality): ``failure_class`` and ``action``.
 Annotations (for people): ``summary`` (one line), ``description`` (the evidence and why),
 ``runbook_url`` (the class's section of docs/diagnosis.md).
+
+Alertmanager identifies an alert by its labels, so an alert keeps the class it was diagnosed
+with when it started. A failure XID that arrives later (``xids_since``) does not relabel it:
+its class goes into the ``xid_failure_class`` annotation and the description.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .model import DiagnosisModel
@@ -22,9 +27,15 @@ class AlertText:
 
 
 def alert_text(
-    diagnosis: Diagnosis, model: DiagnosisModel, node: str, gpu: str | None = None
+    diagnosis: Diagnosis,
+    model: DiagnosisModel,
+    node: str,
+    gpu: str | None = None,
+    *,
+    xids_since: Sequence[int] = (),
 ) -> AlertText:
-    """Labels and annotations for the alert on ``node`` (and ``gpu``) diagnosed ``diagnosis``."""
+    """Labels and annotations for the alert on ``node`` (and ``gpu``) diagnosed ``diagnosis``
+    when it started; ``xids_since``: failure XIDs on the node since then (module docstring)."""
     where = node if gpu is None else f"{node} GPU {gpu}"
     summary = (
         f"{where}: probably {diagnosis.title or diagnosis.failure_class} "
@@ -48,11 +59,18 @@ def alert_text(
         parts.append(f"Favouring {diagnosis.failure_class} over {diagnosis.runner_up}: {favour}.")
     if diagnosis.basis == "none":
         parts.append("No leading signal any failure class knows: the diagnosis is the prior's.")
+    annotations = {"summary": summary}
+    later = [x for x in xids_since if x not in diagnosis.evidence.xids]
+    if later:
+        xid_class = model.class_of_xid(later[0])
+        annotations["xid_failure_class"] = xid_class
+        parts.append(
+            f"XID {later[0]} followed on the node: its class is {xid_class} (the alert keeps "
+            f"the class diagnosed when it started)."
+        )
+    annotations["description"] = " ".join(parts)
+    annotations["runbook_url"] = model.runbook_url(diagnosis.failure_class)
     return AlertText(
         labels={"failure_class": diagnosis.failure_class, "action": diagnosis.action},
-        annotations={
-            "summary": summary,
-            "description": " ".join(parts),
-            "runbook_url": model.runbook_url(diagnosis.failure_class),
-        },
+        annotations=annotations,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..model import SignalScore
 
@@ -83,3 +84,41 @@ class Diagnosis:
     basis: str = "signals"
     why: tuple[tuple[str, float], ...] = ()
     runner_up: str = ""
+
+    def to_state(self) -> dict[str, Any]:
+        """JSON-able (a NaN value as null): kept with its alert in the daemon's state file."""
+        return {
+            "failure_class": self.failure_class,
+            "confidence": self.confidence,
+            "action": self.action,
+            "signals": [
+                [e.signal, None if math.isnan(e.z) else e.z, e.gpu] for e in self.evidence.signals
+            ],
+            "xids": list(self.evidence.xids),
+            "title": self.title,
+            "basis": self.basis,
+            "why": [list(w) for w in self.why],
+            "runner_up": self.runner_up,
+        }
+
+    @staticmethod
+    def from_state(state: dict[str, Any]) -> Diagnosis:
+        """``to_state`` output back; KeyError, TypeError or ValueError when malformed."""
+        signals = tuple(
+            SignalEvidence(str(name), math.nan if z is None else float(z), _gpu(gpu))
+            for name, z, gpu in state["signals"]
+        )
+        return Diagnosis(
+            failure_class=str(state["failure_class"]),
+            confidence=float(state["confidence"]),
+            action=str(state["action"]),
+            evidence=Evidence(signals, tuple(int(x) for x in state["xids"])),
+            title=str(state["title"]),
+            basis=str(state["basis"]),
+            why=tuple((str(name), float(v)) for name, v in state["why"]),
+            runner_up=str(state["runner_up"]),
+        )
+
+
+def _gpu(gpu: object) -> str | None:
+    return None if gpu is None else str(gpu)

@@ -1,7 +1,8 @@
 """The one tick loop that ``run``, ``replay`` and ``calibrate`` drive (tickloop.py): the
-pipeline's scores -> XIDs judged -> alert episodes (alerts.py, episodes.py) -> the alert
-policy's notifications (policy.py) -> live accounting; and the recording that lets
-calibration decide again at other thresholds (recording.py). No I/O."""
+pipeline's scores -> XIDs judged -> alert episodes (alerts.py, episodes.py), each diagnosed
+once when it starts (diagnoses.py) -> the alert policy's notifications (policy.py) -> live
+accounting; and the recording that lets calibration decide again at other thresholds
+(recording.py). No I/O."""
 
 from .action_records import (
     ActionRequest,
@@ -14,6 +15,7 @@ from .action_records import (
 )
 from .actions import ActionEngine
 from .alerts import AlertChanges, Evidence, NodeAlerts, leading_gpu
+from .diagnoses import AlertDiagnoses
 from .episodes import EpisodeParams, Episodes
 from .policy import (
     FAILURE_ALERT,
@@ -33,6 +35,7 @@ __all__ = [
     "ActionRequest",
     "ActionStats",
     "AlertChanges",
+    "AlertDiagnoses",
     "AlertPolicy",
     "Candidate",
     "Decided",

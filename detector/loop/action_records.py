@@ -80,9 +80,8 @@ class Candidate:
         incident: bool = False,
         failure_class: str | None = None,
     ) -> Candidate:
-        """An open alert with its fused score this tick. ``failure_class`` defaults to the
-        alert's own ``failure_class`` attribute once the diagnosis adds one."""
-        found = failure_class or getattr(alert, "failure_class", None)
+        """An open alert with its fused score this tick and its diagnosis' class (None:
+        undiagnosed)."""
         return cls(
             source="alert",
             node=alert.node,
@@ -91,7 +90,7 @@ class Candidate:
             score=score if math.isfinite(score) else 0.0,
             peak_score=alert.peak_score,
             signals=tuple(alert.signals),
-            failure_class=found if isinstance(found, str) else None,
+            failure_class=failure_class,
             incident=incident,
         )
 

@@ -4,7 +4,10 @@ Pure (no I/O, clock passed in). ``AlertPolicy.update`` turns the pipeline's aler
 cluster incidents and the set of nodes under maintenance into ``Notification`` records:
 
 - a node alert is ``GPUFailureSuspected`` with labels alertname, node, gpu (when a GPU leads
-  the evidence), severity, cluster (when configured) and signal (the leading signal).
+  the evidence), severity, cluster (when configured), signal (the leading signal) and, when
+  the loop diagnosed it (``diagnoses``: decided once, when the alert started), failure_class
+  and action; its annotations summary, description and runbook_url are then
+  ``diagnosis.alert_text``'s (``alerts.runbook_url``, when set, overrides the class's link).
   ``severity`` (``alert_severity``) is ``critical`` (pages) when the evidence names
   ``xid_<code>`` of a failure XID (the pipeline forces such alerts) or when the episode has
   been firing for ``page_after_s`` (its score held above the threshold, with hysteresis,
@@ -38,11 +41,12 @@ from __future__ import annotations
 
 import re
 from collections import Counter, deque
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import AlertsConfig
+from ..diagnosis import Diagnosis, DiagnosisModel, alert_text
 from ..model import Alert, Incident, Labels
 
 _ALERTS = AlertsConfig()  # the defaults are the config schema's, written once there
@@ -151,8 +155,10 @@ class AlertPolicy:
         suppress_signals: Collection[str] = (),
         is_failure_xid: Callable[[int], bool] | None = None,
         page_after_s: float | None = _ALERTS.page_after_s,
+        diagnosis: DiagnosisModel | None = None,
     ) -> None:
         self.page_after_s = page_after_s
+        self.diagnosis = diagnosis  # the model the diagnoses passed to update come from
         self.resend_interval_s = resend_interval_s
         self.cluster = cluster
         self.runbook_url = runbook_url
@@ -173,10 +179,15 @@ class AlertPolicy:
 
     @classmethod
     def from_config(
-        cls, config: AlertsConfig, is_failure_xid: Callable[[int], bool] | None = None
+        cls,
+        config: AlertsConfig,
+        is_failure_xid: Callable[[int], bool] | None = None,
+        diagnosis: DiagnosisModel | None = None,
     ) -> AlertPolicy:
-        """The policy ``config.alerts`` describes (pass ``XidCatalog.is_failure``)."""
+        """The policy ``config.alerts`` describes (pass ``XidCatalog.is_failure`` and the
+        loop's diagnosis model)."""
         return cls(
+            diagnosis=diagnosis,
             resend_interval_s=config.resend_interval_s,
             cluster=config.cluster,
             runbook_url=config.runbook_url,
@@ -203,6 +214,7 @@ class AlertPolicy:
             "suppress_signals": self.suppress_signals,
             "is_failure_xid": self.is_failure_xid,
             "page_after_s": self.page_after_s,
+            "diagnosis": self.diagnosis,
         }
 
     def update(
@@ -213,8 +225,11 @@ class AlertPolicy:
         ended: Sequence[Alert] = (),
         incidents: Sequence[Incident] = (),
         muted: Collection[str] = frozenset(),
+        diagnoses: Mapping[tuple[str, float], Diagnosis] | None = None,
     ) -> list[Notification]:
-        """The notifications due at ``now`` (see the module docstring)."""
+        """The notifications due at ``now`` (see the module docstring); ``diagnoses``: the
+        open alerts' by (node, start)."""
+        diagnoses = diagnoses or {}
         out: list[Notification] = []
         new = [a for a in open_alerts if (a.node, a.start) not in self._episodes]
         storm_on = self._update_storm(now, n_nodes, new, muted, out)
@@ -228,7 +243,7 @@ class AlertPolicy:
                 tracked = self._episodes[key] = _Tracked()
                 if storm_on and alert.node not in muted:
                     tracked.suppressed = "storm"
-            self._node_alert(now, alert, tracked, muted, out)
+            self._node_alert(now, alert, tracked, muted, out, diagnoses.get(key))
         ends = {(a.node, a.start): a.end for a in ended}
         for key in [k for k in self._episodes if k not in current]:
             tracked = self._episodes.pop(key)
@@ -290,6 +305,7 @@ class AlertPolicy:
         tracked: _Tracked,
         muted: Collection[str],
         out: list[Notification],
+        diagnosis: Diagnosis | None,
     ) -> None:
         evidence, reason = self._evidence(alert.signals)
         severity = alert_severity(
@@ -309,6 +325,8 @@ class AlertPolicy:
             severity=severity,
             cluster=self.cluster,
             signal=evidence[0] if evidence else None,
+            failure_class=diagnosis.failure_class if diagnosis is not None else None,
+            action=diagnosis.action if diagnosis is not None else None,
         )
         if tracked.labels is None:
             if self.shadow:
@@ -322,29 +340,41 @@ class AlertPolicy:
             if not self._due(now, tracked):
                 return
         tracked.labels, tracked.last_sent = labels, now
-        note = self._annotations(alert, evidence, dict(labels)["severity"], now)
+        note = self._annotations(alert, evidence, dict(labels)["severity"], now, diagnosis)
         out.append(Notification(labels, note, alert.start, None))
 
     def _due(self, now: float, tracked: _Tracked) -> bool:
         return now - tracked.last_sent >= self.resend_interval_s
 
     def _annotations(
-        self, alert: Alert, evidence: Sequence[str], severity: str, now: float
+        self,
+        alert: Alert,
+        evidence: Sequence[str],
+        severity: str,
+        now: float,
+        diagnosis: Diagnosis | None,
     ) -> Labels:
-        where = f"GPU {alert.gpu} on node {alert.node}" if alert.gpu else f"node {alert.node}"
         xids = xid_codes(evidence)
-        description = (
-            f"Fused failure score peaked at {alert.peak_score:.2f}. "
-            f"Top signals: {', '.join(evidence) or 'none recorded'}."
-        )
+        score = f"Fused failure score peaked at {alert.peak_score:.2f}."
+        paging = ""
+        if severity == CRITICAL and not xids:
+            minutes = (now - alert.start) / 60
+            paging = f" Firing for {minutes:.0f} min (alerts.page_after_s): it pages."
+        if diagnosis is not None and self.diagnosis is not None:
+            text = alert_text(diagnosis, self.diagnosis, alert.node, alert.gpu, xids_since=xids)
+            annotations = dict(text.annotations)
+            described = (score, annotations["description"])
+            annotations["description"] = " ".join(d for d in described if d) + paging
+            if self.runbook_url:
+                annotations["runbook_url"] = self.runbook_url
+            return _labels(**annotations)
+        where = f"GPU {alert.gpu} on node {alert.node}" if alert.gpu else f"node {alert.node}"
+        description = f"{score} Top signals: {', '.join(evidence) or 'none recorded'}."
         if xids:
             description += f" Evidence: failure XID {', '.join(map(str, xids))} seen on the node."
-        elif severity == CRITICAL:
-            minutes = (now - alert.start) / 60
-            description += f" Firing for {minutes:.0f} min (alerts.page_after_s): it pages."
         return _labels(
             summary=f"{where} looks like it is failing",
-            description=description,
+            description=description + paging,
             runbook_url=self.runbook_url,
         )
 

@@ -9,11 +9,16 @@ here, once per tick, in this order:
    an events file in ``replay``), is judged by one rule (``pipeline.is_failure``); failure
    XIDs force their node's alert (``NodeAlerts``);
 3. the alert episodes advance (``NodeAlerts``: thresholds, minimum duration, hysteresis,
-   cooldown, the evidence at each peak);
+   cooldown, the evidence at each peak); each alert is diagnosed once, when it starts
+   (``diagnosis.diagnose`` on its leading signals with their values, the model built from
+   rules/diagnosis.yaml and the calibration file): the class, confidence and action it
+   keeps for its lifetime (``LoopTick.diagnoses``, the state file);
 4. the alert policy decides the notifications Alertmanager gets (``AlertPolicy``: labels,
-   severity, resend, storm breaker, suppressions, maintenance, shadow mode) and tracks
-   cluster incidents;
-5. live accounting counts what was notified against the failure XIDs (TP/FP, lead times);
+   the diagnosis' failure_class and action among them, severity, resend, storm breaker,
+   suppressions, maintenance, shadow mode) and tracks cluster incidents;
+5. live accounting counts what was notified against the failure XIDs (TP/FP, lead times),
+   and the recovery log keeps what the recovery figures are computed from (failures and
+   exclusions per node, repeat offenders: ``evaluation.RecoveryLog``);
 6. when ``actions`` are enabled, the action engine decides which node to exclude
    (``ActionEngine``: failure XIDs and notified alerts held long enough; caps, breaker,
    dry-run, never in shadow mode). ``run`` hands the decisions to an executor (Kubernetes,
@@ -36,13 +41,15 @@ from typing import Any
 import numpy as np
 
 from ..config import AlertsConfig, Calibration, Config, XidCatalog
-from ..evaluation import Detection, LiveAccounting
-from ..model import Alert, FloatArray, Frame, Incident, XidEvent
+from ..diagnosis import Diagnosis, DiagnosisModel, diagnosis_model
+from ..evaluation import Detection, LiveAccounting, RecoveryLog
+from ..model import Alert, FloatArray, Frame, Incident, SignalScore, XidEvent
 from ..pipeline import Pipeline, TickResult, build_pipeline, dedupe_episodes, is_failure
 from ..series import SeriesIndex
 from .action_records import Candidate, Decision
 from .actions import ActionEngine
 from .alerts import Evidence, EvidenceFn, NodeAlerts, leading_gpu
+from .diagnoses import AlertDiagnoses, AlertKey, SignalScoresFn
 from .episodes import EpisodeParams
 from .policy import FAILURE_ALERT, INCIDENT_ALERT, AlertPolicy, Notification
 
@@ -63,6 +70,8 @@ class LoopTick:
     new_failures: tuple[XidEvent, ...]  # failure XID episodes that began this tick
     detections: tuple[Detection, ...]  # failures the accounting credited this tick
     actions: tuple[Decision, ...] = ()  # the action engine's decisions (actions enabled)
+    # alerts diagnosed this tick (those that started), by (node, start); kept for their life
+    diagnoses: Mapping[AlertKey, Diagnosis] = field(default_factory=dict)
 
     @property
     def time(self) -> float:
@@ -114,24 +123,35 @@ class Decisions:
         alert_on_xid: bool = True,
         xid_hold_s: float = AlertsConfig().xid_hold_s,
         actions: ActionEngine | None = None,
+        diagnosis: DiagnosisModel | None = None,
     ) -> None:
         self.catalog = catalog
         self.actions = actions
         self.policy = policy
         self.accounting = accounting
+        self.diagnosis = diagnosis  # None: alerts go undiagnosed (a loop built by hand)
+        self.diagnoses = AlertDiagnoses(diagnosis)
         self.alerts = NodeAlerts(episodes, xid_hold_s=xid_hold_s, alert_on_xid=alert_on_xid)
         self._settings = (policy.settings(), accounting.horizon_s, accounting.grace_s)
         self.incidents = _Incidents()
-        self._sent: set[tuple[str, float]] = set()  # open episodes the policy notified
+        self.recovery = RecoveryLog(accounting.horizon_s, accounting.grace_s)
+        self._sent: set[AlertKey] = set()  # open episodes the policy notified
         self._recent_failures: list[XidEvent] = []
 
     @classmethod
-    def from_config(cls, config: Config, catalog: XidCatalog, episodes: EpisodeParams) -> Decisions:
+    def from_config(
+        cls,
+        config: Config,
+        catalog: XidCatalog,
+        episodes: EpisodeParams,
+        diagnosis: DiagnosisModel | None = None,
+    ) -> Decisions:
         al = config.alerts
         return cls(
             catalog,
             episodes=episodes,
-            policy=AlertPolicy.from_config(al, catalog.is_failure),
+            diagnosis=diagnosis,
+            policy=AlertPolicy.from_config(al, catalog.is_failure, diagnosis),
             accounting=LiveAccounting(config.evaluation.horizon_s, config.evaluation.grace_s),
             alert_on_xid=al.alert_on_xid,
             xid_hold_s=al.xid_hold_s,
@@ -152,6 +172,7 @@ class Decisions:
             accounting=LiveAccounting(horizon_s, grace_s),
             alert_on_xid=self.alerts.alert_on_xid,
             xid_hold_s=self.alerts.xid_hold_s,
+            diagnosis=self.diagnosis,
         )
 
     def decide(
@@ -160,19 +181,29 @@ class Decisions:
         xids: tuple[XidEvent, ...],
         evidence: EvidenceFn,
         muted: Collection[str] = frozenset(),
+        signal_scores: SignalScoresFn | None = None,
     ) -> LoopTick:
-        """Steps 2-5 for one scored tick; ``xids`` is every XID of the tick."""
+        """Steps 2-5 for one scored tick; ``xids`` is every XID of the tick;
+        ``signal_scores``: a node's leading columns with their values, what a diagnosis
+        reads (None: an alert's signal names alone, as calibration records them)."""
         t = tick.time
         failing = [e for e in xids if is_failure(e, self.catalog)]
         changes = self.alerts.update(t, tick.node_names, tick.node_score, failing, evidence)
         open_alerts = self.alerts.open_alerts()
+        started = (*changes.started, *open_alerts)
+        diagnosed = self.diagnoses.update(tick.node_names, started, signal_scores)
         n_seen = int(np.count_nonzero(~np.isnan(tick.node_score)))
-        notes = self.policy.update(t, n_seen, open_alerts, changes.ended, tick.incidents, muted)
+        notes = self.policy.update(
+            t, n_seen, open_alerts, changes.ended, tick.incidents, muted, self.diagnoses.open
+        )
         notified, ended_sent = self._track_sent(notes, open_alerts, changes.ended)
+        self.diagnoses.keep(open_alerts)
         self.incidents.update(notes)
         new_failures = self._new_failures(failing, t)
         detections = self.accounting.update(t, notified, new_failures)
         actions = self._act(tick, failing, n_seen) if self.actions is not None else []
+        excluded = [d.node for d in actions if d.action == "exclude" and d.refused is None]
+        self.recovery.update(t, len(tick.node_names), notified, new_failures, excluded)
         return LoopTick(
             scores=tick,
             started=changes.started,
@@ -184,7 +215,12 @@ class Decisions:
             new_failures=tuple(new_failures),
             detections=tuple(detections),
             actions=tuple(actions),
+            diagnoses=diagnosed,
         )
+
+    def diagnosis_of(self, alert: Alert) -> Diagnosis | None:
+        """The diagnosis an open alert has kept since it started (None: no model)."""
+        return self.diagnoses.of(alert)
 
     def _act(self, tick: TickResult, failing: Sequence[XidEvent], n_seen: int) -> list[Decision]:
         """Step 6: the failure XIDs and the notified alerts (with their score this tick) as
@@ -192,11 +228,13 @@ class Decisions:
         assert self.actions is not None
         index = {name: i for i, name in enumerate(tick.node_names)}
         scores = tick.node_score
-        candidates = [Candidate.from_xid(e) for e in failing]
+        candidates = [Candidate.from_xid(e, self.diagnoses.class_of_xid(e.xid)) for e in failing]
         for alert in self.open_sent_alerts():
             i = index.get(alert.node)
             score = float(scores[i]) if i is not None and i < scores.shape[0] else float("nan")
-            candidates.append(Candidate.from_alert(alert, score))
+            found = self.diagnosis_of(alert)
+            failure_class = found.failure_class if found is not None else None
+            candidates.append(Candidate.from_alert(alert, score, failure_class=failure_class))
         n_nodes = n_seen or len(tick.node_names)
         return self.actions.update(tick.time, candidates, n_nodes, self.policy.shadow)
 
@@ -248,6 +286,8 @@ class Decisions:
             "sent": [[node, start] for node, start in sorted(self._sent)],
             "policy": self.policy.state_dict(),
             "accounting": self.accounting.state_dict(),
+            "diagnoses": self.diagnoses.state_dict(),
+            "recovery": self.recovery.state_dict(),
         }
         if self.actions is not None:
             meta["actions"] = self.actions.state_dict()
@@ -258,6 +298,9 @@ class Decisions:
         self._sent = {(str(node), float(start)) for node, start in meta["sent"]}
         self.policy.load_state_dict(meta["policy"])
         self.accounting.load_state_dict(meta["accounting"])
+        self.diagnoses.load_state_dict(meta.get("diagnoses", []))  # none in an older state
+        if isinstance(meta.get("recovery"), dict):
+            self.recovery.load_state_dict(meta["recovery"])
         if self.actions is not None and isinstance(meta.get("actions"), dict):
             self.actions.load_state_dict(meta["actions"])
 
@@ -282,7 +325,14 @@ class TickLoop:
         """The loop ``config`` describes on ``index`` (see ``build_pipeline``)."""
         pipeline = build_pipeline(config, index, calibration, signal_weights=signal_weights)
         episodes = episode_params(config, calibration)
-        return cls(pipeline, Decisions.from_config(config, pipeline.xid_catalog, episodes))
+        model = diagnosis_model(
+            pipeline.signal_map.catalog,
+            pipeline.xid_catalog,
+            calibration,
+            docs_url=config.alerts.docs_url,
+        )
+        decisions = Decisions.from_config(config, pipeline.xid_catalog, episodes, model)
+        return cls(pipeline, decisions)
 
     @property
     def policy(self) -> AlertPolicy:
@@ -313,7 +363,12 @@ class TickLoop:
             signals, gpu = pipeline.peak_evidence(tick, node)
             return signals, leading_gpu(tick, node, threshold) or gpu
 
-        return self.decisions.decide(tick, (*tick.xids, *xids), evidence, muted)
+        def signal_scores(node: int) -> tuple[SignalScore, ...]:
+            return pipeline.node_evidence(tick, node)
+
+        return self.decisions.decide(
+            tick, (*tick.xids, *xids), evidence, muted, signal_scores=signal_scores
+        )
 
     def open_alerts(self) -> list[Alert]:
         return self.decisions.alerts.open_alerts()

@@ -21,7 +21,7 @@ from typing import IO
 
 import numpy as np
 
-from ..diagnosis import Diagnosis, DiagnosisModel, Evidence, diagnose
+from ..diagnosis import Diagnosis, DiagnosisModel
 from ..errors import DumpError, EventsError
 from ..evaluation import AccountingSnapshot, Evaluation, evaluate
 from ..ingest import DumpStats, load_array, load_events, place_events, read_dump
@@ -206,15 +206,15 @@ def run_replay(
     progress: ProgressSink | None = None,
     expected_span: tuple[float, float] | None = None,
     source: str = "replay",
-    diagnosis: DiagnosisModel | None = None,
 ) -> ReplayResult:
     """Drive ``frames`` through ``loop``; evaluate the notified alerts against ``events`` +
     the data's XIDs. ``events`` join the loop at their time (module docstring).
     ``progress`` hears every tick's time (and ``expected_span`` when given) and is closed
     whether the replay ends or is interrupted. Fewer than two ticks span no time to evaluate:
-    DumpError naming ``source`` (the dump files, or the simulated cluster). With a
-    ``diagnosis`` model every alert is diagnosed when it starts (``ReplayResult.diagnoses``)
-    and every cluster incident gets its bottleneck (``ReplayResult.storms``)."""
+    DumpError naming ``source`` (the dump files, or the simulated cluster). When the loop
+    diagnoses (a diagnosis model: ``TickLoop.from_config`` builds one), the report keeps each
+    alert's diagnosis the loop decided when it started (``ReplayResult.diagnoses``) and every
+    cluster incident gets its bottleneck (``ReplayResult.storms``)."""
     began = wallclock.perf_counter()
     pipeline = loop.pipeline
     alerts: list[Alert] = []
@@ -222,6 +222,7 @@ def run_replay(
     actions: list[Decision] = []
     data_xids: list[XidEvent] = []
     recording = Recording() if record_scores else None
+    diagnosis = loop.decisions.diagnosis
     diagnoses: dict[tuple[str, float], Diagnosis] = {}
     storms = StormLog(STORM_GAP_S) if diagnosis is not None else None
     writer = ScoresCsv(scores_out) if scores_out is not None else None
@@ -244,12 +245,7 @@ def run_replay(
             if recording is not None:
                 held = loop.decisions.alerts.held(tick.time, len(tick.scores.node_names))
                 recording.add(tick, pipeline, held)
-            if diagnosis is not None:
-                for alert in tick.started:  # what the page says, when it goes out
-                    node = tick.node_names.index(alert.node)
-                    scores = pipeline.node_evidence(tick.scores, node)
-                    evidence = Evidence.of_alert(alert.signals, scores)
-                    diagnoses[(alert.node, alert.start)] = diagnose(evidence, diagnosis)
+            diagnoses.update(tick.diagnoses)  # what the page said, when it went out
             if storms is not None:
                 storms.observe(tick.scores, frame.values, pipeline.index.infos)
             if writer is not None:

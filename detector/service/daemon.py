@@ -422,6 +422,11 @@ class Daemon:
             exporter.remote_write = self.remote_write.stats
         exporter.set_alert_stats(self.alerts.stats(self.loop.policy))
         exporter.set_accounting(self.loop.accounting.snapshot(now))
+        decisions = self.loop.decisions
+        exporter.set_alert_diagnoses(
+            (a, d) for a in self.loop.open_alerts() if (d := decisions.diagnosis_of(a)) is not None
+        )
+        exporter.set_recovery(decisions.recovery.figures(now))
 
     def _muted_nodes(self) -> frozenset[str]:
         """Nodes whose target carries the maintenance label (any value): they send nothing."""

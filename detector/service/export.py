@@ -9,8 +9,13 @@ scraped leaves no stale series. Cardinality is bounded: per-signal scores are th
 Alertmanager or a small fixed enum. Names follow ARCHITECTURE.md: ``detector_`` prefix, base
 units (seconds), ``_total`` on counters.
 
-Counters kept here (alerts, XID events, scrape errors, tick durations) count since the
-process started; the accounting counters come from ``LiveAccounting`` (restored across
+Diagnoses and recovery: each open alert's diagnosis (``detector_alert_diagnosis``, gone when
+the alert ends), the diagnoses made per class, and the recovery figures of the loop's
+``RecoveryLog`` (failure and exclusion concentration on the top-k nodes, repeat offenders with
+their recommendation; the same rules as the replay report's).
+
+Counters kept here (alerts, XID events, diagnoses, scrape errors, tick durations) count since
+the process started; the accounting counters come from ``LiveAccounting`` (restored across
 restarts, so they continue rather than reset).
 """
 
@@ -35,10 +40,11 @@ from prometheus_client.metrics_core import (
 
 from ..actions import ActionStats
 from ..alerting import AlertStats
-from ..evaluation import AccountingSnapshot
+from ..diagnosis import Diagnosis
+from ..evaluation import TOP_K, AccountingSnapshot, RecoveryFigures
 from ..ingest import SAMPLE_RESULTS, RemoteWriteStats
 from ..loop import LoopTick
-from ..model import SignalScore
+from ..model import Alert, SignalScore
 from ..pipeline import TickResult
 from .entity_stats import NodeScoreStats
 
@@ -99,6 +105,9 @@ class Exporter:
         self._alert_stats: AlertStats | None = None
         self._accounting: AccountingSnapshot | None = None
         self._action_stats: ActionStats | None = None
+        self._diagnoses: Counter[str] = Counter()
+        self._open_diagnoses: list[tuple[Alert, Diagnosis]] = []
+        self._recovery: RecoveryFigures | None = None
         self._series = 0
         self._series_refused = 0
         self._series_dropped = 0
@@ -112,7 +121,17 @@ class Exporter:
         self._tick = tick.scores
         self._alerts_total += len(tick.started)
         self._xids.update(ev.xid for ev in tick.xids)
+        self._diagnoses.update(d.failure_class for d in tick.diagnoses.values())
         self._tick_hist.observe(duration_s)
+
+    def set_alert_diagnoses(self, diagnosed: Iterable[tuple[Alert, Diagnosis]]) -> None:
+        """The open alerts and the diagnosis each kept since it started (replaced: an alert
+        that ended leaves no series)."""
+        self._open_diagnoses = list(diagnosed)
+
+    def set_recovery(self, figures: RecoveryFigures) -> None:
+        """The loop's recovery figures (``RecoveryLog.figures``)."""
+        self._recovery = figures
 
     def observe_signals(self, scores: Iterable[SignalScore]) -> None:
         """Replace the per-signal scores; only the ``top_k`` highest per node are kept."""
@@ -204,6 +223,7 @@ class Exporter:
         yield from self._remote_write()
         yield from self._delivery()
         yield from self._evaluation()
+        yield from self._diagnosis()
         yield from self._actions()
 
     def _scores(self) -> Iterator[Metric]:
@@ -351,6 +371,46 @@ class Exporter:
         yield lead.family(
             "detector_lead_time_seconds", "XID time minus the first matching alert's start."
         )
+
+    def _diagnosis(self) -> Iterator[Metric]:
+        alert = GaugeMetricFamily(
+            "detector_alert_diagnosis",
+            "Per open alert, the confidence of the failure class diagnosed when it started "
+            "(labels: the class and its recommended action).",
+            labels=["node", "gpu", "failure_class", "action"],
+        )
+        for a, d in self._open_diagnoses:
+            alert.add_metric([a.node, a.gpu or "", d.failure_class, d.action], d.confidence)
+        total = CounterMetricFamily(
+            "detector_diagnoses",
+            "Alerts diagnosed since process start, by failure class.",
+            labels=["failure_class"],
+        )
+        for failure_class, count in sorted(self._diagnoses.items()):
+            total.add_metric([failure_class], float(count))
+        ratio = GaugeMetricFamily(
+            "detector_failure_concentration_ratio",
+            "Share of all failures (failure XID episodes) or exclusions on the top_k nodes "
+            "with the most (study: the top 3 of 63 nodes held more than half of all "
+            "exclusions).",
+            labels=["kind", "top_k"],
+        )
+        offender = GaugeMetricFamily(
+            "detector_repeat_offender",
+            "1 per repeat offender (2 or more failures or alerts), with its recommendation: "
+            "replace, keep excluded or inspect.",
+            labels=["node", "recommendation"],
+        )
+        figures = self._recovery
+        if figures is not None:
+            for c in figures.concentration:
+                for k in TOP_K:
+                    share = c.top_share(k)
+                    if share is not None and k <= c.nodes:
+                        ratio.add_metric([c.what, str(k)], share)
+            for o in figures.offenders:
+                offender.add_metric([o.node, o.recommendation], 1.0)
+        yield from (alert, total, ratio, offender)
 
     def _actions(self) -> Iterator[Metric]:
         """Only once actions are enabled (set_action_stats called): no empty families else."""
