@@ -1,6 +1,7 @@
 """The one tick loop that ``run``, ``replay`` and ``calibrate`` drive (tickloop.py): the
 pipeline's scores -> XIDs judged -> alert episodes (alerts.py, episodes.py) -> the alert
-policy's notifications (policy.py) -> live accounting; and the recording that lets
+policy's notifications (policy.py; cluster incidents: incidents.py, their bottleneck:
+storm_meter.py) -> live accounting; and the recording that lets
 calibration decide again at other thresholds (recording.py). No I/O."""
 
 from .action_records import (
@@ -15,14 +16,9 @@ from .action_records import (
 from .actions import ActionEngine
 from .alerts import AlertChanges, Evidence, NodeAlerts, leading_gpu
 from .episodes import EpisodeParams, Episodes
-from .policy import (
-    FAILURE_ALERT,
-    INCIDENT_ALERT,
-    AlertPolicy,
-    Notification,
-    alert_severity,
-    xid_codes,
-)
+from .incidents import INCIDENT_ALERT, ClusterIncident, describe_bottleneck
+from .notification import Notification
+from .policy import FAILURE_ALERT, AlertPolicy, alert_severity, xid_codes
 from .recording import Decided, Recording
 from .tickloop import Decisions, LoopTick, TickLoop, episode_params
 
@@ -35,6 +31,7 @@ __all__ = [
     "AlertChanges",
     "AlertPolicy",
     "Candidate",
+    "ClusterIncident",
     "Decided",
     "Decision",
     "Decisions",
@@ -50,6 +47,7 @@ __all__ = [
     "TickLoop",
     "alert_id",
     "alert_severity",
+    "describe_bottleneck",
     "episode_params",
     "leading_gpu",
     "xid_codes",

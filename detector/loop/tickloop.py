@@ -11,8 +11,10 @@ here, once per tick, in this order:
 3. the alert episodes advance (``NodeAlerts``: thresholds, minimum duration, hysteresis,
    cooldown, the evidence at each peak);
 4. the alert policy decides the notifications Alertmanager gets (``AlertPolicy``: labels,
-   severity, resend, storm breaker, suppressions, maintenance, shadow mode) and tracks
-   cluster incidents;
+   severity, resend, storm breaker, suppressions, maintenance, shadow mode) and groups what
+   moves cluster-wide into cluster incidents (``IncidentTracker``), each diagnosed with its
+   checkpoint-storm bottleneck from the NFS figures of the raw frames (``StormMeter``, fed
+   every tick before the policy decides);
 5. live accounting counts what was notified against the failure XIDs (TP/FP, lead times);
 6. when ``actions`` are enabled, the action engine decides which node to exclude
    (``ActionEngine``: failure XIDs and notified alerts held long enough; caps, breaker,
@@ -29,8 +31,8 @@ scores to try thresholds without re-scoring (``Recording.decide``): the same cod
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,7 +46,10 @@ from .action_records import Candidate, Decision
 from .actions import ActionEngine
 from .alerts import Evidence, EvidenceFn, NodeAlerts, leading_gpu
 from .episodes import EpisodeParams
-from .policy import FAILURE_ALERT, INCIDENT_ALERT, AlertPolicy, Notification
+from .incidents import ClusterIncident
+from .notification import Notification
+from .policy import FAILURE_ALERT, AlertPolicy
+from .storm_meter import StormMeter
 
 STATE_VERSION = 1
 
@@ -63,6 +68,8 @@ class LoopTick:
     new_failures: tuple[XidEvent, ...]  # failure XID episodes that began this tick
     detections: tuple[Detection, ...]  # failures the accounting credited this tick
     actions: tuple[Decision, ...] = ()  # the action engine's decisions (actions enabled)
+    open_incident: ClusterIncident | None = None  # the cluster incident open after this tick
+    closed_incidents: tuple[ClusterIncident, ...] = ()  # closed this tick, final bottleneck
 
     @property
     def time(self) -> float:
@@ -79,25 +86,6 @@ class LoopTick:
     @property
     def incidents(self) -> tuple[Incident, ...]:
         return self.scores.incidents
-
-
-@dataclass(slots=True)
-class _Incidents:
-    """Cluster incidents (``GPUClusterIncident`` alerts: common-mode signals and the storm
-    breaker) counted as the policy opens them."""
-
-    active: set[tuple[tuple[str, str], ...]] = field(default_factory=set)
-    opened: int = 0
-
-    def update(self, notes: Iterable[Notification]) -> None:
-        for note in notes:
-            if dict(note.labels).get("alertname") != INCIDENT_ALERT:
-                continue
-            if note.ends_at is None and note.labels not in self.active:
-                self.active.add(note.labels)
-                self.opened += 1
-            elif note.ends_at is not None:
-                self.active.discard(note.labels)
 
 
 class Decisions:
@@ -121,7 +109,7 @@ class Decisions:
         self.accounting = accounting
         self.alerts = NodeAlerts(episodes, xid_hold_s=xid_hold_s, alert_on_xid=alert_on_xid)
         self._settings = (policy.settings(), accounting.horizon_s, accounting.grace_s)
-        self.incidents = _Incidents()
+        self.storms = StormMeter()  # fed the raw frames by TickLoop.step
         self._sent: set[tuple[str, float]] = set()  # open episodes the policy notified
         self._recent_failures: list[XidEvent] = []
 
@@ -167,9 +155,10 @@ class Decisions:
         changes = self.alerts.update(t, tick.node_names, tick.node_score, failing, evidence)
         open_alerts = self.alerts.open_alerts()
         n_seen = int(np.count_nonzero(~np.isnan(tick.node_score)))
-        notes = self.policy.update(t, n_seen, open_alerts, changes.ended, tick.incidents, muted)
+        notes = self.policy.update(
+            t, n_seen, open_alerts, changes.ended, tick.incidents, muted, self.storms
+        )
         notified, ended_sent = self._track_sent(notes, open_alerts, changes.ended)
-        self.incidents.update(notes)
         new_failures = self._new_failures(failing, t)
         detections = self.accounting.update(t, notified, new_failures)
         actions = self._act(tick, failing, n_seen) if self.actions is not None else []
@@ -184,6 +173,8 @@ class Decisions:
             new_failures=tuple(new_failures),
             detections=tuple(detections),
             actions=tuple(actions),
+            open_incident=self.policy.open_incident(),
+            closed_incidents=tuple(self.policy.closed_incidents),
         )
 
     def _act(self, tick: TickResult, failing: Sequence[XidEvent], n_seen: int) -> list[Decision]:
@@ -308,6 +299,7 @@ class TickLoop:
         maintenance."""
         tick = self.pipeline.step(frame)
         pipeline, threshold = self.pipeline, self.threshold
+        self.decisions.storms.observe(tick.time, frame.values, pipeline.index.infos, tick.incidents)
 
         def evidence(node: int) -> Evidence:
             signals, gpu = pipeline.peak_evidence(tick, node)
