@@ -8,7 +8,7 @@ against the same nodes before it:
   above ``LINK_FULL`` of its link rate): the wire is the limit.
 - ``nfs_rpc_slots``: requests wait on the client for an RPC slot (a share of requests of at
   least ``BACKLOG_SATURATED`` went through the transport's backlog queue, ``GREW`` times the
-  share before) and the time they queue grew more than their round trip did: the server
+  share before) and the time they queue grew, more than their round trip did: the server
   answers promptly, the client cannot send more at once. The paradox of the study.
 - ``nfs_server``: the round trip (RTT) grew at least ``GREW`` times and more than the queueing
   did: the server (or its disks) answers slowly; the clients' queues are its echo.
@@ -103,7 +103,7 @@ def storm_bottleneck(
     backlog = figures["backlog_per_rpc"]
     saturated = backlog >= BACKLOG_SATURATED and backlog >= GREW * figures["backlog_per_rpc_before"]
     used = "" if math.isnan(link_share) else f"; links {link_share:.1%} used"
-    if saturated and queue_growth > rtt_growth:
+    if saturated and queue_growth > max(rtt_growth, 0.0):
         return StormDiagnosis(
             "nfs_rpc_slots",
             figures,
