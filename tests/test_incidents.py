@@ -11,8 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from detector.loop import AlertPolicy, ClusterIncident, Notification
-from detector.loop.storm_meter import StormMeter
+from detector.loop import AlertPolicy, ClusterIncident, Notification, StormMeter
 from detector.model import Alert, Incident, SeriesInfo
 
 T0 = 1_735_689_600.0  # 2025-01-01 00:00 UTC

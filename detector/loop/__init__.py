@@ -16,10 +16,11 @@ from .action_records import (
 from .actions import ActionEngine
 from .alerts import AlertChanges, Evidence, NodeAlerts, leading_gpu
 from .episodes import EpisodeParams, Episodes
-from .incidents import INCIDENT_ALERT, ClusterIncident, describe_bottleneck
+from .incidents import INCIDENT_ALERT, ClusterIncident
 from .notification import Notification
 from .policy import FAILURE_ALERT, AlertPolicy, alert_severity, xid_codes
 from .recording import Decided, Recording
+from .storm_meter import StormMeter
 from .tickloop import Decisions, LoopTick, TickLoop, episode_params
 
 __all__ = [
@@ -44,10 +45,10 @@ __all__ = [
     "Notification",
     "Recording",
     "Refusal",
+    "StormMeter",
     "TickLoop",
     "alert_id",
     "alert_severity",
-    "describe_bottleneck",
     "episode_params",
     "leading_gpu",
     "xid_codes",
