@@ -158,3 +158,17 @@ def test_an_nfs_storm_incident_is_notified_with_its_bottleneck() -> None:
     (incident,) = p.closed_incidents or [p.open_incident(meter)]
     assert "nfs_server" == incident.diagnosis.bottleneck
     assert 10.0 == round(incident.diagnosis.figures["rtt_ms_per_op"], 6)
+
+
+def test_a_state_from_before_one_incident_per_storm_still_loads() -> None:
+    """A policy state with the former per-signal incidents and storm (no 'incident') loads:
+    the episodes it tracked are kept and no incident is open."""
+    old = policy()
+    old.update(T0, 50, [Alert("n1", "0", T0, None, 0.9, ("gpu_temp",))])
+    state = old.state_dict()
+    del state["incident"]
+    state |= {"incidents": {"nfs_op_rtt": {}}, "storm": None}
+    restored = policy()
+    restored.load_state_dict(state)
+    assert None is restored.open_incident()
+    assert old.state_dict()["episodes"] == restored.state_dict()["episodes"]

@@ -252,7 +252,9 @@ class AlertPolicy:
         episodes = {
             (str(node), float(start)): _tracked_from(t) for node, start, t in state["episodes"]
         }
-        incident = state["incident"]
+        # A state written before incidents.py has none: its per-signal incident alerts
+        # expire in Alertmanager by their endsAt.
+        incident = state.get("incident")
         starts = deque((float(t), str(node)) for t, node in state["starts"])
         suppressed = Counter({str(k): int(v) for k, v in state["suppressed"].items()})
         self.incidents.load_state_dict(incident)
