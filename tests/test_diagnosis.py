@@ -288,6 +288,14 @@ def test_a_storm_waiting_for_rpc_slots_names_the_slots() -> None:
     assert 0.004 == pytest.approx(storm.figures["link_share"])
 
 
+def test_a_backlog_without_longer_queueing_names_no_slots() -> None:
+    """RPCs backlogged a little more often than before, but neither queueing nor the round
+    trip grew: nothing held the storm back that the figures can name."""
+    before = _figures(0.05, 0.9, 2.7)
+    storm = storm_bottleneck(["nfs_rpc_retransmissions"], _figures(0.08, 0.87, 2.6), before)
+    assert "unknown" == storm.bottleneck
+
+
 def test_a_storm_with_a_slow_server_names_the_server() -> None:
     """The round trip grows many times and more than the queueing: the server is slow."""
     storm = storm_bottleneck(["nfs_op_rtt"], _figures(0.3, 4.0, 10.0), BEFORE)

@@ -130,13 +130,52 @@ def test_the_html_report_shows_the_confusion_table_and_each_alerts_class(
 
 
 def test_every_cluster_incident_gets_a_bottleneck(replayed: ReplayResult) -> None:
-    """One record per storm, in the report JSON too; those on which an NFS signal moved
-    cluster-wide carry the NFS figures their bottleneck was named from."""
-    # A storm groups every signal that moved cluster-wide until a quiet gap; the policy opens
-    # one GPUClusterIncident per signal, so each storm opened one incident alert at least.
-    assert 1 <= len(replayed.storms) <= replayed.incidents
+    """The loop's cluster incidents are the report's: one storm row per incident counted, in
+    the report JSON too, apart by more than the storm window; those on which an NFS signal
+    moved cluster-wide carry the NFS figures their bottleneck was named from."""
     rows = report_document(replayed)["diagnosis"]["storms"]
+    assert len(rows) == replayed.incidents
     assert [s.diagnosis.bottleneck for s in replayed.storms] == [r["bottleneck"] for r in rows]
+    gaps = [b.start - a.end for a, b in zip(replayed.storms, replayed.storms[1:], strict=False)]
+    assert [] == [g for g in gaps if g <= 300.0]  # alerts.storm.window_s
     nfs = [s for s in replayed.storms if any(x.startswith("nfs_") for x in s.signals)]
     assert nfs
     assert all(math.isfinite(s.diagnosis.figures["rtt_ms_per_op"]) for s in nfs)
+
+
+def test_each_incident_is_notified_once_with_its_bottleneck(replayed: ReplayResult) -> None:
+    """Every GPUClusterIncident notification names one of the report's incidents by its
+    ``incident`` label, keeps one set of labels per incident, and carries a bottleneck; the
+    incidents that closed were resolved at their end plus the storm window or later."""
+    firing: dict[str, set[tuple[tuple[str, str], ...]]] = {}
+    bottlenecks: dict[str, str] = {}
+    for note in replayed.notifications:
+        labels = dict(note.labels)
+        if labels["alertname"] != "GPUClusterIncident" or note.ends_at is not None:
+            continue
+        firing.setdefault(labels["incident"], set()).add(note.labels)
+        bottlenecks[labels["incident"]] = dict(note.annotations)["bottleneck"]
+    assert [s.id for s in replayed.storms if s.notified] == sorted(firing)
+    assert all(1 == len(labels) for labels in firing.values())
+    named = {s.id: s.diagnosis.bottleneck for s in replayed.storms if s.notified}
+    named = {i: b for i, b in named.items() if b != "unknown"}
+    assert named
+    assert named == {i: bottlenecks[i] for i in named}
+
+
+def test_the_html_report_counts_the_incidents_its_storm_table_lists(
+    replayed: ReplayResult,
+) -> None:
+    """The summary's 'cluster incidents' and the rows of the incident table are one number."""
+    html = render_html(
+        replayed,
+        threshold=0.6,
+        label="small",
+        confusion=diagnosis_confusion(replayed),
+        diagnoses=alert_diagnoses(replayed),
+        storms=replayed.storms,
+    )
+    table = html[html.index("<table class=storms>") :]
+    table = table[: table.index("</table>")]
+    assert replayed.incidents == table.count("<tr>") - 1  # the header row
+    assert f"<td>{replayed.incidents}</td>" in html[: html.index("id=incidents")]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,10 +12,10 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from detector.alerting.sender import AlertStats, DeliveryStats
-from detector.diagnosis import Diagnosis, Evidence
+from detector.diagnosis import Diagnosis, Evidence, storm_bottleneck
 from detector.evaluation import RecoveryFigures, concentration, repeat_offenders
 from detector.evaluation.accounting import AccountingSnapshot
-from detector.loop import LoopTick
+from detector.loop import ClusterIncident, LoopTick
 from detector.model import Alert, XidEvent
 from detector.pipeline.tick import TickResult
 from detector.service.entity_stats import NodeScoreStats
@@ -255,3 +256,23 @@ def test_node_score_statistics_are_exported_per_node() -> None:
     assert 1 == got[(name + "_count", (("node", "n2"),))]
     assert 0 == got[("detector_node_score_rises_total", (("node", "n1"),))]
     assert ("detector_node_score_rises_total", (("node", "n2"),)) in got
+
+
+def test_the_open_cluster_incident_and_its_bottleneck_are_exported() -> None:
+    """While a cluster incident is open one series names it, its severity and bottleneck;
+    once it closes the series goes and the closed counter counts it."""
+    diagnosis = storm_bottleneck(["nfs_op_rtt"], (), ())
+    incident = ClusterIncident(
+        "20231114T221320Z", T0, T0 + 60, ("nfs_op_rtt",), 40, "warning", True, False, diagnosis
+    )
+    exp = Exporter(CollectorRegistry(), version="x")
+    exp.observe_tick(replace(tick(T0, [0.5]), open_incident=incident), 0.01)
+    got = samples(exp)
+    labels = (("bottleneck", "unknown"), ("incident", "20231114T221320Z"), ("severity", "warning"))
+    assert 1 == got[("detector_cluster_incident_open", labels)]
+    assert 0 == got[("detector_cluster_incidents_closed_total", ())]
+    closed = replace(incident, closed=True)
+    exp.observe_tick(replace(tick(T0 + 400, [0.5]), closed_incidents=(closed,)), 0.01)
+    got = samples(exp)
+    assert [] == [k for k in got if k[0] == "detector_cluster_incident_open"]
+    assert 1 == got[("detector_cluster_incidents_closed_total", ())]

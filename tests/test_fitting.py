@@ -107,7 +107,6 @@ def _history(
         alerts=alerts,
         failures=failures,
         all_xids=failures,
-        incidents=0,
         evaluation=evaluate(alerts, failures, start=float(times[0]), end=float(times[-1])),
         wall_s=0.0,
         node_names=nodes,

@@ -367,7 +367,7 @@ def test_cluster_incidents_are_explained_beside_the_figure() -> None:
     assert "incidents" == notes[0]  # the first note under the table
     explained = re.search(r"<p class=note id=incidents>(.*?)</p>", text)
     assert explained is not None
-    assert explained[1].startswith("Cluster incidents: how many times one signal moved on many")
+    assert explained[1].startswith("Cluster incidents: how many times many nodes moved together")
 
 
 def test_signals_not_fed_come_last_in_the_summary_and_collapsed() -> None:

@@ -375,7 +375,10 @@ class StormConfig(_Section):
         "window_s, become one GPUClusterIncident instead of node alerts",
     )
     window_s: float = Field(
-        default=300.0, gt=0, description="seconds in which the nodes' alerts must start"
+        default=300.0,
+        gt=0,
+        description="seconds in which the nodes' alerts must start; a cluster incident closes "
+        "after this long with nothing moving cluster-wide",
     )
 
 

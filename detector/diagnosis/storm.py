@@ -8,11 +8,12 @@ against the same nodes before it:
   above ``LINK_FULL`` of its link rate): the wire is the limit.
 - ``nfs_rpc_slots``: requests wait on the client for an RPC slot (a share of requests of at
   least ``BACKLOG_SATURATED`` went through the transport's backlog queue, ``GREW`` times the
-  share before) and the time they queue grew more than their round trip did: the server
+  share before) and the time they queue grew, more than their round trip did: the server
   answers promptly, the client cannot send more at once. The paradox of the study.
 - ``nfs_server``: the round trip (RTT) grew at least ``GREW`` times and more than the queueing
   did: the server (or its disks) answers slowly; the clients' queues are its echo.
-- ``unknown``: no NFS signal among the storm's common-mode signals, or none of the above.
+- ``unknown``: no NFS signal among the storm's common-mode signals, no mountstats figures
+  during it, or none of the above.
 
 Figures are medians over the incident's nodes, so one odd node does not name the bottleneck.
 """
@@ -86,8 +87,10 @@ def storm_bottleneck(
         "nfs_bytes_per_s": _median([f.bytes_per_s for f in during]),
         "link_share": link_share,
     }
-    if not nfs or not during:
+    if not nfs:
         return StormDiagnosis("unknown", figures, "no NFS signal moved cluster-wide")
+    if not during:
+        return StormDiagnosis("unknown", figures, "no NFS mountstats figures during it")
     queue_growth = figures["queue_ms_per_op"] - figures["queue_ms_per_op_before"]
     rtt_growth = figures["rtt_ms_per_op"] - figures["rtt_ms_per_op_before"]
     rtt_ratio = figures["rtt_ms_per_op"] / figures["rtt_ms_per_op_before"]
@@ -100,7 +103,7 @@ def storm_bottleneck(
     backlog = figures["backlog_per_rpc"]
     saturated = backlog >= BACKLOG_SATURATED and backlog >= GREW * figures["backlog_per_rpc_before"]
     used = "" if math.isnan(link_share) else f"; links {link_share:.1%} used"
-    if saturated and queue_growth > rtt_growth:
+    if saturated and queue_growth > max(rtt_growth, 0.0):
         return StormDiagnosis(
             "nfs_rpc_slots",
             figures,

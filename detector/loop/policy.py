@@ -22,19 +22,21 @@ cluster incidents and the set of nodes under maintenance into ``Notification`` r
 - a node in ``muted`` (maintenance) sends nothing, not even a resolve: its alert expires in
   Alertmanager by its endsAt, and comes back if the episode outlives the maintenance.
 - storm breaker: when more than ``storm_fraction`` of the nodes with data (and at least
-  ``storm_min_nodes``) start alerting within ``storm_window_s``, one ``GPUClusterIncident``
-  fires instead; episodes starting while it is active are suppressed for their lifetime
-  (reason "storm") so the storm's end does not release a flood. Already sent ones stay.
-- a common-mode incident (many nodes moving together on one signal) is a
-  ``GPUClusterIncident`` (severity warning) per signal, resolved once the signal has not moved
-  together for ``storm_window_s``.
+  ``storm_min_nodes``) start alerting within ``storm_window_s``, the cluster incident takes
+  them (critical) instead; episodes starting while it is active are suppressed for their
+  lifetime (reason "storm") so the storm's end does not release a flood. Already sent ones stay.
+- cluster incidents (incidents.py): whatever moves cluster-wide (common-mode signals, the
+  storm breaker) until ``storm_window_s`` passes with nothing moving together is one
+  ``GPUClusterIncident``, labelled with its ``incident`` id and first ``signal``, annotated
+  with its signals and its bottleneck (``bottleneck``: the tick loop's ``StormMeter``).
 - shadow mode: notifications are still returned (the sender does not send them); each
   episode is counted once under "shadow".
 ``suppressed`` counts episodes (not notifications) per reason.
 
-``state_dict()`` / ``load_state_dict()`` carry what was sent (labels, last send, storm and
-incident tracking) across a restart as JSON-able data, so a restarted daemon resolves an
-episode that ended while it was down and keeps the labels Alertmanager already has.
+``state_dict()`` / ``load_state_dict()`` carry what was sent (labels, last send, the storm
+breaker's starts and the open cluster incident) across a restart as JSON-able data, so a
+restarted daemon resolves an episode that ended while it was down and keeps the labels
+Alertmanager already has.
 """
 
 from __future__ import annotations
@@ -48,39 +50,26 @@ from typing import Any
 from ..config import AlertsConfig
 from ..diagnosis import Diagnosis, DiagnosisModel, alert_text
 from ..model import Alert, Incident, Labels
+from .incidents import Bottleneck, ClusterIncident, IncidentTracker, StormStart, count_once
+from .notification import Notification
+from .notification import labels_of as _labels_of
+from .notification import make_labels as _labels
+from .notification import pairs as _pairs
 
 _ALERTS = AlertsConfig()  # the defaults are the config schema's, written once there
 FAILURE_ALERT = "GPUFailureSuspected"
-INCIDENT_ALERT = "GPUClusterIncident"
 _XID_SIGNAL = re.compile(r"xid_(\d+)")
 CRITICAL, WARNING = "critical", "warning"
 
 
-@dataclass(frozen=True, slots=True)
-class Notification:
-    """One alert update for Alertmanager; ``labels`` identify the alert (its fingerprint)."""
-
-    labels: Labels
-    annotations: Labels
-    starts_at: float
-    ends_at: float | None  # None: firing (the sender stamps now + 4 x resend interval)
-
-
 @dataclass(slots=True)
 class _Tracked:
-    """Delivery state of one alert episode or incident."""
+    """Delivery state of one alert episode."""
 
     labels: Labels | None = None  # labels last sent; None: never sent
     last_sent: float = float("-inf")
     suppressed: str | None = None  # permanent suppression (storm)
     counted: set[str] = field(default_factory=set)  # suppression reasons already counted
-    start: float = 0.0  # incidents and storms: when they began
-    last_seen: float = 0.0  # incidents: last tick the signal moved together
-    members: set[str] = field(default_factory=set)  # storm: nodes that joined it
-
-
-def _labels(**pairs: str | None) -> Labels:
-    return tuple(sorted((k, v) for k, v in pairs.items() if v))
 
 
 def xid_codes(signals: Iterable[str]) -> list[int]:
@@ -106,23 +95,12 @@ def alert_severity(
     return WARNING
 
 
-def _pairs(labels: Labels | None) -> list[list[str]] | None:
-    return None if labels is None else [list(kv) for kv in labels]
-
-
-def _labels_of(pairs: Any) -> Labels | None:
-    return None if pairs is None else tuple((str(k), str(v)) for k, v in pairs)
-
-
 def _tracked_state(t: _Tracked) -> dict[str, Any]:
     return {
         "labels": _pairs(t.labels),
         "last_sent": t.last_sent,
         "suppressed": t.suppressed,
         "counted": sorted(t.counted),
-        "start": t.start,
-        "last_seen": t.last_seen,
-        "members": sorted(t.members),
     }
 
 
@@ -132,9 +110,6 @@ def _tracked_from(d: dict[str, Any]) -> _Tracked:
         last_sent=float(d["last_sent"]),
         suppressed=d["suppressed"],
         counted=set(d["counted"]),
-        start=float(d["start"]),
-        last_seen=float(d["last_seen"]),
-        members=set(d["members"]),
     )
 
 
@@ -173,8 +148,15 @@ class AlertPolicy:
         self.suppressed: Counter[str] = Counter()
         self.firing: Counter[str] = Counter()  # open episodes and incidents by severity
         self._episodes: dict[tuple[str, float], _Tracked] = {}
-        self._incidents: dict[str, _Tracked] = {}
-        self._storm: _Tracked | None = None
+        self.incidents = IncidentTracker(
+            window_s=storm_window_s,
+            resend_interval_s=resend_interval_s,
+            storm_fraction=storm_fraction,
+            cluster=cluster,
+            runbook_url=runbook_url,
+            shadow=shadow,
+            suppress_signals=suppress_signals,
+        )
         self._starts: deque[tuple[float, str]] = deque()
 
     @classmethod
@@ -226,13 +208,16 @@ class AlertPolicy:
         incidents: Sequence[Incident] = (),
         muted: Collection[str] = frozenset(),
         diagnoses: Mapping[tuple[str, float], Diagnosis] | None = None,
+        bottleneck: Bottleneck | None = None,
     ) -> list[Notification]:
         """The notifications due at ``now`` (see the module docstring); ``diagnoses``: the
-        open alerts' by (node, start)."""
+        open alerts' by (node, start); ``bottleneck`` diagnoses the cluster incident (none:
+        its bottleneck is ``unknown``)."""
         diagnoses = diagnoses or {}
         out: list[Notification] = []
         new = [a for a in open_alerts if (a.node, a.start) not in self._episodes]
-        storm_on = self._update_storm(now, n_nodes, new, muted, out)
+        storm = self._update_storm(now, n_nodes, new, muted)
+        storm_on = storm is not None
         self.firing = Counter()
         current: set[tuple[str, float]] = set()
         for alert in open_alerts:
@@ -250,10 +235,20 @@ class AlertPolicy:
             end = ends.get(key)
             if tracked.labels is not None and key[0] not in muted:
                 out.append(Notification(tracked.labels, (), key[1], now if end is None else end))
-        self._common_mode(now, incidents, out)
-        self.firing["warning"] += sum(1 for t in self._incidents.values() if t.labels)
-        self.firing["critical"] += self._storm is not None
+        out += self.incidents.update(now, n_nodes, incidents, storm, self._count_reason, bottleneck)
+        severity = self.incidents.severity
+        if severity is not None:
+            self.firing[severity] += 1
         return out
+
+    @property
+    def closed_incidents(self) -> list[ClusterIncident]:
+        """The cluster incidents the last ``update`` closed."""
+        return self.incidents.closed
+
+    def open_incident(self, bottleneck: Bottleneck | None = None) -> ClusterIncident | None:
+        """The open cluster incident (its bottleneck diagnosed now with ``bottleneck``)."""
+        return self.incidents.current(bottleneck)
 
     def state_dict(self) -> dict[str, Any]:
         """What was sent and is being tracked, as JSON-able data (see the module docstring)."""
@@ -261,8 +256,7 @@ class AlertPolicy:
             "episodes": [
                 [node, start, _tracked_state(t)] for (node, start), t in self._episodes.items()
             ],
-            "incidents": {signal: _tracked_state(t) for signal, t in self._incidents.items()},
-            "storm": None if self._storm is None else _tracked_state(self._storm),
+            "incident": self.incidents.state_dict(),
             "starts": [list(s) for s in self._starts],
             "suppressed": dict(self.suppressed),
         }
@@ -273,12 +267,13 @@ class AlertPolicy:
         episodes = {
             (str(node), float(start)): _tracked_from(t) for node, start, t in state["episodes"]
         }
-        incidents = {str(s): _tracked_from(t) for s, t in state["incidents"].items()}
-        storm = None if state["storm"] is None else _tracked_from(state["storm"])
+        # A state written before incidents.py has none: its per-signal incident alerts
+        # expire in Alertmanager by their endsAt.
+        incident = state.get("incident")
         starts = deque((float(t), str(node)) for t, node in state["starts"])
         suppressed = Counter({str(k): int(v) for k, v in state["suppressed"].items()})
-        self._episodes, self._incidents, self._storm = episodes, incidents, storm
-        self._starts, self.suppressed = starts, suppressed
+        self.incidents.load_state_dict(incident)
+        self._episodes, self._starts, self.suppressed = episodes, starts, suppressed
 
     def _evidence(self, signals: Sequence[str]) -> tuple[tuple[str, ...], str | None]:
         """Signals left after suppression, and the reason when suppression removed them all."""
@@ -294,9 +289,10 @@ class AlertPolicy:
         return tuple(kept), (reason if signals and not kept else None)
 
     def _count(self, tracked: _Tracked, reason: str) -> None:
-        if reason not in tracked.counted:
-            tracked.counted.add(reason)
-            self.suppressed[reason] += 1
+        count_once(tracked.counted, reason, self._count_reason)
+
+    def _count_reason(self, reason: str) -> None:
+        self.suppressed[reason] += 1
 
     def _node_alert(
         self,
@@ -379,85 +375,17 @@ class AlertPolicy:
         )
 
     def _update_storm(
-        self,
-        now: float,
-        n_nodes: int,
-        new: Sequence[Alert],
-        muted: Collection[str],
-        out: list[Notification],
-    ) -> bool:
-        """Track node alert starts in the window; open, refresh or resolve the storm alert."""
+        self, now: float, n_nodes: int, new: Sequence[Alert], muted: Collection[str]
+    ) -> StormStart | None:
+        """Track node alert starts in the window; the storm when the breaker is active."""
         self._starts.extend((a.start, a.node) for a in new if a.node not in muted)
         while self._starts and self._starts[0][0] < now - self.storm_window_s:
             self._starts.popleft()
         nodes = {node for _, node in self._starts}
         active = len(nodes) >= self.storm_min_nodes and len(nodes) > self.storm_fraction * n_nodes
-        storm = self._storm
-        if storm is not None and not active:
-            if storm.labels is not None:
-                out.append(Notification(storm.labels, (), storm.start, now))
-            self._storm = None
         if not active:
-            return False
-        if storm is None:
-            leading = Counter(a.signals[0] for a in new if a.signals).most_common(1)
-            storm = self._storm = _Tracked(start=now)
-            storm.labels = _labels(
-                alertname=INCIDENT_ALERT,
-                severity="critical",
-                cluster=self.cluster,
-                signal=leading[0][0] if leading else "storm",
-            )
-            if self.shadow:
-                self._count(storm, "shadow")
-        storm.members |= nodes
-        if self._due(now, storm):
-            storm.last_sent = now
-            shown = ", ".join(sorted(storm.members)[:20])
-            annotations = _labels(
-                summary=f"{len(storm.members)} of {n_nodes} nodes started alerting together",
-                description=(
-                    f"More than {self.storm_fraction:.0%} of nodes started alerting within "
-                    f"{self.storm_window_s:g}s; per-node alerts are held back. Nodes: {shown}."
-                ),
-                runbook_url=self.runbook_url,
-            )
-            assert storm.labels is not None
-            out.append(Notification(storm.labels, annotations, storm.start, None))
-        return True
-
-    def _common_mode(
-        self, now: float, incidents: Sequence[Incident], out: list[Notification]
-    ) -> None:
-        """One alert per signal moving cluster-wide; resolved after a quiet storm window."""
-        for inc in incidents:
-            tracked = self._incidents.setdefault(inc.signal, _Tracked(start=inc.start))
-            tracked.last_seen = now
-            if inc.signal in self.suppress_signals:
-                self._count(tracked, "signal")
-                continue
-            if tracked.labels is None:
-                tracked.labels = _labels(
-                    alertname=INCIDENT_ALERT,
-                    severity="warning",
-                    cluster=self.cluster,
-                    signal=inc.signal,
-                )
-                if self.shadow:
-                    self._count(tracked, "shadow")
-            elif not self._due(now, tracked):
-                continue
-            tracked.last_sent = now
-            annotations = _labels(
-                summary=f"{inc.nodes_affected} of {inc.nodes_total} nodes moved together "
-                f"on {inc.signal}",
-                description="A cluster-wide (common-mode) movement, reported once instead of "
-                "per-node alerts: a shared cause such as storage or a job restart.",
-                runbook_url=self.runbook_url,
-            )
-            out.append(Notification(tracked.labels, annotations, tracked.start, None))
-        quiet = [s for s, t in self._incidents.items() if now - t.last_seen > self.storm_window_s]
-        for signal in quiet:
-            tracked = self._incidents.pop(signal)
-            if tracked.labels is not None:
-                out.append(Notification(tracked.labels, (), tracked.start, now))
+            return None
+        leading = Counter(a.signals[0] for a in new if a.signals).most_common(1)
+        return StormStart(
+            frozenset(nodes), max(t for t, _ in self._starts), leading[0][0] if leading else None
+        )

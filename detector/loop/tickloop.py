@@ -15,7 +15,10 @@ here, once per tick, in this order:
    keeps for its lifetime (``LoopTick.diagnoses``, the state file);
 4. the alert policy decides the notifications Alertmanager gets (``AlertPolicy``: labels,
    the diagnosis' failure_class and action among them, severity, resend, storm breaker,
-   suppressions, maintenance, shadow mode) and tracks cluster incidents;
+   suppressions, maintenance, shadow mode) and groups what moves cluster-wide into cluster
+   incidents (``IncidentTracker``), each diagnosed with its checkpoint-storm bottleneck from
+   the NFS figures of the raw frames (``StormMeter``, fed every tick before the policy
+   decides);
 5. live accounting counts what was notified against the failure XIDs (TP/FP, lead times),
    and the recovery log keeps what the recovery figures are computed from (failures and
    exclusions per node, repeat offenders: ``evaluation.RecoveryLog``);
@@ -34,7 +37,7 @@ scores to try thresholds without re-scoring (``Recording.decide``): the same cod
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +54,10 @@ from .actions import ActionEngine
 from .alerts import Evidence, EvidenceFn, NodeAlerts, leading_gpu
 from .diagnoses import AlertDiagnoses, AlertKey, SignalScoresFn
 from .episodes import EpisodeParams
-from .policy import FAILURE_ALERT, INCIDENT_ALERT, AlertPolicy, Notification
+from .incidents import ClusterIncident
+from .notification import Notification
+from .policy import FAILURE_ALERT, AlertPolicy
+from .storm_meter import StormMeter
 
 STATE_VERSION = 1
 
@@ -72,6 +78,8 @@ class LoopTick:
     actions: tuple[Decision, ...] = ()  # the action engine's decisions (actions enabled)
     # alerts diagnosed this tick (those that started), by (node, start); kept for their life
     diagnoses: Mapping[AlertKey, Diagnosis] = field(default_factory=dict)
+    open_incident: ClusterIncident | None = None  # the cluster incident open after this tick
+    closed_incidents: tuple[ClusterIncident, ...] = ()  # closed this tick, final bottleneck
 
     @property
     def time(self) -> float:
@@ -88,25 +96,6 @@ class LoopTick:
     @property
     def incidents(self) -> tuple[Incident, ...]:
         return self.scores.incidents
-
-
-@dataclass(slots=True)
-class _Incidents:
-    """Cluster incidents (``GPUClusterIncident`` alerts: common-mode signals and the storm
-    breaker) counted as the policy opens them."""
-
-    active: set[tuple[tuple[str, str], ...]] = field(default_factory=set)
-    opened: int = 0
-
-    def update(self, notes: Iterable[Notification]) -> None:
-        for note in notes:
-            if dict(note.labels).get("alertname") != INCIDENT_ALERT:
-                continue
-            if note.ends_at is None and note.labels not in self.active:
-                self.active.add(note.labels)
-                self.opened += 1
-            elif note.ends_at is not None:
-                self.active.discard(note.labels)
 
 
 class Decisions:
@@ -133,7 +122,7 @@ class Decisions:
         self.diagnoses = AlertDiagnoses(diagnosis)
         self.alerts = NodeAlerts(episodes, xid_hold_s=xid_hold_s, alert_on_xid=alert_on_xid)
         self._settings = (policy.settings(), accounting.horizon_s, accounting.grace_s)
-        self.incidents = _Incidents()
+        self.storms = StormMeter()  # fed the raw frames by TickLoop.step
         self.recovery = RecoveryLog(accounting.horizon_s, accounting.grace_s)
         self._sent: set[AlertKey] = set()  # open episodes the policy notified
         self._recent_failures: list[XidEvent] = []
@@ -194,11 +183,17 @@ class Decisions:
         diagnosed = self.diagnoses.update(tick.node_names, started, signal_scores)
         n_seen = int(np.count_nonzero(~np.isnan(tick.node_score)))
         notes = self.policy.update(
-            t, n_seen, open_alerts, changes.ended, tick.incidents, muted, self.diagnoses.open
+            t,
+            n_seen,
+            open_alerts,
+            changes.ended,
+            tick.incidents,
+            muted,
+            self.diagnoses.open,
+            self.storms,
         )
         notified, ended_sent = self._track_sent(notes, open_alerts, changes.ended)
         self.diagnoses.keep(open_alerts)
-        self.incidents.update(notes)
         new_failures = self._new_failures(failing, t)
         detections = self.accounting.update(t, notified, new_failures)
         actions = self._act(tick, failing, n_seen) if self.actions is not None else []
@@ -216,6 +211,8 @@ class Decisions:
             detections=tuple(detections),
             actions=tuple(actions),
             diagnoses=diagnosed,
+            open_incident=self.policy.open_incident(),
+            closed_incidents=tuple(self.policy.closed_incidents),
         )
 
     def diagnosis_of(self, alert: Alert) -> Diagnosis | None:
@@ -358,6 +355,7 @@ class TickLoop:
         maintenance."""
         tick = self.pipeline.step(frame)
         pipeline, threshold = self.pipeline, self.threshold
+        self.decisions.storms.observe(tick.time, frame.values, pipeline.index.infos, tick.incidents)
 
         def evidence(node: int) -> Evidence:
             signals, gpu = pipeline.peak_evidence(tick, node)

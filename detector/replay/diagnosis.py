@@ -12,9 +12,9 @@ model, ``detector.diagnosis.diagnosis_model`` builds it; docs/diagnosis.md is th
   and the terminal.
 - ``report_document``: the ``--report-json`` document: the evaluation's (contract keys
   unchanged) plus ``alerts[].failure_class``, ``alerts[].action``, ``alerts[].confidence`` and
-  the top-level ``diagnosis`` (the confusion table, and ``storms``: each cluster incident's
-  bottleneck with its figures, replay/storms.py), and, given the recovery analytics, the
-  top-level ``recovery`` (replay/recovery.py).
+  the top-level ``diagnosis`` (the confusion table, and ``storms``: each of the loop's cluster
+  incidents, loop/incidents.py, with its bottleneck and figures), and, given the recovery
+  analytics, the top-level ``recovery`` (replay/recovery.py).
 """
 
 from __future__ import annotations
@@ -152,6 +152,7 @@ def storm_rows(result: ReplayResult) -> list[dict[str, Any]]:
     """Each cluster incident with its bottleneck and figures (NaN figures as null)."""
     return [
         {
+            "id": storm.id,
             "start": storm.start,
             "end": storm.end,
             "signals": list(storm.signals),

@@ -25,13 +25,20 @@ from ..diagnosis import Diagnosis, DiagnosisModel
 from ..errors import DumpError, EventsError
 from ..evaluation import AccountingSnapshot, Evaluation, evaluate
 from ..ingest import DumpStats, load_array, load_events, place_events, read_dump
-from ..loop import Decision, Decisions, EpisodeParams, Notification, Recording, TickLoop
+from ..loop import (
+    ClusterIncident,
+    Decision,
+    Decisions,
+    EpisodeParams,
+    Notification,
+    Recording,
+    TickLoop,
+)
 from ..model import Alert, FloatArray, Frame, Labels, SampleBatch, XidEvent
 from ..pipeline import TickResult, dedupe_episodes, is_failure
 from ..series import SeriesIndex, frames_from_batches, normalize
 from ..sim import SimulatedCluster, with_pod
 from .progress import ProgressSink
-from .storms import STORM_GAP_S, Storm, StormLog
 
 
 @dataclass
@@ -45,7 +52,6 @@ class ReplayResult:
     alerts: list[Alert]
     failures: list[XidEvent]  # failure XIDs (events file + dump), deduped
     all_xids: list[XidEvent]  # every XID episode seen, failures or not
-    incidents: int  # cluster incidents (GPUClusterIncident alerts) the policy opened
     evaluation: Evaluation
     wall_s: float
     node_names: tuple[str, ...] = ()
@@ -79,7 +85,15 @@ class ReplayResult:
     # each alert's diagnosis when it started (what its page said), by (node, start)
     diagnoses: dict[tuple[str, float], Diagnosis] = field(default_factory=dict)
     diagnosis_model: DiagnosisModel | None = None
-    storms: list[Storm] = field(default_factory=list)  # cluster incidents and their bottleneck
+    # the loop's cluster incidents (GPUClusterIncident) with their bottleneck, the one still
+    # open at the end diagnosed at the last tick
+    storms: list[ClusterIncident] = field(default_factory=list)
+
+    @property
+    def incidents(self) -> int:
+        """Cluster incidents the loop's policy opened (the report's count: its storm table's
+        rows)."""
+        return len(self.storms)
 
 
 class ScoresCsv:
@@ -213,8 +227,8 @@ def run_replay(
     whether the replay ends or is interrupted. Fewer than two ticks span no time to evaluate:
     DumpError naming ``source`` (the dump files, or the simulated cluster). When the loop
     diagnoses (a diagnosis model: ``TickLoop.from_config`` builds one), the report keeps each
-    alert's diagnosis the loop decided when it started (``ReplayResult.diagnoses``) and every
-    cluster incident gets its bottleneck (``ReplayResult.storms``)."""
+    alert's diagnosis the loop decided when it started (``ReplayResult.diagnoses``). The
+    loop's cluster incidents, with their bottlenecks, are ``ReplayResult.storms``."""
     began = wallclock.perf_counter()
     pipeline = loop.pipeline
     alerts: list[Alert] = []
@@ -224,7 +238,7 @@ def run_replay(
     recording = Recording() if record_scores else None
     diagnosis = loop.decisions.diagnosis
     diagnoses: dict[tuple[str, float], Diagnosis] = {}
-    storms = StormLog(STORM_GAP_S) if diagnosis is not None else None
+    storms: list[ClusterIncident] = []
     writer = ScoresCsv(scores_out) if scores_out is not None else None
     feed = _EventFeed(events, pipeline.index, loop.decisions.alerts.xid_hold_s)
     start = end = float("nan")
@@ -246,8 +260,7 @@ def run_replay(
                 held = loop.decisions.alerts.held(tick.time, len(tick.scores.node_names))
                 recording.add(tick, pipeline, held)
             diagnoses.update(tick.diagnoses)  # what the page said, when it went out
-            if storms is not None:
-                storms.observe(tick.scores, frame.values, pipeline.index.infos)
+            storms.extend(tick.closed_incidents)
             if writer is not None:
                 writer.add(tick.scores)
             if progress is not None:
@@ -260,6 +273,8 @@ def run_replay(
         if writer is not None:
             writer.close()
     alerts.extend(loop.open_sent_alerts())
+    still_open = loop.policy.open_incident(loop.decisions.storms)
+    storms.extend([still_open] if still_open is not None else [])
     alerts.sort(key=lambda a: (a.start, a.node))
     catalog = pipeline.xid_catalog
     all_xids = dedupe_episodes([*feed.placed(events), *data_xids], catalog)
@@ -288,7 +303,6 @@ def run_replay(
         alerts=alerts,
         failures=failures,
         all_xids=all_xids,
-        incidents=loop.decisions.incidents.opened,
         evaluation=evaluation,
         wall_s=wallclock.perf_counter() - began,
         node_names=pipeline.node_names,
@@ -303,7 +317,7 @@ def run_replay(
         accounting=loop.accounting.snapshot(end),
         diagnoses=diagnoses,
         diagnosis_model=diagnosis,
-        storms=storms.finish() if storms is not None else [],
+        storms=storms,
     )
     result.signals_found, result.signals_missing = pipeline.signal_coverage()
     if recording is not None:

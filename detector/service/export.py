@@ -43,7 +43,7 @@ from ..alerting import AlertStats
 from ..diagnosis import Diagnosis
 from ..evaluation import TOP_K, AccountingSnapshot, RecoveryFigures
 from ..ingest import SAMPLE_RESULTS, RemoteWriteStats
-from ..loop import LoopTick
+from ..loop import ClusterIncident, LoopTick
 from ..model import Alert, SignalScore
 from ..pipeline import TickResult
 from .entity_stats import NodeScoreStats
@@ -98,6 +98,8 @@ class Exporter:
         self._tick: TickResult | None = None
         self._signals: list[SignalScore] = []
         self._alerts_total = 0
+        self._incident: ClusterIncident | None = None
+        self._incidents_closed = 0
         self._xids: Counter[int] = Counter()
         self._tick_hist = _Histogram(TICK_BUCKETS_S)
         self._scrape_s: dict[str, float] = {}
@@ -120,6 +122,8 @@ class Exporter:
         """The latest scores; alerts started and XIDs seen are added to their counters."""
         self._tick = tick.scores
         self._alerts_total += len(tick.started)
+        self._incident = tick.open_incident
+        self._incidents_closed += len(tick.closed_incidents)
         self._xids.update(ev.xid for ev in tick.xids)
         self._diagnoses.update(d.failure_class for d in tick.diagnoses.values())
         self._tick_hist.observe(duration_s)
@@ -225,6 +229,26 @@ class Exporter:
         yield from self._evaluation()
         yield from self._diagnosis()
         yield from self._actions()
+        yield from self._cluster_incidents()
+
+    def _cluster_incidents(self) -> Iterator[Metric]:
+        """The open cluster incident (one series, none when none is open) and its bottleneck
+        as last notified; the incidents closed since process start."""
+        open_ = GaugeMetricFamily(
+            "detector_cluster_incident_open",
+            "1 while a cluster incident (GPUClusterIncident) is open: its id, severity and "
+            "the bottleneck named so far (docs/diagnosis.md).",
+            labels=["incident", "severity", "bottleneck"],
+        )
+        inc = self._incident
+        if inc is not None:
+            open_.add_metric([inc.id, inc.severity, inc.diagnosis.bottleneck], 1.0)
+        closed = CounterMetricFamily(
+            "detector_cluster_incidents_closed",
+            "Cluster incidents closed since process start.",
+        )
+        closed.add_metric([], float(self._incidents_closed))
+        yield from (open_, closed)
 
     def _scores(self) -> Iterator[Metric]:
         node = GaugeMetricFamily(

@@ -12,7 +12,7 @@ import numpy as np
 
 from ...diagnosis import Confusion, Diagnosis
 from ...evaluation import Evaluation
-from ..storms import Storm
+from ...loop import ClusterIncident
 from .markup import html_table, node_link
 from .svg import utc
 
@@ -29,7 +29,7 @@ def diagnosis_section(
     ev: Evaluation,
     confusion: Confusion | None,
     diagnoses: Mapping[tuple[str, float], Diagnosis],
-    storms: Sequence[Storm],
+    storms: Sequence[ClusterIncident],
 ) -> str:
     """The confusion table and every alert's diagnosis (module docstring)."""
     if confusion is None or not diagnoses:
@@ -80,7 +80,7 @@ def diagnosis_section(
     return "".join(parts)
 
 
-def _storms(storms: Sequence[Storm]) -> str:
+def _storms(storms: Sequence[ClusterIncident]) -> str:
     """One row per cluster incident: its signals, bottleneck and the NFS figures behind it."""
 
     def ms(now: float, before: float) -> str:

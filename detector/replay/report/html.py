@@ -39,9 +39,9 @@ from ...evaluation import (
     describe_weights,
     failure_sources,
 )
+from ...loop import ClusterIncident
 from ...model import Alert, FloatArray, XidEvent
 from ..recovery import Recovery
-from ..storms import Storm
 from .charts import CSS, LEGEND, Mark, Span, bars_svg, heatmap_svg, timeline_svg
 from .diagnosis import class_cell, diagnosis_section
 from .markup import html_table, node_link
@@ -105,7 +105,7 @@ def render_html(
     signal_weights: Mapping[str, float] | None = None,
     confusion: Confusion | None = None,
     diagnoses: Mapping[tuple[str, float], Diagnosis] | None = None,
-    storms: Sequence[Storm] = (),
+    storms: Sequence[ClusterIncident] = (),
     recovery: Recovery | None = None,
 ) -> str:
     """The whole report as one HTML document (module docstring). ``diagnoses``: each alert's
@@ -166,9 +166,10 @@ def _summary(result: ReplayData, threshold: float, weights: Mapping[str, float])
     return (
         "<section id=summary><h2>Summary</h2>"
         + html_table("summary", [h for h, _ in cells], [[v for _, v in cells]])
-        + "<p class=note id=incidents>Cluster incidents: how many times one signal moved on "
-        "many nodes together (an NFS checkpoint storm, a job restart), each reported once as "
-        "a group event, not as node alerts or false positives.</p>"
+        + "<p class=note id=incidents>Cluster incidents: how many times many nodes moved "
+        "together (an NFS checkpoint storm, a job restart), on whatever signals, each reported "
+        "once as one group event with its bottleneck (under Diagnosis), not as node alerts or "
+        "false positives.</p>"
         + "<p class=note>Lead time: XID time minus the start of the earliest matching alert "
         "(positive: the alert came first). Signal weights: "
         + (escape(describe_weights(weights)) if weights else "the rules' own (none calibrated)")
