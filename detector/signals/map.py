@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..config import SignalCatalog, counter_family, other_spelling
+from ..config import SUMMARY_SIGNAL_METRIC, SignalCatalog, counter_family, other_spelling
 from ..model import DCGM_BLANK_THRESHOLD, BoolArray, ColumnLayout, FloatArray, IntArray, SeriesInfo
 from ..series import SeriesIndex, without
 from .columns import FROZEN, GPU_COUNT, LEVEL, MISSING, RATE, RATIO, TRANSFORM, SignalColumns
@@ -285,6 +285,9 @@ class SignalMap:
 
     def _map_series(self, info: SeriesInfo) -> None:
         self.cohorts.note_series(info)
+        if info.metric == SUMMARY_SIGNAL_METRIC and not info.gpu:
+            self._map_summary(info)
+            return
         entity = -1
         verdict = self.catalog.classify(info.metric)
         if info.gpu:
@@ -341,6 +344,25 @@ class SignalMap:
         }
         self._append(info, info.column, TRANSFORM[verdict.transform], verdict.name, gpu, **fields)
         self._add_frozen(info)
+
+    def _map_summary(self, info: SeriesInfo) -> None:
+        """A node-level column an agent computed (``config.SUMMARY_SIGNAL_METRIC``): the
+        column of the rule its ``signal`` label names, reading the value as it is (the agent
+        applied the rule's transform, scale and log unit). A name no rule here knows is a
+        series no rule names (the default rule's, node-level: held unless that is on)."""
+        signal = dict(info.labels).get("signal", "")
+        rule = self.catalog.rule_named(signal)
+        if rule is None or rule.entity != "node" or rule.truth is not None or rule.given:
+            default = self.catalog.default_rule
+            if not default.enabled or not default.node_level or not signal:
+                return
+            self._append(
+                info, info.column, LEVEL, signal, None,
+                direction=default.direction, weight=default.weight,
+            )  # fmt: skip
+            return
+        fields = {"direction": rule.direction, "weight": rule.weight, "resolution": rule.resolution}
+        self._append(info, info.column, LEVEL, rule.name, None, **fields)
 
     def _append_default(self, info: SeriesInfo) -> None:
         """The column of a series no rule names (level for gauges, rate for counters)."""
