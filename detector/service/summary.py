@@ -10,9 +10,9 @@ Per node the process scores (an agent: its own), from its latest tick:
   count, frozen exporters).
 - ``detector_summary_gpu_score{node, gpu}``: each GPU's fused score in [0, 1] (the agent's
   GPU-against-GPU peers and the GPU's own past), GPUs that sent nothing left out.
-- ``detector_summary_xid{node, gpu[, err_msg]}``: the last XID code the agent saw on each GPU
-  (the DCGM gauge's and the kernel log's), sticky like dcgm-exporter's
-  ``DCGM_FI_DEV_XID_ERRORS``: a change is a new XID.
+- ``detector_summary_xid{node, gpu, err_msg}``: the last XID code the agent saw on each GPU
+  (the DCGM gauge's and the kernel log's; 0 before the first), sticky like dcgm-exporter's
+  ``DCGM_FI_DEV_XID_ERRORS``, whose semantics a fleet reads it with: a change is a new XID.
 
 A fleet scraping these pages (or receiving them by remote write) scores them on the same
 series index and tick as raw pages (``config.SUMMARY_SIGNAL_METRIC``, rules/signals.yaml's
@@ -118,9 +118,23 @@ class Summary:
         yield from (signal, gpu)
         xid = GaugeMetricFamily(
             SUMMARY_PREFIX + "xid",
-            "The last XID code seen on the GPU (sticky: a change is a new XID).",
+            "The last XID code seen on the GPU, 0 for none yet (sticky: a change is a new XID).",
             labels=["node", "gpu", "err_msg"],
         )
-        for (node, gpu_label), event in sorted(self._xids.items()):
-            xid.add_metric([node, gpu_label, event.message], float(event.xid))
+        gpus = dict.fromkeys(self._gpus(), 0.0)
+        messages = {}
+        for key, event in self._xids.items():
+            gpus[key], messages[key] = float(event.xid), event.message
+        for key, code in sorted(gpus.items()):
+            xid.add_metric([*key, messages.get(key, "")], code)
         yield xid
+
+    def _gpus(self) -> list[tuple[str, str]]:
+        """(node, gpu) of every GPU of the latest tick."""
+        if self._tick is None:
+            return []
+        scores = self._tick.scores
+        return [
+            (scores.node_names[int(node)], label)
+            for node, label in zip(scores.gpu_node.tolist(), scores.gpu_label, strict=True)
+        ]
