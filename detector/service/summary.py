@@ -3,11 +3,13 @@
 Version 1 (``detector_summary_info{version="1"}``; a change of meaning takes a new version).
 Per node the process scores (an agent: its own), from its latest tick:
 
-- ``detector_summary_signal{node, signal, series}``: every node-level signal column's value
-  this tick, as the agent computed it (the rule's transform applied: a counter's rate, a
-  ratio, a log unit), NaN columns left out. ``signal`` is the rule's name, ``series`` the
-  source series (``metric{label=value,...}`` without ``node``; "" for a computed column: GPU
-  count, frozen exporters).
+- ``detector_summary_signal{node, signal, series}``: the value this tick of every node-level
+  column of a named rule (rules/signals.yaml), as the agent computed it (the rule's transform
+  applied: a counter's rate, a ratio, a log unit), NaN columns left out. ``signal`` is the
+  rule's name, ``series`` the source series (``metric{label=value,...}`` without ``node``; ""
+  for a computed column: GPU count, frozen exporters). Series no rule names (2,700 of the real
+  node-exporter page's 3,027) stay with the agent, which scores them against their own past
+  (its node has no peers): a fleet does not compare them across nodes (``default_rule``).
 - ``detector_summary_gpu_score{node, gpu}``: each GPU's fused score in [0, 1] (the agent's
   GPU-against-GPU peers and the GPU's own past), GPUs that sent nothing left out.
 - ``detector_summary_xid{node, gpu, err_msg}``: the last XID code the agent saw on each GPU
@@ -69,13 +71,16 @@ class Summary:
         return encoder(self.registry), content_type
 
     def _node_columns(self, pipeline: Pipeline) -> list[tuple[int, str, str, str]]:
-        """The node-level columns with their labels, rebuilt when the layout changes."""
+        """The node-level columns of named rules with their labels, rebuilt when the layout
+        changes."""
         layout = pipeline.signal_map.layout
         if layout is not self._layout:
-            infos = pipeline.index.infos
+            infos, catalog = pipeline.index.infos, pipeline.signal_map.catalog
             out = []
             for col in np.flatnonzero(layout.gpu < 0).tolist():
                 signal, node, _, series = pipeline.signal_map.column_names(col)
+                if catalog.rule_named(signal) is None:
+                    continue
                 source = ""
                 if series >= 0:
                     info = infos[series]
