@@ -63,8 +63,8 @@ async def test_an_agent_serves_its_node_signals_gpu_scores_and_last_xid_on_summa
     tmp_path: Path,
 ) -> None:
     """GET /summary (version 1): every finite node-level column of a named rule of the
-    agent's latest tick with its value, each GPU's score, each GPU's last XID (0: none; 74 still there ticks
-    after it); a fleet reading the summary sees that XID once, on that node and GPU."""
+    agent's latest tick with its value, each GPU's score, each GPU's last XID (0: none; 74
+    still there ticks after it); a fleet reading the summary sees that XID once, there."""
     clock = VirtualClock(SCENARIO.start)
     exporters = serve(SCENARIO, port=0, per_node_ports=True, clock=clock)
     [(dcgm, node_exp)] = exporters.urls.values()

@@ -285,9 +285,6 @@ class SignalMap:
 
     def _map_series(self, info: SeriesInfo) -> None:
         self.cohorts.note_series(info)
-        if info.metric == SUMMARY_SIGNAL_METRIC and not info.gpu:
-            self._map_summary(info)
-            return
         entity = -1
         verdict = self.catalog.classify(info.metric)
         if info.gpu:
@@ -316,6 +313,9 @@ class SignalMap:
             else self._slot_ids.setdefault((entity, family), len(self._slot_ids))
         )
         self._series_slot.append(slot)
+        if info.metric == SUMMARY_SIGNAL_METRIC and not info.gpu:
+            self._map_summary(info)
+            return
         if verdict in ("ignore", "off"):
             return
         if verdict == "default":
