@@ -1,7 +1,8 @@
 """The signal stage: frame values (one per series) -> signal values (one per signal column).
 
 Every series the catalog scores becomes one signal column (first matching rule wins, see
-``rules.SignalCatalog.classify``); presence signals add computed columns per entity. Columns are
+``rules.SignalCatalog.classify``); presence signals add computed columns per entity. An agent's
+summary series (``config.SUMMARY_SIGNAL_METRIC``) is the column of the rule it names. Columns are
 only appended, in index order, so a restored index rebuilds the same columns. One exception: a
 series whose identity differs from a mapped one's only in its cohort labels (the scheduler
 relabelled the node's targets for its next job) gets no column of its own; it feeds
@@ -348,8 +349,9 @@ class SignalMap:
     def _map_summary(self, info: SeriesInfo) -> None:
         """A node-level column an agent computed (``config.SUMMARY_SIGNAL_METRIC``): the
         column of the rule its ``signal`` label names, reading the value as it is (the agent
-        applied the rule's transform, scale and log unit). A name no rule here knows is a
-        series no rule names (the default rule's, node-level: held unless that is on)."""
+        applied the rule's transform, scale and log unit). A name no rule here knows is
+        scored as a node-level series no rule names: by the default rule when
+        ``default_rule.node_level`` is on, else not at all (no column)."""
         signal = dict(info.labels).get("signal", "")
         rule = self.catalog.rule_named(signal)
         if rule is None or rule.entity != "node" or rule.truth is not None or rule.given:
