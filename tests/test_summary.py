@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from detector.config import Config, load_config, load_signal_rules
 from detector.ingest.parse import split_series
+from detector.ingest.remote_write import encode_write_request
 from detector.model import ColumnLayout
 from detector.pipeline.fusion import CommonMode, EntityMap, FusionParams, fuse, given_z
 from detector.series import LabelRules, SeriesIndex
@@ -213,3 +214,49 @@ def test_host_faults_change_only_their_node() -> None:
     assert np.array_equal(resp[[0, 2]], resp_f[[0, 2]])
     assert mem_f[2, 0] < 0.06 * 2.0 * 1024**4 < mem[2, 0]
     assert np.array_equal(mem[[0, 1]], mem_f[[0, 1]])
+
+
+async def test_a_fleet_takes_remote_written_summaries_as_it_takes_scraped_ones(
+    tmp_path: Path,
+) -> None:
+    """Summaries Prometheus scraped from the agents and remote-wrote (its instance and job
+    labels added) become the same columns: the named rule's node-level column, and the GPU's
+    given score, which the fleet's tick reports as that GPU's score."""
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump({"remote_write": {"enabled": True}}))
+    fleet = Daemon(load_config(path, env={}), clock=lambda: 1000.0)
+    series = []
+    for i, node in enumerate(("n1", "n2")):
+        target = (("instance", f"10.0.0.{i}:9108"), ("job", "gpu-failure-detector"))
+        signal = (("node", node), ("series", "node_memory_MemAvailable_bytes"))
+        series.append(
+            (
+                "detector_summary_signal",
+                (*target, *signal, ("signal", "mem_available")),
+                [(999_000, 5e11)],
+            )
+        )
+        gpu = (*target, ("gpu", "0"), ("node", node))
+        series.append(("detector_summary_gpu_score", gpu, [(999_000, 0.7 if i == 0 else 0.0)]))
+    assert fleet.remote_write is not None
+    fleet.remote_write.receive(
+        encode_write_request(series),
+        {"content-encoding": "snappy", "content-type": "application/x-protobuf"},
+    )
+    tick = await fleet.tick()
+    await fleet.aclose()
+
+    signals = fleet.pipeline.signal_map
+    columns = sorted(signals.column_names(i)[:3] for i in range(len(signals)))
+    assert [
+        ("agent_gpu_score", "n1", "0"),
+        ("agent_gpu_score", "n2", "0"),
+        ("mem_available", "n1", None),
+        ("mem_available", "n2", None),
+    ] == [c for c in columns if not c[0].startswith("health_")]
+    scores = tick.scores
+    by_gpu = {
+        (scores.node_names[int(n)], label): float(v)
+        for n, label, v in zip(scores.gpu_node, scores.gpu_label, scores.gpu_score, strict=True)
+    }
+    assert pytest.approx({("n1", "0"): 0.7, ("n2", "0"): 0.0}) == by_gpu

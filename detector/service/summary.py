@@ -1,6 +1,7 @@
 """An agent's summary of its node for a fleet: GET /summary, a Prometheus exposition.
 
-Version 1 (``detector_summary_info{version="1"}``; a change of meaning takes a new version).
+Version 1 (``detector_summary_info{version="1"}``; a change of meaning takes a new version; a
+fleet does not check it yet).
 Per node the process scores (an agent: its own), from its latest tick:
 
 - ``detector_summary_signal{node, signal, series}``: the value this tick of every node-level
