@@ -72,3 +72,28 @@ def test_request_encoder_writes_what_encode_write_request_writes() -> None:
 
     assert 1 == len(fast)
     assert decoded(reference) == decoded(fast[0])
+
+
+def test_summary_pages_are_the_agents_summary_under_each_nodes_name() -> None:
+    """Each node's summary page is the agent's, its node label that node's, on that node's
+    agent URL; the same series every tick, values moving."""
+    agent = scale_bench.AGENT_NODE
+    text = (
+        "# TYPE detector_summary_signal gauge\n"
+        f'detector_summary_signal{{node="{agent}",signal="mem_available",series="m"}} 5e11\n'
+        f'detector_summary_gpu_score{{node="{agent}",gpu="0"}} 0.25\n'
+    )
+    fleet = scale_bench.Fleet.__new__(scale_bench.Fleet)
+    fleet.nodes, fleet.seed = 2, 0
+    fleet.set_summary(text)
+    first, second = fleet.summary_pages(0), fleet.summary_pages(1)
+    assert [scale_bench.summary_url(0), scale_bench.summary_url(1)] == list(first)
+    page = parse_exposition(first[scale_bench.summary_url(1)], "summary")
+    node = scale_bench.node_name(1)
+    assert [
+        f'detector_summary_signal{{node="{node}",signal="mem_available",series="m"}}',
+        f'detector_summary_gpu_score{{node="{node}",gpu="0"}}',
+    ] == page.keys
+    later = parse_exposition(second[scale_bench.summary_url(1)], "summary")
+    assert page.keys == later.keys
+    assert page.values != later.values

@@ -390,6 +390,6 @@ _HEALTH = """\
           summary: "Detector ticks take {{ $value | humanizeDuration }} (p99)"
           description: >-
             The detector at {{ $labels.instance }} needs more than 10 s per tick at p99, close
-            to the 15 s scrape interval. Shard the fleet (StatefulSet, --shard i/N) or give it
-            more CPU.
+            to the 15 s scrape interval. Shard the fleet (StatefulSet, config key shard: i/N) or
+            give it more CPU.
 """

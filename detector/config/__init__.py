@@ -12,6 +12,8 @@ from .diagnosis_rules import UNKNOWN_CLASS, DiagnosisClass, DiagnosisRules, load
 from .load import describe_config, load_config
 from .reference import config_reference, undescribed_fields
 from .rules import (
+    SUMMARY_PREFIX,
+    SUMMARY_SIGNAL_METRIC,
     SignalCatalog,
     XidCatalog,
     counter_family,
@@ -38,6 +40,8 @@ from .schema import (
 
 __all__ = [
     "DEFAULT_THRESHOLD",
+    "SUMMARY_PREFIX",
+    "SUMMARY_SIGNAL_METRIC",
     "UNKNOWN_CLASS",
     "Achieved",
     "ActionsConfig",

@@ -79,6 +79,15 @@ DEFAULT_SCORERS: tuple[ScorerName, ...] = ("zscore", "changepoint", "peers")
 
 COUNTER_SUFFIX = "_total"
 
+# An agent's summary (served at /summary, service/summary.py; docs/deploy.md "Agents feeding a
+# fleet"): each node-level signal column the agent computed is one series of this metric,
+# labelled ``signal`` (the rule's name) and ``series`` (the column's source series), its value
+# the column's value that tick. A fleet maps it onto the column of the rule it names with the
+# value as it is (``signals.SignalMap``); the rules read the summary's GPU scores and XIDs by
+# metric name (rules/signals.yaml ``agent_gpu_score``, rules/xid.yaml).
+SUMMARY_PREFIX = "detector_summary_"
+SUMMARY_SIGNAL_METRIC = SUMMARY_PREFIX + "signal"
+
 
 def other_spelling(metric: str) -> str:
     """``metric`` as the other spelling of a counter: without the OpenMetrics ``_total``
@@ -128,6 +137,9 @@ class SignalRule(_Strict):
     log_unit: float = Field(default=0.0, ge=0.0)
     scorers: tuple[ScorerName, ...] = DEFAULT_SCORERS
     truth: Literal["xid"] | None = None  # ground truth, claimed but never scored
+    # The value is a score in [0, 1] computed elsewhere (an agent's GPU score, read from its
+    # summary): fused as it is (``pipeline.fusion``), never scored again. Level, no scorers.
+    given: bool = False
     # ratio: increase of this counter per increase of the ``denominator`` counter with the same
     # labels (seconds of RTT per NFS operation, not seconds of RTT per second, which is volume)
     denominator: str | None = None
@@ -151,6 +163,8 @@ class SignalRule(_Strict):
             raise ValueError("log_unit takes a level, rate or ratio transform and no resolution")
         if "health" in self.scorers and not self.name.startswith("health_"):
             raise ValueError("signals scored by 'health' must be named health_*")
+        if self.given and (self.transform != "level" or self.scorers or self.truth):
+            raise ValueError("a given score takes transform level, scorers [] and no truth")
         return self
 
 
@@ -192,6 +206,7 @@ class _Tables:
     patterns: list[tuple[int, re.Pattern[str]]]
     ignore: re.Pattern[str] | None
     counter: re.Pattern[str] | None
+    by_name: dict[str, SignalRule]
 
     @staticmethod
     def build(catalog: SignalCatalog, key: tuple[int, int, int]) -> _Tables:
@@ -204,7 +219,8 @@ class _Tables:
                 patterns.append((i, re.compile(rule.pattern)))
         ignore = _alternation(catalog.ignore)
         counter = _alternation(catalog.default_rule.counter_patterns)
-        return _Tables(key, exact, patterns, ignore, counter)
+        by_name = {rule.name: rule for rule in reversed(catalog.signals)}  # first one wins
+        return _Tables(key, exact, patterns, ignore, counter, by_name)
 
 
 class SignalCatalog(_Strict):
@@ -255,6 +271,10 @@ class SignalCatalog(_Strict):
             if pattern.fullmatch(metric):
                 return i
         return best
+
+    def rule_named(self, name: str) -> SignalRule | None:
+        """The rule whose signal is ``name`` (an agent's summary names its columns so)."""
+        return self._lookup().by_name.get(name)
 
     def is_ignored(self, metric: str) -> bool:
         """Whether ``ignore`` names ``metric`` in either spelling (``other_spelling``)."""
@@ -444,7 +464,13 @@ def load_rules_file(path: Path | None, filename: str, model: type[_M]) -> _M:
 
 # Series the rules do not name but replay reads: host names (series.host_names) and each
 # pod's node (kube-state-metrics); scraped series of either exporter's DCGM namespaces.
-_EXPORT_ALWAYS = ("DCGM_.*", "dcgm_.*", "node_uname_info", "kube_pod_info")
+_EXPORT_ALWAYS = (
+    "DCGM_.*",
+    "dcgm_.*",
+    "node_uname_info",
+    "kube_pod_info",
+    SUMMARY_PREFIX + ".*",  # agents' summaries, remote-written to a fleet
+)
 
 
 def export_pattern(signals: SignalCatalog, xids: XidCatalog, extra: Sequence[str] = ()) -> str:

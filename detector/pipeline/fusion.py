@@ -30,6 +30,13 @@ overlapping used to be enough to silence both. A node whose excursion begins whi
 is a group event joins it (a long storm's nodes drop in and out), and a pair once in a group
 event stays in it until its excursion ends.
 
+Given scores: a column whose rule is ``given`` (an agent's GPU score, read from its summary)
+holds a score in [0, 1] computed elsewhere. It is not scored again: its column score is set to
+the z whose evidence maps back to that very score (``given_z``), so a GPU with only that column
+fuses to its agent's score exactly, and its node's score combines it with the node's own
+evidence like any other column's. Common mode leaves it alone (the agent already judged the GPU
+against its node's other GPUs, which is what common mode keeps of a GPU column).
+
 Storms: a node-level event counter (scored by ``counts``: NFS, InfiniBand) reported above 0
 by at least ``common_mode_storm_fraction`` (half) of the nodes that report it is a storm on its
 signal (NFS retransmissions while the storage is overloaded). Nodes used to such storms score
@@ -228,6 +235,18 @@ def _to_unit(evidence: FloatArray, scale: float) -> FloatArray:
     return 1.0 - np.exp(-evidence / scale)
 
 
+# A given score of 1 would be infinite evidence; capped here (evidence ~14 at scale 2).
+GIVEN_MAX = 0.999
+
+
+def given_z(score: FloatArray, params: FusionParams) -> FloatArray:
+    """Column scores whose evidence fuses back to ``score`` (see "Given scores" above):
+    ``z0 + expm1(-scale * ln(1 - score))``; NaN and values <= 0 give ``z0`` (no evidence)."""
+    p = np.clip(np.nan_to_num(score, nan=0.0), 0.0, GIVEN_MAX)
+    z: FloatArray = params.z0 + np.expm1(-params.scale * np.log1p(-p))
+    return z
+
+
 def fuse(
     scores: Mapping[str, FloatArray],
     applies: Mapping[str, BoolArray],
@@ -239,10 +258,12 @@ def fuse(
     common_mode: CommonMode,
     t: float,
     events: tuple[IntArray, BoolArray] | None = None,
+    given: tuple[IntArray, FloatArray] | None = None,
 ) -> Fused:
     """Fuse one tick at time ``t``. ``applies[name]`` masks the columns scorer ``name`` is
     meant for; ``common_mode`` carries the excursions' onsets from tick to tick; ``events`` =
-    (``storm_columns``, whether each reports events this tick, its value above 0), or None.
+    (``storm_columns``, whether each reports events this tick, its value above 0), or None;
+    ``given`` = (the given columns, their scores this tick), or None.
 
     Speed (results are bit-identical to the plain formulation): masked ``fmax`` in place
     instead of ``np.where`` temporaries; counts over the few columns that are hot or
@@ -308,6 +329,8 @@ def fuse(
         else:
             column_z[damp] = 0.0
     column_z *= weights
+    if given is not None and given[0].size:
+        column_z[given[0]] = given_z(given[1], params)
 
     # Evidence log1p(max(z - z0, 0)) is 0 wherever z <= z0; NaN (never expected) is kept.
     live = np.flatnonzero(~(column_z <= params.z0))

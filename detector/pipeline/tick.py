@@ -162,6 +162,8 @@ class Pipeline:
         self._entities: EntityMap | None = None
         self._applies: dict[str, BoolArray] = {}
         self._storm_columns = np.zeros(0, dtype=np.int64)  # fusion.storm_columns, per layout
+        self._given_columns = np.zeros(0, dtype=np.int64)  # columns of ``given`` rules
+        self.values = np.zeros(0)  # the latest tick's signal values (agent summaries read it)
         self._node_columns: list[np.ndarray] = []
         self._weights = np.zeros(0)
         self._prev_z = np.zeros(0)  # the previous tick's fused column scores
@@ -189,6 +191,11 @@ class Pipeline:
         self._applies = {s.name: self._scorer_mask(s.name, layout, peerless) for s in self.scorers}
         self.scoring.set_layout(self._applies, layout)
         self._storm_columns = storm_columns(self._applies, layout)
+        given = [
+            rule.given if (rule := self.signal_map.catalog.rule_named(name)) else False
+            for name in layout.signal_names
+        ]
+        self._given_columns = np.flatnonzero(np.asarray(given, dtype=bool)[layout.signal])
         order = np.argsort(layout.node, kind="stable")
         bounds = np.searchsorted(layout.node[order], np.arange(len(layout.node_names) + 1))
         self._node_columns = [
@@ -240,7 +247,7 @@ class Pipeline:
         layout, entities = self._layout, self._entities
         assert layout is not None
         assert entities is not None
-        x = self.signal_map.compute(t, frame.values)
+        x = self.values = self.signal_map.compute(t, frame.values)
         observed = ~np.isnan(x)
         scores = self.scoring.run(t, x)
         fused = fuse(
@@ -254,6 +261,7 @@ class Pipeline:
             self.common_mode,
             t,
             (self._storm_columns, x[self._storm_columns] > 0.0),
+            (self._given_columns, x[self._given_columns]),
         )
 
         n_nodes = len(layout.node_names)

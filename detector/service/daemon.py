@@ -65,6 +65,7 @@ from .entity_stats import NodeScoreStats
 from .export import Exporter
 from .server import Readiness, Server, start_server
 from .state import load_state, save_state
+from .summary import Summary
 
 __all__ = ["Daemon", "DaemonStats", "main_run", "run_daemon", "sd_notify"]
 
@@ -142,6 +143,7 @@ class Daemon:
         self.exporter = Exporter(top_k=config.scoring.top_k)
         self.node_stats = NodeScoreStats()
         self.exporter.node_stats = self.node_stats
+        self.summary = Summary()  # GET /summary: what a fleet reads of this process's nodes
         rec = config.record
         self.recorder = (
             RoundRecorder(rec.dir, rotate_bytes=rec.rotate_bytes, rotate_s=rec.rotate_s)
@@ -407,6 +409,7 @@ class Daemon:
     def _export(self, tick: LoopTick, round_: ScrapeRound, now: float, work_s: float) -> None:
         exporter = self.exporter
         exporter.observe_tick(tick, work_s)
+        self.summary.observe(tick, self.pipeline)
         exporter.observe_signals(self.pipeline.evidence(tick.scores))
         exporter.observe_scrapes(
             {
@@ -489,7 +492,12 @@ async def run_daemon(
     try:
         daemon.restore()
         server = daemon.server = await start_server(
-            config, daemon.exporter, readiness, port=port, remote_write=daemon.remote_write
+            config,
+            daemon.exporter,
+            readiness,
+            port=port,
+            remote_write=daemon.remote_write,
+            summary=daemon.summary,
         )
         delivery = asyncio.create_task(daemon.alerts.run(delivery_stop), name="alert-delivery")
         if daemon.pods is not None:

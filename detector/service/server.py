@@ -4,6 +4,7 @@ POST /api/v1/write, on asyncio streams.
 No framework: four endpoints do not need one. Contract:
 
 - ``/metrics``: the exporter's exposition (OpenMetrics when the Accept header asks for it).
+  ``/summary`` (only with a ``summary`` source): the node summary a fleet reads (summary.py).
   ``/healthz``: 200 while the process serves. ``/readyz``: 200 after the first completed tick
   while the latest one is at most 3 scrape intervals old, else 503 with the reason.
 - ``/api/v1/write`` (only with a ``remote_write`` sink, see ``RemoteWriteSink``): Prometheus
@@ -41,6 +42,7 @@ from typing import Any, Protocol
 from ..config import Config
 from ..errors import ConfigError, RemoteWriteError
 from ..logs import get_logger
+from .summary import SUMMARY_PATH
 
 __all__ = [
     "WRITE_PATH",
@@ -176,6 +178,7 @@ class Server:
         self.export = export
         self.readiness = readiness
         self.remote_write = remote_write
+        self.summary: MetricsSource | None = None  # GET /summary (start_server's summary)
         self.port = 0
         self._server: asyncio.Server | None = None
         self._active = 0
@@ -255,12 +258,15 @@ class Server:
         if path == "/metrics":
             body, content_type = self.export.render(headers.get("accept"))
             return 200, body, content_type
+        if path == SUMMARY_PATH and self.summary is not None:
+            body, content_type = self.summary.render(headers.get("accept"))
+            return 200, body, content_type
         if path == "/healthz":
             return 200, b"ok\n", text
         if path == "/readyz":
             ready, reason = self.readiness.status()
             return (200 if ready else 503), f"{reason}\n".encode(), text
-        return 404, b"not found: try /metrics, /healthz, /readyz\n", text
+        return 404, b"not found: try /metrics, /summary, /healthz, /readyz\n", text
 
     def _write(
         self, method: str, headers: dict[str, str], payload: bytes
@@ -319,15 +325,17 @@ async def start_server(
     host: str | None = None,
     port: int | None = None,
     remote_write: RemoteWriteSink | None = None,
+    summary: MetricsSource | None = None,
 ) -> Server:
     """Listen on ``config.server.listen`` (``host``/``port`` override it; port 0 picks one);
-    ``remote_write`` set: POST /api/v1/write goes to it.
+    ``remote_write`` set: POST /api/v1/write goes to it; ``summary`` set: GET /summary.
 
     Raises ConfigError for unusable TLS files, bcrypt hashes without the bcrypt package, or an
     address it cannot listen on (a taken port).
     """
     srv = config.server
     server = Server(config, export, readiness, remote_write)
+    server.summary = summary
     _check_hashes(server.users)
     context = tls_context(srv.tls_cert, srv.tls_key) if srv.tls_cert and srv.tls_key else None
     bind_host = host if host is not None else srv.host

@@ -1,7 +1,8 @@
 """The signal stage: frame values (one per series) -> signal values (one per signal column).
 
 Every series the catalog scores becomes one signal column (first matching rule wins, see
-``rules.SignalCatalog.classify``); presence signals add computed columns per entity. Columns are
+``rules.SignalCatalog.classify``); presence signals add computed columns per entity. An agent's
+summary series (``config.SUMMARY_SIGNAL_METRIC``) is the column of the rule it names. Columns are
 only appended, in index order, so a restored index rebuilds the same columns. One exception: a
 series whose identity differs from a mapped one's only in its cohort labels (the scheduler
 relabelled the node's targets for its next job) gets no column of its own; it feeds
@@ -34,7 +35,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..config import SignalCatalog, counter_family, other_spelling
+from ..config import SUMMARY_SIGNAL_METRIC, SignalCatalog, counter_family, other_spelling
 from ..model import DCGM_BLANK_THRESHOLD, BoolArray, ColumnLayout, FloatArray, IntArray, SeriesInfo
 from ..series import SeriesIndex, without
 from .columns import FROZEN, GPU_COUNT, LEVEL, MISSING, RATE, RATIO, TRANSFORM, SignalColumns
@@ -313,6 +314,9 @@ class SignalMap:
             else self._slot_ids.setdefault((entity, family), len(self._slot_ids))
         )
         self._series_slot.append(slot)
+        if info.metric == SUMMARY_SIGNAL_METRIC and not info.gpu:
+            self._map_summary(info)
+            return
         if verdict in ("ignore", "off"):
             return
         if verdict == "default":
@@ -341,6 +345,26 @@ class SignalMap:
         }
         self._append(info, info.column, TRANSFORM[verdict.transform], verdict.name, gpu, **fields)
         self._add_frozen(info)
+
+    def _map_summary(self, info: SeriesInfo) -> None:
+        """A node-level column an agent computed (``config.SUMMARY_SIGNAL_METRIC``): the
+        column of the rule its ``signal`` label names, reading the value as it is (the agent
+        applied the rule's transform, scale and log unit). A name no rule here knows is
+        scored as a node-level series no rule names: by the default rule when
+        ``default_rule.node_level`` is on, else not at all (no column)."""
+        signal = dict(info.labels).get("signal", "")
+        rule = self.catalog.rule_named(signal)
+        if rule is None or rule.entity != "node" or rule.truth is not None or rule.given:
+            default = self.catalog.default_rule
+            if not default.enabled or not default.node_level or not signal:
+                return
+            self._append(
+                info, info.column, LEVEL, signal, None,
+                direction=default.direction, weight=default.weight,
+            )  # fmt: skip
+            return
+        fields = {"direction": rule.direction, "weight": rule.weight, "resolution": rule.resolution}
+        self._append(info, info.column, LEVEL, rule.name, None, **fields)
 
     def _append_default(self, info: SeriesInfo) -> None:
         """The column of a series no rule names (level for gauges, rate for counters)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 from .cluster import SimulatedCluster, with_pod
 from .cues import CUE_KINDS, FailureCue, parse_cue, plan_lines, plant_cues
 from .exposition import write_dump, write_events
-from .scenario import FailureSpec, JobSpec, Scenario
+from .scenario import FailureSpec, HostFault, JobSpec, Scenario
 from .serve import Exporters, serve
 from .trace import DEFAULT_RATES, FAULT_TRACE, TraceRates, derive_rates
 from .workload import node_jobs
@@ -27,6 +27,7 @@ __all__ = [
     "Exporters",
     "FailureCue",
     "FailureSpec",
+    "HostFault",
     "JobSpec",
     "Scenario",
     "SimulatedCluster",

@@ -17,7 +17,7 @@ from numpy.typing import NDArray
 
 from ..model import FloatArray
 from .catalog import HWMON_SENSORS, IB_DEVICES, NET_DEVICES, NFS_METHODS, NFS_OPS
-from .scenario import Scenario
+from .scenario import HostFault, Scenario
 
 _IB_RATE = np.array([1e6, 2e9, 3.8e10, 5e9, 0.0])  # bytes/s per port by phase
 _LOAD = np.array([1.5, 60.0, 38.0, 85.0, 30.0])  # checkpoint writers sit in D state
@@ -79,6 +79,7 @@ class HostModel:
         sc, dt, c = self.sc, self.sc.step_s, self.c
         n = sc.nodes
         p = phase[:, None]
+        slow, leak = _host_faults(sc.host_faults, t_abs - sc.start, n)
         noise = rng.standard_normal((n, 8)) * np.where(self.noisy, 4.0, 1.0) * sc.noise_scale
         server = nfs_write + 0.5 * nfs_read  # NFS server load in cluster shares
         rtt = 0.0006 * (1.0 + 60.0 * server * server)  # seconds per RPC
@@ -115,7 +116,7 @@ class HostModel:
         c["op_req"] += op_rate * dt
         c["op_timeouts"] += (server > 0.5) * (rng.random(op_rate.shape) < 0.02 * server)
         c["op_queue"] += op_rate * dt * queue
-        c["op_resp"] += op_rate * dt * rtt * (1.0 + 0.05 * np.abs(noise[:, 4:5]))
+        c["op_resp"] += op_rate * dt * rtt * slow * (1.0 + 0.05 * np.abs(noise[:, 4:5]))
         c["op_sent"] += op_rate * dt * np.array([200.0, 1_048_700.0, 180.0])
         c["op_recv"] += op_rate * dt * np.array([1_048_700.0, 200.0, 260.0])
         target = _LOAD[p] + noise[:, 5:6] * 1.5
@@ -124,6 +125,7 @@ class HostModel:
         ambient = sc.diurnal_amplitude_c * math.sin(2.0 * math.pi * (hour - 9.0) / 24.0)
         cpu_temp = 48.0 + 0.25 * self.load[:, :1] + ambient + np.arange(len(HWMON_SENSORS)) % 5
         used = _MEM_USED[p] * MEM_TOTAL * (1.0 + 0.01 * noise[:, 6:7])
+        used = used + leak * (0.95 * MEM_TOTAL - used).clip(0.0)
         ports = np.ones((1, len(IB_DEVICES)))
         physical = np.where(flap, 6.0, 5.0)
         return {
@@ -174,3 +176,19 @@ class HostModel:
             "node_nfs_rpc_retransmissions_total": np.floor(c["retrans"]),
             "node_nfs_rpcs_total": np.floor(c["rpcs"]),
         }
+
+
+def _host_faults(
+    faults: tuple[HostFault, ...], t_rel: float, n: int
+) -> tuple[FloatArray, FloatArray]:
+    """Per node (n, 1): the factor on its NFS round trip (``nfs`` faults) and the share of
+    its free memory leaked (``memory`` faults, rising over their ramp)."""
+    slow, leak = np.ones((n, 1)), np.zeros((n, 1))
+    for fault in faults:
+        if t_rel < fault.at_s:
+            continue
+        if fault.kind == "nfs":
+            slow[fault.node] = 20.0
+        else:
+            leak[fault.node] = min(1.0, (t_rel - fault.at_s) / fault.ramp_s)
+    return slow, leak

@@ -34,6 +34,22 @@ class FailureSpec:
     xid: int | None = None
 
 
+HostFaultKind = Literal["nfs", "memory"]
+
+
+@dataclass(frozen=True, slots=True)
+class HostFault:
+    """A fault of one node's host, not of a GPU (no XID): from ``at_s`` on, ``nfs``: the
+    node's NFS RPCs take 20x their round trip (a bad path to the server: its RTT and
+    per-operation times, not the cluster's); ``memory``: the host leaks memory, its available
+    memory falling to ~5% of RAM over ``ramp_s``."""
+
+    kind: HostFaultKind
+    node: int
+    at_s: float
+    ramp_s: float = 600.0
+
+
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     """A training job on a fixed set of nodes (indices); disjoint from other jobs' nodes."""
@@ -80,6 +96,7 @@ class Scenario:
     failure_rate_multiplier: float = 1.0
     failure_count: int | None = None  # draw exactly this many instead of Poisson(rate)
     failures: tuple[FailureSpec, ...] | None = None  # explicit list replaces drawn failures
+    host_faults: tuple[HostFault, ...] = ()  # node-level faults (NFS path, memory leak)
     precursor_lead_s: tuple[float, float] = (300.0, 3600.0)  # log-uniform range
     no_precursor_share: float = 0.2  # share of precursor-capable failures that show none
     repair_cap_s: float = 12 * 3600.0  # trace repair times are capped so nodes come back
@@ -137,6 +154,9 @@ class Scenario:
             raise bad("shared_gpus", f"must be within [1, gpus), got {self.shared_gpus!r}")
         if self.shared_nodes and self.job_label_runs:
             raise bad("shared_nodes", "cannot be combined with job_label_runs")
+        for fault in self.host_faults:
+            if fault.kind not in ("nfs", "memory") or not 0 <= fault.node < self.nodes:
+                raise bad("host_faults", f"kind nfs or memory on a node in [0, nodes): {fault}")
         if self.failure_rate_multiplier < 0:
             raise bad("failure_rate_multiplier", "must be >= 0")
         if self.failure_count is not None and self.failure_count < 0:
