@@ -52,8 +52,6 @@ __all__ = [
 
 MiB = 1024 * 1024
 DEFAULT_THRESHOLD = 0.6
-# The project's docs/ folder in its repository: diagnosed alerts link into its diagnosis.md.
-PROJECT_DOCS_URL = "https://github.com/gpu-failure-detector/gpu-failure-detector/blob/main/docs"
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 # bcrypt ($2a$/$2b$/$2y$, cost, 53 chars of salt+hash) or "sha256:<64 hex>"; never plain text.
 _PASSWORD_HASH = re.compile(r"\$2[aby]\$\d{2}\$[./A-Za-z0-9]{53}|sha256:[0-9a-fA-F]{64}")
@@ -451,10 +449,12 @@ class AlertsConfig(_Section):
         "link to its failure class (docs_url)",
     )
     docs_url: str = Field(
-        default=PROJECT_DOCS_URL,
+        default="docs",
         min_length=1,
         description="where the project's docs/ folder is served: a diagnosed alert's "
-        "runbook_url is <docs_url>/diagnosis.md#<failure_class>; point it at your own copy",
+        "runbook_url is <docs_url>/diagnosis.md#<failure_class>; the default names the "
+        "repository's folder (docs/diagnosis.md#pcie_bus), set the URL of your copy (a git "
+        "host's view of this repository, an internal wiki) to make it a link",
     )
     cluster: str | None = Field(default=None, description="cluster label on every alert")
 
