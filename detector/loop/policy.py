@@ -6,7 +6,8 @@ cluster incidents and the set of nodes under maintenance into ``Notification`` r
 - a node alert is ``GPUFailureSuspected`` with labels alertname, node, gpu (when a GPU leads
   the evidence), severity, cluster (when configured) and signal (the leading signal).
   ``severity`` (``alert_severity``) is ``critical`` (pages) when the evidence names
-  ``xid_<code>`` of a failure XID (the pipeline forces such alerts) or when the episode has
+  ``xid_<code>`` of a failure XID (the pipeline forces such alerts), when the alert is
+  ``definitive`` (a GPU gone from its exporter's page: forced the same way), or when the episode has
   been firing for ``page_after_s`` (its score held above the threshold, with hysteresis,
   that long past the minimum duration that made it fire), else ``warning``. Labels are fixed
   when an episode is first sent so Alertmanager sees one alert per episode even as its
@@ -89,13 +90,15 @@ def alert_severity(
     firing_s: float,
     page_after_s: float | None,
     is_failure_xid: Callable[[int], bool] = lambda _code: True,
+    definitive: bool = False,
 ) -> str:
     """The severity of a node alert that has been firing for ``firing_s`` seconds with
-    evidence ``signals``: ``critical`` for a failure XID or once ``firing_s`` reaches
-    ``page_after_s`` (None: never by duration), else ``warning``. The Prometheus rules that
+    evidence ``signals``: ``critical`` for a failure XID, for ``definitive`` structural
+    evidence (``Alert.definitive``: a GPU gone from its exporter's page) or once ``firing_s``
+    reaches ``page_after_s`` (None: never by duration), else ``warning``. The Prometheus rules that
     ``detector rules prometheus`` prints page on the same duration (alerting.prometheus_rules).
     """
-    if any(is_failure_xid(c) for c in xid_codes(signals)):
+    if definitive or any(is_failure_xid(c) for c in xid_codes(signals)):
         return CRITICAL
     if page_after_s is not None and firing_s >= page_after_s:
         return CRITICAL
@@ -293,7 +296,7 @@ class AlertPolicy:
     ) -> None:
         evidence, reason = self._evidence(alert.signals)
         severity = alert_severity(
-            evidence, now - alert.start, self.page_after_s, self.is_failure_xid
+            evidence, now - alert.start, self.page_after_s, self.is_failure_xid, alert.definitive
         )
         self.firing[severity] += 1
         if tracked.suppressed is not None or alert.node in muted:
@@ -339,6 +342,10 @@ class AlertPolicy:
         )
         if xids:
             description += f" Evidence: failure XID {', '.join(map(str, xids))} seen on the node."
+        elif alert.definitive:
+            description += (
+                " A GPU's series are gone from the page its node's exporter still serves."
+            )
         elif severity == CRITICAL:
             minutes = (now - alert.start) / 60
             description += f" Firing for {minutes:.0f} min (alerts.page_after_s): it pages."

@@ -7,7 +7,8 @@ here, once per tick, in this order:
    and reports the XIDs the data showed (the DCGM gauge);
 2. every XID of the tick, the data's and those the driver brings (the kernel log in ``run``,
    an events file in ``replay``), is judged by one rule (``pipeline.is_failure``); failure
-   XIDs force their node's alert (``NodeAlerts``);
+   XIDs force their node's alert (``NodeAlerts``), and so does definitive structural evidence
+   (``TickResult.definitive``: a GPU gone from a page its exporter still serves);
 3. the alert episodes advance (``NodeAlerts``: thresholds, minimum duration, hysteresis,
    cooldown, the evidence at each peak);
 4. the alert policy decides the notifications Alertmanager gets (``AlertPolicy``: labels,
@@ -164,7 +165,9 @@ class Decisions:
         """Steps 2-5 for one scored tick; ``xids`` is every XID of the tick."""
         t = tick.time
         failing = [e for e in xids if is_failure(e, self.catalog)]
-        changes = self.alerts.update(t, tick.node_names, tick.node_score, failing, evidence)
+        changes = self.alerts.update(
+            t, tick.node_names, tick.node_score, failing, evidence, tick.definitive
+        )
         open_alerts = self.alerts.open_alerts()
         n_seen = int(np.count_nonzero(~np.isnan(tick.node_score)))
         notes = self.policy.update(t, n_seen, open_alerts, changes.ended, tick.incidents, muted)
