@@ -28,6 +28,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -154,6 +155,8 @@ def serve_simulator(
         raise RuntimeError(f"detector simulate: {first}{proc.stderr.read()}")
     lines = []
     while not (line := proc.stderr.readline()).startswith("On stdout"):
+        if not line:
+            raise RuntimeError(f"detector simulate ended: {''.join(lines)}")
         lines.append(line)
     text = "".join(lines)
     (tmp / "sim.log").write_text(first + text)
@@ -176,7 +179,9 @@ def serve_simulator(
         )
     targets = ""
     while "node-" not in targets or len(targets.splitlines()) < 2 + 2 * (len(KINDS) + 2):
-        targets += proc.stdout.readline()
+        if not (line := proc.stdout.readline()):
+            raise RuntimeError(f"detector simulate ended before its config: {targets}")
+        targets += line
     return proc, targets, started, plan
 
 
@@ -275,9 +280,10 @@ def main() -> None:
         for log in logs:
             log.close()
         hook.server.shutdown()
-        print(f"logs and configs: {tmp}" if args.keep else "", end="\n" if args.keep else "")
-        if not args.keep:
-            subprocess.run(["rm", "-rf", str(tmp)], check=False)
+        if args.keep:
+            print(f"logs and configs: {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def report(

@@ -379,6 +379,24 @@ def test_state_round_trip_keeps_rates_across_restart() -> None:
     assert 2.0 == out[cluster.column("ecc_sbe_volatile", gpu="0")]
 
 
+def test_a_restart_does_not_take_a_gpu_already_gone_for_a_new_vanish() -> None:
+    """Restored from a state saved while GPU 1 was gone, the map names no vanished GPU on the
+    next tick without it, and names it again once it has come back and gone."""
+    cluster = Cluster()
+    metrics = ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE")
+    both = {(m, gpu_labels(g)): 50.0 for m in metrics for g in ("0", "1")}
+    only0 = {k: v for k, v in both.items() if dict(k[1])["gpu"] == "0"}
+    cluster.tick(0, both)
+    cluster.tick(30, only0)
+    restored = SignalMap(cluster.signals.catalog, cluster.index)
+    restored.load_state_dict(cluster.signals.state_dict())
+    seen = []
+    for t, values in ((60, only0), (90, both), (120, only0)):
+        restored.compute(float(t), cluster.frame(values))
+        seen.append(restored.vanished_gpus())
+    assert [[], [], [("n1", "1")]] == seen
+
+
 def test_state_restores_columns_mapped_later() -> None:
     """State for series not yet in the index is applied when those series appear."""
     first = Cluster()
