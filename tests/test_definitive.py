@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from detector.config import Config, load_xid_catalog
-from detector.loop import Decisions, EpisodeParams, LoopTick, TickLoop, episode_params
+from detector.loop import Decisions, LoopTick, TickLoop, episode_params
 from detector.pipeline import TickResult
 from detector.replay.run import run_replay, simulated_frames
 from detector.series import SeriesIndex
@@ -21,8 +21,8 @@ CONFIG = Config()  # min_duration_s 60 and min_observations 3: four ticks of 15 
 _EMPTY = np.zeros(0)
 
 
-def decisions(params: EpisodeParams | None = None) -> Decisions:
-    return Decisions.from_config(CONFIG, load_xid_catalog(), params or episode_params(CONFIG, None))
+def decisions() -> Decisions:
+    return Decisions.from_config(CONFIG, load_xid_catalog(), episode_params(CONFIG, None))
 
 
 def scored(
@@ -41,15 +41,14 @@ def scored(
     )
 
 
+EVIDENCE = {  # per node: its leading signals and GPU, as the pipeline would name them
+    0: (("health_gpu_count", "health_series_missing_fraction"), "5"),
+    1: (("gpu_temp",), "1"),
+}
+
+
 def evidence(node: int) -> tuple[tuple[str, ...], str | None]:
-    return (
-        (("health_gpu_count", "health_series_missing_fraction"), "5")
-        if node == 0
-        else (
-            ("gpu_temp",),
-            "1",
-        )
-    )
+    return EVIDENCE[node]
 
 
 def run(d: Decisions, ticks: list[TickResult]) -> list[LoopTick]:
