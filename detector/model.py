@@ -133,6 +133,9 @@ class Alert:
     end: float | None
     peak_score: float
     signals: tuple[str, ...]  # top contributing signals at the peak, strongest first
+    # Opened by definitive structural evidence (a GPU gone from its exporter's page), which
+    # fires at once and pages, as a failure XID does (loop/alerts.py, loop/policy.py).
+    definitive: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -192,6 +192,41 @@ def test_presence_when_a_target_is_relabelled() -> None:
     assert 0.5 == c_gone[missing0]
 
 
+def test_a_gpu_gone_from_an_answering_page_is_definitive_once_each_time_it_goes() -> None:
+    """``vanished`` names the GPU on the tick its series all went while its node's page still
+    answered with the other GPU, and only then: not while the GPU stays gone, not for a part
+    of its series, not for a whole page missing (target down, timeout, exporter restarting)
+    nor when that page comes back unchanged, not for a relabelled page (a pod rename); again
+    when the GPU comes back and goes once more."""
+    cluster = Cluster()
+    metrics = ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE")
+
+    def page(gpus: tuple[str, ...] = ("0", "1"), pod: str = "a") -> dict[tuple[str, Labels], float]:
+        return {(m, (*gpu_labels(g), ("pod", pod))): 50.0 for m in metrics for g in gpus}
+
+    partial = page()
+    del partial[("DCGM_FI_DEV_GPU_TEMP", (*gpu_labels("1"), ("pod", "a")))]
+    timeline = [
+        page(),  # 0 both GPUs
+        {},  # 1 the whole page missing (target down)
+        page(),  # 2 back unchanged (an exporter restart)
+        partial,  # 3 half of GPU 1's series gone: not a vanished GPU
+        page(pod="b"),  # 4 every series under a new pod label
+        page(("0",), pod="b"),  # 5 GPU 1 gone, GPU 0 answering
+        page(("0",), pod="b"),  # 6 still gone
+        {},  # 7 page missing while it is gone
+        page(("0",), pod="b"),  # 8 back with GPU 1 still gone
+        page(pod="b"),  # 9 GPU 1 back
+        page(("0",), pod="b"),  # 10 gone again
+    ]
+    vanished = []
+    for k, values in enumerate(timeline):
+        cluster.tick(30.0 * k, values)
+        vanished.append(cluster.signals.vanished_gpus())
+    expected = [[("n1", "1")] if k in (5, 10) else [] for k in range(len(timeline))]
+    assert expected == vanished
+
+
 def test_presence_ignores_xid_series_that_come_and_go() -> None:
     """A windowed XID count exists only while its XID is in the window (dcgm-exporter's
     DCGM_EXP_XID_ERRORS_COUNT): its disappearance is no lost telemetry, while a real
@@ -342,6 +377,24 @@ def test_state_round_trip_keeps_rates_across_restart() -> None:
     restored.load_state_dict(state)
     out = restored.compute(20.0, cluster.frame({key: 50.0}))
     assert 2.0 == out[cluster.column("ecc_sbe_volatile", gpu="0")]
+
+
+def test_a_restart_does_not_take_a_gpu_already_gone_for_a_new_vanish() -> None:
+    """Restored from a state saved while GPU 1 was gone, the map names no vanished GPU on the
+    next tick without it, and names it again once it has come back and gone."""
+    cluster = Cluster()
+    metrics = ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE")
+    both = {(m, gpu_labels(g)): 50.0 for m in metrics for g in ("0", "1")}
+    only0 = {k: v for k, v in both.items() if dict(k[1])["gpu"] == "0"}
+    cluster.tick(0, both)
+    cluster.tick(30, only0)
+    restored = SignalMap(cluster.signals.catalog, cluster.index)
+    restored.load_state_dict(cluster.signals.state_dict())
+    seen = []
+    for t, values in ((60, only0), (90, both), (120, only0)):
+        restored.compute(float(t), cluster.frame(values))
+        seen.append(restored.vanished_gpus())
+    assert [[], [], [("n1", "1")]] == seen
 
 
 def test_state_restores_columns_mapped_later() -> None:

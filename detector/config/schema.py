@@ -412,7 +412,10 @@ class AlertsConfig(_Section):
         default=True, description="a failure XID (rules/xid.yaml) fires its alert at once"
     )
     xid_hold_s: float = Field(
-        default=300.0, gt=0, description="seconds a failure XID holds its alert firing"
+        default=300.0,
+        gt=0,
+        description="seconds a failure XID, or a GPU gone from the page its node's exporter still "
+        "serves (definitive evidence, no minimum duration), holds its alert firing",
     )
     page_after_s: float | None = Field(
         default=600.0,

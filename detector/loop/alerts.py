@@ -9,6 +9,11 @@ starts and ends, whatever the clock.
   gauge, the kernel log, an events file) holds that node's alert for ``xid_hold_s``: the alert
   is forced whatever the threshold (calibration tunes the statistical threshold only) and
   names ``xid_<code>``.
+- Definitive structural evidence on a node (``TickResult.definitive``: one of its GPUs gone from
+  the page its exporter still serves with the other GPUs) forces its alert the same way, for
+  ``xid_hold_s`` from the tick that shows it: no minimum duration, whatever the threshold. Its
+  evidence is the pipeline's (the presence signals, the vanished GPU) and the alert is marked
+  ``definitive`` (the policy pages it). Statistical evidence keeps its minimum duration.
 - At each new peak of an episode its evidence is taken from ``evidence(node)`` (the pipeline's
   leading signals and GPU at this tick, or what calibration recorded); during an XID hold the
   precursor evidence the episode already had is kept and the XID is added behind it.
@@ -74,6 +79,9 @@ class NodeAlerts:
         self.episodes = Episodes(params)
         self._names: tuple[str, ...] = ()
         self._xid_until = np.zeros(0)
+        self._definitive_until = np.zeros(0)  # per node: definitive evidence forces until
+        self._definitive: set[int] = set()  # nodes whose current episode it forced
+        self._definitive_gpu: dict[int, str | None] = {}  # the GPU it named last
         self._xid_signal: dict[int, str] = {}
         self._xid_gpu: dict[int, str | None] = {}
         self._peak_signals: dict[int, tuple[str, ...]] = {}
@@ -87,17 +95,29 @@ class NodeAlerts:
         score: FloatArray,
         failures: Sequence[XidEvent],
         evidence: EvidenceFn,
+        definitive: Sequence[tuple[str, str | None]] = (),
     ) -> AlertChanges:
         """Advance every node's episode to ``t``. ``score`` is per node of ``node_names``
-        (NaN: no data this tick); ``failures`` are this tick's failure XIDs (already judged)."""
+        (NaN: no data this tick); ``failures`` are this tick's failure XIDs (already judged);
+        ``definitive`` the (node, GPU) with definitive structural evidence this tick."""
         self._names = node_names
         n_nodes = len(node_names)
         grow = n_nodes - self._xid_until.shape[0]
         if grow > 0:
             self._xid_until = np.concatenate((self._xid_until, np.full(grow, -np.inf)))
+        grow = n_nodes - self._definitive_until.shape[0]
+        if grow > 0:
+            self._definitive_until = np.concatenate(
+                (self._definitive_until, np.full(grow, -np.inf))
+            )
+        ids = {name: i for i, name in enumerate(node_names)} if failures or definitive else {}
+        for name, gpu in definitive:
+            if (node := ids.get(name)) is not None:
+                self._definitive_until[node] = t + self.xid_hold_s
+                self._definitive_gpu[node] = gpu
+        forced = self._definitive_until[:n_nodes] >= t
         held: BoolArray = np.zeros(0, dtype=bool)
         if self.alert_on_xid:
-            ids = {name: i for i, name in enumerate(node_names)} if failures else {}
             for ev in failures:
                 node = ids.get(ev.node)
                 if node is not None:
@@ -105,7 +125,7 @@ class NodeAlerts:
                     self._xid_signal[node] = f"xid_{ev.xid}"
                     self._xid_gpu[node] = ev.gpu
             held = self._xid_until[:n_nodes] >= t
-        changes = self.episodes.update(t, score, held)
+        changes = self.episodes.update(t, score, forced | held if held.size else forced)
         ended = tuple(
             self._end(n, t, start, peak)
             for n, start, peak in zip(
@@ -118,6 +138,8 @@ class NodeAlerts:
         for node in changes.opened.tolist():  # a new episode: no evidence yet
             self._peak_signals.pop(node, None)
             self._peak_gpu.pop(node, None)
+            self._definitive.discard(node)
+        self._definitive.update(np.flatnonzero(forced).tolist())
         for node in changes.new_peak.tolist():
             self._record_peak(node, t, evidence)
         started = tuple(self._start(n) for n in changes.started.tolist())
@@ -141,6 +163,8 @@ class NodeAlerts:
                 self._peak_gpu[node] = self._xid_gpu.get(node)
             return
         self._peak_signals[node], self._peak_gpu[node] = evidence(node)
+        if self._definitive_until[node] >= t:  # the GPU that vanished, whatever its score
+            self._peak_gpu[node] = self._definitive_gpu.get(node, self._peak_gpu[node])
 
     def _alert(
         self, node: int, end: float | None, start: float | None = None, peak: float | None = None
@@ -152,6 +176,7 @@ class NodeAlerts:
             end=end,
             peak_score=float(self.episodes.peak[node]) if peak is None else peak,
             signals=self._peak_signals.get(node, ()),
+            definitive=node in self._definitive,
         )
 
     def _start(self, node: int) -> Alert:
@@ -172,6 +197,7 @@ class NodeAlerts:
         """(arrays, JSON-able metadata) that ``load_state_dict`` restores."""
         arrays = {f"episodes/{k}": v for k, v in self.episodes.state_dict().items()}
         arrays["xid_until"] = self._xid_until.copy()
+        arrays["definitive_until"] = self._definitive_until.copy()
         meta: dict[str, Any] = {
             "node_names": list(self._names),
             "open": sorted(self._open),
@@ -179,6 +205,8 @@ class NodeAlerts:
             "peak_gpu": {str(n): v for n, v in self._peak_gpu.items()},
             "xid_signal": {str(n): v for n, v in self._xid_signal.items()},
             "xid_gpu": {str(n): v for n, v in self._xid_gpu.items()},
+            "definitive": sorted(self._definitive),
+            "definitive_gpu": {str(n): v for n, v in self._definitive_gpu.items()},
         }
         return arrays, meta
 
@@ -192,4 +220,9 @@ class NodeAlerts:
         self._peak_gpu = {int(n): v for n, v in meta["peak_gpu"].items()}
         self._xid_signal = {int(n): str(v) for n, v in meta["xid_signal"].items()}
         self._xid_gpu = {int(n): v for n, v in meta["xid_gpu"].items()}
+        # states saved before definitive evidence existed have none
+        until = arrays.get("definitive_until", np.zeros(0))
+        self._definitive_until = np.asarray(until, dtype=np.float64).copy()
+        self._definitive = {int(n) for n in meta.get("definitive", ())}
+        self._definitive_gpu = {int(n): v for n, v in meta.get("definitive_gpu", {}).items()}
         self._open = {int(n): self._alert(int(n), None) for n in meta["open"]}

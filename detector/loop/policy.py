@@ -9,7 +9,8 @@ cluster incidents and the set of nodes under maintenance into ``Notification`` r
   and action; its annotations summary, description and runbook_url are then
   ``diagnosis.alert_text``'s (``alerts.runbook_url``, when set, overrides the class's link).
   ``severity`` (``alert_severity``) is ``critical`` (pages) when the evidence names
-  ``xid_<code>`` of a failure XID (the pipeline forces such alerts) or when the episode has
+  ``xid_<code>`` of a failure XID (the pipeline forces such alerts), when the alert is
+  ``definitive`` (a GPU gone from its exporter's page: forced the same way), or when the episode has
   been firing for ``page_after_s`` (its score held above the threshold, with hysteresis,
   that long past the minimum duration that made it fire), else ``warning``. Labels are fixed
   when an episode is first sent so Alertmanager sees one alert per episode even as its
@@ -82,13 +83,15 @@ def alert_severity(
     firing_s: float,
     page_after_s: float | None,
     is_failure_xid: Callable[[int], bool] = lambda _code: True,
+    definitive: bool = False,
 ) -> str:
     """The severity of a node alert that has been firing for ``firing_s`` seconds with
-    evidence ``signals``: ``critical`` for a failure XID or once ``firing_s`` reaches
-    ``page_after_s`` (None: never by duration), else ``warning``. The Prometheus rules that
+    evidence ``signals``: ``critical`` for a failure XID, for ``definitive`` structural
+    evidence (``Alert.definitive``: a GPU gone from its exporter's page) or once ``firing_s``
+    reaches ``page_after_s`` (None: never by duration), else ``warning``. The Prometheus rules that
     ``detector rules prometheus`` prints page on the same duration (alerting.prometheus_rules).
     """
-    if any(is_failure_xid(c) for c in xid_codes(signals)):
+    if definitive or any(is_failure_xid(c) for c in xid_codes(signals)):
         return CRITICAL
     if page_after_s is not None and firing_s >= page_after_s:
         return CRITICAL
@@ -305,7 +308,7 @@ class AlertPolicy:
     ) -> None:
         evidence, reason = self._evidence(alert.signals)
         severity = alert_severity(
-            evidence, now - alert.start, self.page_after_s, self.is_failure_xid
+            evidence, now - alert.start, self.page_after_s, self.is_failure_xid, alert.definitive
         )
         self.firing[severity] += 1
         if tracked.suppressed is not None or alert.node in muted:
@@ -353,7 +356,9 @@ class AlertPolicy:
         xids = xid_codes(evidence)
         score = f"Fused failure score peaked at {alert.peak_score:.2f}."
         paging = ""
-        if severity == CRITICAL and not xids:
+        if alert.definitive and not xids:
+            paging = " A GPU's series are gone from the page its node's exporter still serves."
+        elif severity == CRITICAL and not xids:
             minutes = (now - alert.start) / 60
             paging = f" Firing for {minutes:.0f} min (alerts.page_after_s): it pages."
         if diagnosis is not None and self.diagnosis is not None:

@@ -1,7 +1,8 @@
 """A replay's ticks as the decisions see them, to decide again at other thresholds.
 
-``Recording.add`` keeps, per tick, every node's alert score, the tick's XIDs and cluster
-incidents, and each node's leading signal and GPU (the evidence an alert names at its peak).
+``Recording.add`` keeps, per tick, every node's alert score, the tick's XIDs, definitive
+evidence and cluster incidents, and each node's leading signal and GPU (the evidence an alert
+names at its peak).
 ``Recording.decide`` drives a fresh ``Decisions`` (other episode parameters, the same policy)
 over them: calibration tries thresholds this way without re-scoring, through the very code
 that ``run`` and ``replay`` decide with. What it cannot replay exactly: an alert's evidence is
@@ -47,6 +48,7 @@ class Recording:
         self._lead_gpus: list[IntArray] = []
         self._xids: dict[int, tuple[XidEvent, ...]] = {}
         self._incidents: dict[int, tuple[Incident, ...]] = {}
+        self._definitive: dict[int, tuple[tuple[str, str | None], ...]] = {}  # tick -> its own
         self.node_names: tuple[str, ...] = ()
         self.signal_names: list[str] = []
         self.gpu_labels: list[str] = []
@@ -92,6 +94,8 @@ class Recording:
             self._xids[i] = tick.xids
         if scores.incidents:
             self._incidents[i] = scores.incidents
+        if scores.definitive:
+            self._definitive[i] = scores.definitive
         lead, lead_gpu = pipeline.lead_signals(scores)
         signals = self._ids(pipeline.signal_names, "signal")
         gpus = self._ids(scores.gpu_label, "gpu")
@@ -156,6 +160,7 @@ class Recording:
                 xids=(),
                 incidents=self._incidents.get(i, ()),
                 column_z=_EMPTY,
+                definitive=self._definitive.get(i, ()),
             )
             lead, lead_gpu = self._leads[i], self._lead_gpus[i]
 

@@ -7,7 +7,8 @@ here, once per tick, in this order:
    and reports the XIDs the data showed (the DCGM gauge);
 2. every XID of the tick, the data's and those the driver brings (the kernel log in ``run``,
    an events file in ``replay``), is judged by one rule (``pipeline.is_failure``); failure
-   XIDs force their node's alert (``NodeAlerts``);
+   XIDs force their node's alert (``NodeAlerts``), and so does definitive structural evidence
+   (``TickResult.definitive``: a GPU gone from a page its exporter still serves);
 3. the alert episodes advance (``NodeAlerts``: thresholds, minimum duration, hysteresis,
    cooldown, the evidence at each peak); each alert is diagnosed once, when it starts
    (``diagnosis.diagnose`` on its leading signals with their values, the model built from
@@ -177,7 +178,9 @@ class Decisions:
         reads (None: an alert's signal names alone, as calibration records them)."""
         t = tick.time
         failing = [e for e in xids if is_failure(e, self.catalog)]
-        changes = self.alerts.update(t, tick.node_names, tick.node_score, failing, evidence)
+        changes = self.alerts.update(
+            t, tick.node_names, tick.node_score, failing, evidence, tick.definitive
+        )
         open_alerts = self.alerts.open_alerts()
         started = (*changes.started, *open_alerts)
         diagnosed = self.diagnoses.update(tick.node_names, started, signal_scores)

@@ -77,6 +77,10 @@ class TickResult:
     xids: tuple[XidEvent, ...]  # XIDs the data showed this tick (the DCGM gauge)
     incidents: tuple[Incident, ...]
     column_z: FloatArray = field(default_factory=lambda: np.zeros(0))  # fused per-column scores
+    # (node, gpu) with definitive structural evidence this tick: the GPU's series all gone
+    # from a page its node's exporter still serves with other GPUs (SignalMap.vanished); the
+    # node's alert fires at once (loop/alerts.py), as a failure XID's does.
+    definitive: tuple[tuple[str, str | None], ...] = ()
 
 
 class ScorerStage:
@@ -298,6 +302,7 @@ class Pipeline:
             xids=tuple(self.xid_extractor.update(t, frame.values)),
             incidents=incidents,
             column_z=fused.column_z,
+            definitive=tuple(self.signal_map.vanished_gpus()),
         )
 
     def _incomplete(self, column_z: FloatArray, unseen: IntArray, layout: ColumnLayout) -> IntArray:

@@ -98,6 +98,10 @@ class SignalMap:
         self._prev_den: FloatArray = np.empty(0)  # RATIO: the denominator's previous value
         self._seen: BoolArray = np.zeros(0, dtype=bool)  # per index series: ever observed
         self._known: FloatArray | None = None  # per GPU entity: its series in _seen (cache)
+        # Definitive structural evidence, with the health_gpu_count rule: per GPU entity
+        # whether it was gone at its node's last tick with GPU data; the GPUs gone this tick.
+        self._gone_prev: FloatArray = np.zeros(0)
+        self.vanished: IntArray = np.zeros(0, dtype=np.int64)
         # restored state for columns not mapped yet
         self._pending: dict[int, tuple[float, float, float]] = {}
         self._arrays: dict[str, np.ndarray] | None = None
@@ -544,7 +548,8 @@ class SignalMap:
             self._known = None
         if self._known is None:
             self._known = known_per_gpu(a, self._seen)
-        presence_values(a, missing, self._seen, self._known, len(self.node_names), out)
+        gone = presence_values(a, missing, self._seen, self._known, len(self.node_names), out)
+        self._note_vanished(gone)
         if a["frozen"].size:
             repeats = self.repeats
             scraped, frozen = (None, None) if repeats is None else (repeats.scraped, repeats.frozen)
@@ -557,6 +562,33 @@ class SignalMap:
         computed = a["computed"]  # observed when they have a value (last_observed)
         prev_t[computed[~np.isnan(out[computed])]] = t
         return out
+
+    def _note_vanished(self, gone: FloatArray) -> None:
+        """``vanished``: the GPU entities gone (``presence_values``) this tick that were not at
+        their node's last tick with GPU data: a GPU's series all gone from a page that still
+        answered with other GPUs (fell off the bus). Off without the ``health_gpu_count``
+        rule (the signal that names it). A node with no GPU data this tick (target down, lost
+        scrape, exporter restarting) keeps its GPUs' state: a page back with the same GPUs
+        shows nothing new, one back without a GPU shows it gone."""
+        if "health_gpu_count" not in self._presence:
+            return
+        n = gone.shape[0]
+        if self._gone_prev.shape[0] < n:
+            grow = np.zeros(n - self._gone_prev.shape[0])
+            self._gone_prev = np.concatenate((self._gone_prev, grow))
+        prev = self._gone_prev[:n]
+        with np.errstate(invalid="ignore"):
+            self.vanished = np.flatnonzero(gone > prev)
+        known = ~np.isnan(gone)
+        prev[known] = gone[known]
+
+    def vanished_gpus(self) -> list[tuple[str, str]]:
+        """(node, gpu label) of each GPU in ``vanished``."""
+        if not self.vanished.size:
+            return []
+        nodes, entities = self.node_names, self._gpu_entity_node
+        labels = {entity: gpu for (_, gpu), entity in self._gpu_entities.items()}
+        return [(nodes[entities[e]], labels[e]) for e in self.vanished.tolist()]
 
     def _target_nodes(self) -> list[str]:
         return [] if self.repeats is None else self.repeats.target_nodes()
@@ -608,6 +640,7 @@ class SignalMap:
             "prev_time": self._prev_time.copy(),
             "prev_den": self._prev_den.copy(),
             "seen": self._seen.copy(),
+            "gone_prev": self._gone_prev.copy(),
             **_prefixed("repeats_", self.repeats),
             **self.inference.state_dict(),
         }
@@ -642,6 +675,8 @@ class SignalMap:
             self._seen = grown
         self._seen[: seen.shape[0]] |= seen
         self._known = None
+        if "gone_prev" in state:  # states saved before it: no GPU counted gone
+            self._gone_prev = np.asarray(state["gone_prev"], dtype=np.float64).copy()
         self._learn_cohorts(np.flatnonzero(self._seen[: len(self.index)]))
         repeats = _unprefixed("repeats_", state)
         if self.repeats is not None and repeats:  # states saved before repeats.py have none

@@ -25,7 +25,10 @@ Transforms, per column, with ``prev`` the last *observed* value of its series:
   with any series observed this tick. Both are NaN for a node with no GPU series at all this
   tick: with exporters on different scrape intervals that tick simply had no DCGM scrape, and a
   dead exporter is reported by ``health_up``. So presence measures a *partial* loss: a GPU that
-  vanished while its neighbours still report (fell off the bus).
+  vanished while its neighbours still report (fell off the bus). Beside the columns,
+  ``presence_values`` returns per GPU whether it is *gone*: every one of its observed series
+  missing while its node's page answered with other GPUs; a GPU becoming gone is definitive
+  structural evidence (``SignalMap.vanished``), alerted at once (loop/alerts.py).
   ``health_targets_frozen_fraction`` per node = share of the node's targets (exporters) whose
   page has repeated byte for byte for longer than ``repeat_hold_s`` (repeats.py): a hung
   exporter, whose cached repeats are otherwise no observations at all.
@@ -125,15 +128,17 @@ def presence_values(
     known: FloatArray,
     n_nodes: int,
     out: FloatArray,
-) -> None:
+) -> FloatArray:
     """Into ``out``: each GPU's missing fraction (its series ever observed, ``seen``, that are
     ``missing`` this tick, over ``known``, their number) and each node's GPU count (GPUs with
     a series observed); NaN for a node with no GPU series observed this tick. Counts come
     from the few series that are missing (per-entity totals are fixed per layout), not from
-    every series."""
+    every series. Returns per GPU whether it is gone (1.0): series observed before, every one
+    of them missing (fraction 1) while its node has GPU data this tick; NaN where the node has
+    none (a target down or a lost scrape is no evidence about one GPU)."""
     n_entities = a["entity_node"].shape[0]
     if n_entities == 0:
-        return
+        return np.zeros(0)
     absent = np.flatnonzero(missing)
     ent = a["series_entity"][absent]
     on_gpu = ent >= 0
@@ -154,6 +159,8 @@ def presence_values(
     co = a["count"]
     node_of = a["entity"][co]
     out[co] = np.where(node_has_data[node_of], gpus_per_node[node_of], np.nan)
+    gone = (fraction >= 1.0).astype(np.float64)  # nothing known (NaN) is not gone
+    return np.where(node_has_data[a["entity_node"]], gone, np.nan)
 
 
 def frozen_values(
