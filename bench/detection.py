@@ -11,6 +11,7 @@ workload), scored once. Reported per seed:
 - "held-out+w": threshold AND signal weights fitted on the first seed (``fitting.
   fit_calibration``: weights kept only if they did better there), each other seed replayed
   again with those weights (``--no-weights`` skips this; it costs one replay per seed).
+``--jobs N`` replays N seeds at once, in processes (the figures are the same).
 Then the planned failures (the simulator's ground truth) by kind and by precursor (shape, faint,
 stopping before the XID, starting over an hour before it: sim/precursors.py draws them): how
 many had a precursor, were caught before their XID, were caught at all, and end in an XID the
@@ -30,10 +31,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import multiprocessing
 import statistics
 import sys
 import time
 from collections.abc import Mapping
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -176,32 +179,20 @@ def main() -> int:
     parser.add_argument(
         "--pairs", action="store_true", help="every seed calibrated and applied to every other"
     )
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="replay this many seeds at once (processes)"
+    )
     args = parser.parse_args()
     config = load_config(None, env={})
     base = episode_params(config)
     rows: list[dict[str, object]] = []
     held_out: float | None = None
-    fitted: Fitted | None = None
-    results: dict[int, ReplayResult] = {}
-    for seed in args.seeds:
-        began = time.perf_counter()
-        fitted_here = False
-        if fitted is None and not args.no_weights:
-            fitted = fit_calibration(
-                functools.partial(replay_seed, seed, args.days, args.nodes),
-                base,
-                args.fp_per_day,
-                3600.0,
-                300.0,
-            )
-            fitted_here = True
-            print(f"weights tried {fitted.tried_weights}; kept: {fitted.kept}", file=sys.stderr)
-        result = (
-            fitted.unweighted_result
-            if fitted_here and fitted
-            else replay_seed(seed, args.days, args.nodes)
-        )
-        results[seed] = result
+    began = time.perf_counter()
+    results, fitted, weighted = replay_all(args, base)
+    print(f"replays: {time.perf_counter() - began:.0f} s", file=sys.stderr)
+    if fitted is not None:
+        print(f"weights tried {fitted.tried_weights}; kept: {fitted.kept}", file=sys.stderr)
+    for seed, result in results.items():
         own = fit_threshold(result, base, args.fp_per_day, 3600.0, 300.0).point.threshold
         if held_out is None:
             held_out = own
@@ -209,12 +200,8 @@ def main() -> int:
         rows.append(row("held-out", seed, result, dataclasses.replace(base, threshold=held_out)))
         rows.append(row("in-sample", seed, result, dataclasses.replace(base, threshold=own)))
         if fitted is not None:
-            weighted = fitted.result if fitted_here else result  # seed 1: replayed already
-            if fitted.kept and not fitted_here:
-                weighted = replay_seed(seed, args.days, args.nodes, fitted.signal_weights)
             at = dataclasses.replace(base, threshold=fitted.threshold.point.threshold)
-            rows.append(row("held-out+w", seed, weighted, at))
-        print(f"seed {seed}: {time.perf_counter() - began:.0f} s", file=sys.stderr)
+            rows.append(row("held-out+w", seed, weighted[seed], at))
 
     print(
         f"\n{args.nodes} nodes x 8 GPUs, {args.days:g} days per seed, FP budget "
@@ -248,6 +235,40 @@ def main() -> int:
     if args.pairs:
         print_pairs(results, base, args.fp_per_day)
     return 0
+
+
+def fit_first(seed: int, args: argparse.Namespace, base: EpisodeParams) -> Fitted:
+    """Threshold and signal weights fitted on ``seed`` (its unweighted replay included)."""
+    replay = functools.partial(replay_seed, seed, args.days, args.nodes)
+    return fit_calibration(replay, base, args.fp_per_day, 3600.0, 300.0)
+
+
+def replay_all(
+    args: argparse.Namespace, base: EpisodeParams
+) -> tuple[dict[int, ReplayResult], Fitted | None, dict[int, ReplayResult]]:
+    """Every seed's replay (``--jobs`` at once), the weights fitted on the first seed (None
+    with ``--no-weights``) and each seed replayed with them (the unweighted replay where the
+    fit did not keep them)."""
+    first, rest = args.seeds[0], args.seeds[1:]
+    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+        fit = None if args.no_weights else pool.submit(fit_first, first, args, base)
+        plain = {s: pool.submit(replay_seed, s, args.days, args.nodes) for s in rest}
+        if fit is None:
+            plain[first] = pool.submit(replay_seed, first, args.days, args.nodes)
+        fitted = fit.result() if fit is not None else None
+        results = {s: plain[s].result() for s in rest}
+        if fitted is not None:
+            results[first] = fitted.unweighted_result
+        weighted = dict(results)
+        if fitted is not None:
+            weighted[first] = fitted.result
+            if fitted.kept:
+                again = {
+                    s: pool.submit(replay_seed, s, args.days, args.nodes, fitted.signal_weights)
+                    for s in rest
+                }
+                weighted.update({s: f.result() for s, f in again.items()})
+    return {s: results[s] for s in args.seeds}, fitted, weighted
 
 
 def held_out_outcomes(

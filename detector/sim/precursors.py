@@ -84,7 +84,8 @@ class Precursor:
 NONE = Precursor(NO_SHAPE, 0.0, 0.0, 0.0)
 
 
-def _log_uniform(low: float, high: float, rng: np.random.Generator) -> float:
+def log_uniform(low: float, high: float, rng: np.random.Generator) -> float:
+    """A draw log-uniform in [low, high]; ``high`` when the range is empty or starts at 0."""
     if low <= 0 or high <= low:
         return float(high)
     return float(math.exp(rng.uniform(math.log(low), math.log(high))))
@@ -95,7 +96,7 @@ def draw_lead(kind: str, sc: Scenario, rng: np.random.Generator) -> float:
     kinds without one and for ``no_precursor_share`` of the rest."""
     if not KIND_SHAPES[kind] or rng.random() < sc.no_precursor_share:
         return 0.0
-    return _log_uniform(*sc.precursor_lead_s, rng)
+    return log_uniform(*sc.precursor_lead_s, rng)
 
 
 def draw(kind: str, sc: Scenario, rng: np.random.Generator) -> Precursor:
@@ -108,7 +109,7 @@ def draw(kind: str, sc: Scenario, rng: np.random.Generator) -> Precursor:
     duration = lead
     if rng.random() < sc.precursor_gap_share:
         duration = lead * float(rng.uniform(*GAP_SHARE_OF_LEAD))
-    return Precursor(shape, lead, duration, _log_uniform(*sc.precursor_amplitude, rng))
+    return Precursor(shape, lead, duration, log_uniform(*sc.precursor_amplitude, rng))
 
 
 def level(shape: str, r: float, rng: np.random.Generator) -> float:
