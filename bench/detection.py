@@ -192,8 +192,12 @@ def main() -> int:
     print(f"replays: {time.perf_counter() - began:.0f} s", file=sys.stderr)
     if fitted is not None:
         print(f"weights tried {fitted.tried_weights}; kept: {fitted.kept}", file=sys.stderr)
+    fitted_at = {
+        seed: fit_threshold(r, base, args.fp_per_day, 3600.0, 300.0).point.threshold
+        for seed, r in results.items()
+    }
     for seed, result in results.items():
-        own = fit_threshold(result, base, args.fp_per_day, 3600.0, 300.0).point.threshold
+        own = fitted_at[seed]
         if held_out is None:
             held_out = own
         rows.append(row("default", seed, result, base))
@@ -231,7 +235,7 @@ def main() -> int:
             f"{setting:>9}: detected {detected}/{failures}, before the XID {before}/{failures}, "
             f"median FP/day {fp_day:.2f} over {len(chosen)} seeds"
         )
-    print_kind_tables(*held_out_outcomes(results, base, args))
+    print_kind_tables(*held_out_outcomes(results, fitted_at, base, args))
     if args.pairs:
         print_pairs(results, base, args.fp_per_day)
     return 0
@@ -272,7 +276,10 @@ def replay_all(
 
 
 def held_out_outcomes(
-    results: Mapping[int, ReplayResult], base: EpisodeParams, args: argparse.Namespace
+    results: Mapping[int, ReplayResult],
+    fitted: Mapping[int, float],
+    base: EpisodeParams,
+    args: argparse.Namespace,
 ) -> tuple[list[Outcome], dict[int, tuple[int, float]]]:
     """Each seed's planned failures at the threshold calibrated on the next seed of the list
     (the last on the first): every failure counted once, at a threshold fitted on data that
