@@ -260,7 +260,7 @@ def replay_all(
         if fit is None:
             plain[first] = pool.submit(replay_seed, first, args.days, args.nodes)
         fitted = fit.result() if fit is not None else None
-        results = {s: plain[s].result() for s in rest}
+        results = {s: future.result() for s, future in plain.items()}
         if fitted is not None:
             results[first] = fitted.unweighted_result
         weighted = dict(results)
