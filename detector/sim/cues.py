@@ -17,7 +17,6 @@ replay surge.
 
 from __future__ import annotations
 
-import math
 import re
 import time
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .failures import PlannedFailure
+from .precursors import log_uniform
 from .scenario import FailureSpec, Scenario
 
 # The XIDs a cue can plant -> the failure kind that ends in it (failures.py's library).
@@ -115,9 +115,7 @@ def plant_cues(
 
 
 def _lead(scenario: Scenario, rng: np.random.Generator, at_s: float) -> float:
-    low, high = scenario.precursor_lead_s
-    drawn = math.exp(rng.uniform(math.log(low), math.log(high))) if 0 < low < high else high
-    return min(drawn, MAX_LEAD_SHARE * at_s)
+    return min(log_uniform(*scenario.precursor_lead_s, rng), MAX_LEAD_SHARE * at_s)
 
 
 def plan_lines(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..errors import ConfigError
+from .precursors import SHAPES
 from .trace import KINDS
 
 DcgmFields = Literal["default", "all"]
@@ -24,7 +25,9 @@ HostnameLabel = Literal["Hostname", "hostname"]
 @dataclass(frozen=True, slots=True)
 class FailureSpec:
     """One failure to plant. ``lead_s``: precursor lead time (0 = no precursor, None = drawn
-    from the scenario's lead range); ``xid``: the final XID (None = the kind's usual mix)."""
+    from the scenario's lead range); ``xid``: the final XID (None = the kind's usual mix);
+    ``shape``, ``amplitude``: the precursor's (precursors.py), ``gap_s``: it stops that long
+    before the XID (0: it runs into it)."""
 
     kind: str
     node: int
@@ -32,6 +35,9 @@ class FailureSpec:
     at_s: float
     lead_s: float | None = None
     xid: int | None = None
+    shape: str = "ramp"
+    amplitude: float = 1.0
+    gap_s: float = 0.0
 
 
 HostFaultKind = Literal["nfs", "memory"]
@@ -97,7 +103,11 @@ class Scenario:
     failure_count: int | None = None  # draw exactly this many instead of Poisson(rate)
     failures: tuple[FailureSpec, ...] | None = None  # explicit list replaces drawn failures
     host_faults: tuple[HostFault, ...] = ()  # node-level faults (NFS path, memory leak)
-    precursor_lead_s: tuple[float, float] = (300.0, 3600.0)  # log-uniform range
+    # Precursors (precursors.py): onset before the XID and amplitude, log-uniform in these
+    # ranges; the share that stops before the XID (a quiet gap); the share that shows none.
+    precursor_lead_s: tuple[float, float] = (300.0, 4 * 3600.0)
+    precursor_amplitude: tuple[float, float] = (0.25, 1.5)
+    precursor_gap_share: float = 0.25
     no_precursor_share: float = 0.2  # share of precursor-capable failures that show none
     repair_cap_s: float = 12 * 3600.0  # trace repair times are capped so nodes come back
     repeat_offenders: int = 1  # nodes with a boosted failure propensity
@@ -161,14 +171,16 @@ class Scenario:
             raise bad("failure_rate_multiplier", "must be >= 0")
         if self.failure_count is not None and self.failure_count < 0:
             raise bad("failure_count", "must be >= 0")
-        if not 0.0 <= self.no_precursor_share <= 1.0:
-            raise bad("no_precursor_share", "must be within [0, 1]")
+        for name in ("no_precursor_share", "precursor_gap_share"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise bad(name, "must be within [0, 1]")
         if not 0.0 <= self.scrape_loss < 1.0:
             raise bad("scrape_loss", f"must be within [0, 1), got {self.scrape_loss!r}")
         if not 0.0 <= self.dcgm_stale_share < 1.0:
             raise bad("dcgm_stale_share", f"must be within [0, 1), got {self.dcgm_stale_share!r}")
         for name in (
             "precursor_lead_s",
+            "precursor_amplitude",
             "run_hours",
             "idle_gap_s",
             "init_s",
@@ -186,6 +198,12 @@ class Scenario:
                 raise bad(where, f"node {spec.node} / gpu {spec.gpu} outside the cluster")
             if not 0 <= spec.at_s < self.duration_s:
                 raise bad(where, f"at_s {spec.at_s} outside [0, {self.duration_s})")
+            if spec.shape not in SHAPES:
+                raise bad(where, f"shape {spec.shape!r} not one of {', '.join(SHAPES)}")
+            if not (math.isfinite(spec.amplitude) and spec.amplitude > 0):
+                raise bad(where, f"amplitude must be a positive number, got {spec.amplitude!r}")
+            if spec.gap_s and not (spec.lead_s is not None and 0 < spec.gap_s < spec.lead_s):
+                raise bad(where, f"gap_s {spec.gap_s} needs a lead_s above it, got {spec.lead_s}")
         seen: set[int] = set()
         for job in self.jobs or ():
             for node in job.nodes:
