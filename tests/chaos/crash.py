@@ -8,7 +8,7 @@ last resolve, and ``kills - 4`` more anywhere; a last run then lives until both 
 resolved.
 
 Clock: the cluster's process and the daemon's share a ``SharedStepClock`` (tests/step_clock.py)
-that the daemon moves one scrape interval (0.3, i.e. one 30 s simulated step at SPEED) after
+that the daemon moves one scrape interval (1 s, i.e. one 30 s simulated step at SPEED) after
 each tick; while the daemon is down the loop moves it a seeded number of intervals (the time a
 crash loses). A loaded machine slows the loop down but changes nothing the daemon sees: on a
 wall clock a slow restart once let the cluster run past a planted failure unseen.
@@ -35,8 +35,13 @@ from .cluster_process import ClusterProcess
 from .daemon_process import DaemonProcess
 from .harness import listen_url, write_config
 
-SPEED = 100.0  # one 30 s simulated step per 0.3 s tick
-INTERVAL_S = 0.3  # the daemon's scrape interval (wall seconds between ticks; clock steps)
+SPEED = 30.0  # one 30 s simulated step per 1 s tick
+# The daemon's scrape interval (wall seconds between ticks; clock steps) and timeout: the step
+# clock makes the interval's length free, and a long timeout keeps a loaded machine's slow
+# pages from failing whole scrape rounds (a restarted run whose only tick scraped nothing
+# scored nothing: its observation count stood still, which the test reads as a re-warm).
+INTERVAL_S, TIMEOUT_S = 1.0, 0.9
+MIN_TICKS_A_RUN = 2  # a run lives at least this many ticks before its kill
 # Simulated seconds after the start in which one kill each is drawn (seeded): before the first
 # XID, inside each alert (the XID holds it firing for alerts.xid_hold_s = 300 s; the window
 # leaves it 3 ticks to reach Alertmanager), and after the second alert resolved.
@@ -116,9 +121,9 @@ def crash_daemon(
     config = write_config(
         tmp_path / "config.yaml",
         cluster.targets,
-        scrape={"interval_s": INTERVAL_S, "timeout_s": 0.2},
-        # Firing updates say endsAt = send time + 4 resends: 2400 simulated s = 24 s of wall
-        # time, so one delayed by a loaded machine still arrives firing.
+        scrape={"interval_s": INTERVAL_S, "timeout_s": TIMEOUT_S},
+        # Firing updates say endsAt = send time + 4 resends: 2400 simulated s = 80 ticks, so
+        # one delayed by a slow delivery still arrives firing.
         alerts={"threshold": 0.99, "alertmanager_urls": [am_url], "resend_interval_s": 600},
         state={"path": str(tmp_path / "state.npz"), "save_interval_s": 0.3},
         logging={"level": "info", "format": "json"},
@@ -169,7 +174,7 @@ def kill_loop(tmp: Path, seed: int, kills: int = 6) -> CrashRun:
         try:
             for at in kill_times(rng, kills):
                 saved = state.stat().st_mtime_ns if state.exists() else 0
-                kill_at = at / SPEED  # on the shared clock
+                kill_at = max(at / SPEED, clock() + MIN_TICKS_A_RUN * INTERVAL_S)  # shared clock
                 proc.start()
                 wait_for(
                     lambda saved=saved: state.exists() and state.stat().st_mtime_ns != saved,
