@@ -3,6 +3,7 @@ pages and from remote_write; nodes per core for each path.
 
     python bench/scale_bench.py                          # fleet measured at 50 and 200 nodes
     python bench/scale_bench.py --measure 100 400 --nodes 1000
+    python bench/scale_bench.py --agent-only             # the agent alone: CPU, memory by stage
 
 Pages (built from the repository's copies of the real exporters' output, with licences):
 - node-exporter: the real page tests/data/exporters/node_exporter/e2e-output.txt (3,027
@@ -455,6 +456,7 @@ def measured_process(
             config = daemon_config(kind, nodes, interval_s, Path(folder))
         now = [T0]
         daemon = Daemon(config, clock=lambda: now[0], client=client)
+        facts["rss_daemon_mb"] = resident_mb()  # + the pipeline built, nothing scraped
         scrape: list[float] = []
         step: list[float] = []
         frame: list[float] = []
@@ -482,6 +484,7 @@ def measured_process(
                 raise RuntimeError(f"tick {k}: scrape errors, first {round_.errors[0]}")
             if k == 0:
                 facts["first_tick_s"] = ended - began
+                facts["rss_first_tick_mb"] = resident_mb()  # + index, kernels, state arrays
                 gc.freeze()  # as run_daemon after its first tick
             else:
                 cpu["tick"].append(ended - began)
@@ -763,6 +766,34 @@ def print_report(
     )
 
 
+def print_agents(agents: list[Measured]) -> None:
+    """The agents' table (``--agent-only``): CPU a tick, and resident memory at each stage of
+    the process' life, then the goals."""
+    print(f"\n| {'agent':<44} | " + " | ".join(f"{m.label:>18}" for m in agents) + " |")
+    print("|" + "-" * 46 + "|" + "|".join("-" * 20 for _ in agents) + "|")
+    for name, key, scale in (
+        ("series", "series", 1.0),
+        ("signal columns scored", "signals", 1.0),
+        ("first tick (index built, kernels), s", "first_tick_s", 1.0),
+        ("RSS after imports, MB", "rss_imports_mb", 1.0),
+        ("RSS after Daemon(config), MB", "rss_daemon_mb", 1.0),
+        ("RSS after the first tick, MB", "rss_first_tick_mb", 1.0),
+        ("RSS after every tick, MB", "rss_mb", 1.0),
+    ):
+        cells = [m.facts[key] * scale for m in agents]
+        print(f"| {name:<44} | " + " | ".join(f"{c:>18,.1f}" for c in cells) + " |")
+    cells = [m.cpu["tick"] * 1e3 for m in agents]
+    name = "CPU a tick (Daemon.tick()), ms"
+    print(f"| {name:<44} | " + " | ".join(f"{c:>18.1f}" for c in cells) + " |")
+    print("\ngoals (issue 41):")
+    for agent in agents:
+        agent_ms, agent_mb = agent.cpu["tick"] * 1e3, agent.facts["rss_mb"]
+        verdict = "met" if agent_ms <= AGENT_GOAL_MS else "NOT met"
+        print(f"- {agent.label} <= {AGENT_GOAL_MS:g} ms CPU a tick: {agent_ms:.1f} ms, {verdict}")
+        verdict = "met" if agent_mb <= AGENT_GOAL_MB else "NOT met"
+        print(f"- {agent.label} <= {AGENT_GOAL_MB:g} MB RSS: {agent_mb:.0f} MB, {verdict}")
+
+
 def _all(agents: list[Measured], paths: dict[str, tuple[Measured, Measured]]) -> list[Measured]:
     return [*agents, *(m for pair in paths.values() for m in pair)]
 
@@ -782,12 +813,17 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="ticks after the first, unmeasured")
     parser.add_argument("--interval", type=float, default=15.0, help="scrape interval, s")
     parser.add_argument("--per-request", type=int, default=2000, help="remote-write batch")
+    parser.add_argument(
+        "--agent-only",
+        action="store_true",
+        help="measure only the agent (compiled and interpreted): its CPU a tick and memory",
+    )
     args = parser.parse_args()
     small, large = sorted(args.measure)
     if small == large or small < 1:
         parser.error("--measure needs two different sizes >= 1")
     began = time.perf_counter()
-    fleet = Fleet(large)
+    fleet = Fleet(1 if args.agent_only else large)
     node_samples = fleet.node.samples + fleet.dcgm[0].samples
     print(
         f"a node: node-exporter {fleet.node.samples:,} samples (real page) + dcgm-exporter "
@@ -797,6 +833,9 @@ def main() -> None:
     )
     agents = [measure(fleet, "agent", 1, args), measure(fleet, "agent", 1, args, True)]
     print(f"agents measured ({time.perf_counter() - began:.0f} s)", flush=True)
+    if args.agent_only:
+        print_agents(agents)
+        return
     paths: dict[str, tuple[Measured, Measured]] = {}
     fleet.encoders()  # every node's series wire bytes, once (the smaller size takes its share)
     fleet.encoders(selected=True)

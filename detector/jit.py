@@ -13,7 +13,10 @@ daemon keeps the cache across restarts.
 
 Where the process may not create executable memory (systemd's ``MemoryDenyWriteExecute=yes``,
 the kernel's ``PR_SET_MDWE``, SELinux ``execmem`` denied) numba cannot JIT at all: its import
-raises. The kernels then run as the plain Python functions they are (``COMPILED`` is False):
+raises. A one-page probe finds that out first, and then, as with numba's own
+``NUMBA_DISABLE_JIT=1``, numba is not imported at all (the library and its compiler take
+~55 MB of resident memory an interpreted process has no use for; a failed import left half of
+it loaded). The kernels then run as the plain Python functions they are (``COMPILED`` is False):
 same code, same results, ~300x slower (bench/RESULTS.md "Interpreted kernels"), which one
 node's agent (~3,000 scored columns: ~50 ms per 15 s tick) can afford and a fleet scorer cannot.
 
@@ -43,6 +46,7 @@ NaN/inf semantics the scorers rely on.
 
 from __future__ import annotations
 
+import mmap
 import os
 import shutil
 from collections.abc import Callable, Mapping
@@ -51,11 +55,37 @@ from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-numba: Any
-try:
-    import numba
-except OSError:  # "cannot allocate executable memory": no JIT possible in this process
-    numba = None
+
+def jit_disabled(environ: Mapping[str, str]) -> bool:
+    """numba's own switch ``NUMBA_DISABLE_JIT`` is on (an integer other than 0, as numba
+    reads it): the kernels are to run as plain Python."""
+    try:
+        return int(environ.get("NUMBA_DISABLE_JIT", "0") or "0") != 0
+    except ValueError:
+        return False  # numba itself rejects the value when it loads; leave that to it
+
+
+def executable_memory_allowed() -> bool:
+    """This process may map memory writable and executable at once, as a JIT must: systemd's
+    ``MemoryDenyWriteExecute=yes`` (a seccomp filter), the kernel's ``PR_SET_MDWE`` and
+    SELinux's ``execmem`` denial all refuse such a mapping (a one-page probe)."""
+    prot = mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC
+    try:
+        probe = mmap.mmap(-1, mmap.PAGESIZE, prot=prot)
+    except OSError:
+        return False
+    probe.close()
+    return True
+
+
+numba: Any = None
+# Where numba cannot JIT (or must not) it is not imported at all: a failed import still left
+# llvmlite loaded, ~55 MB of an agent's resident memory for nothing.
+if not jit_disabled(os.environ) and executable_memory_allowed():
+    try:
+        import numba
+    except OSError:  # "cannot allocate executable memory": no JIT possible in this process
+        numba = None
 
 WIDE_VECTORS = "-prefer-256-bit"  # LLVM's tuning feature that keeps AVX-512 CPUs at 256 bits
 

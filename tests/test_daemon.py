@@ -218,7 +218,10 @@ async def test_planted_failure_fires_then_resolves_at_alertmanager(
     [daemon] = await run_until(config, done)
     for thread in pending:
         thread.join(HANG_GUARD_S)
-    assert [200, 200] == served[:2]  # /readyz and /metrics answered over HTTP while running
+    # /readyz and /metrics answered over HTTP while running. Readiness itself is decided in
+    # wall time (the last tick's age, a target scraped within the 0.12 s timeout) and tested on
+    # a virtual clock (test_startup, test_server): on a loaded machine it rightly says 503 here.
+    assert [True, 200] == [served[0] in (200, 503), served[1]], served
     late = metrics(daemon)
     for name in ("detector_alerts_total", "detector_true_positives_total"):
         assert (0.0, 1.0) == (early[0][name], late[name])

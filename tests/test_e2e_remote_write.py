@@ -27,7 +27,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +37,7 @@ import httpx
 import pytest
 import yaml
 from e2e.procs import Proc, free_port, require_tool, stop_all, wait_http, wait_until
-from e2e.stack import FAILED_NODE, HERE, REPO, SCENARIO, SPEED, sim_targets
+from e2e.stack import FAILED_NODE, HERE, REPO, SCENARIO, SPEED, HeldClock, sim_targets
 
 from detector.ingest.parse import parse_exposition
 from detector.sim import serve
@@ -49,21 +48,6 @@ LATER = dataclasses.replace(SCENARIO, failures=(dataclasses.replace(_PCIE, at_s=
 
 PASSWORD = "e2e-remote-write"
 RESOLVE_TIMEOUT_S = 120.0  # the failure resolves ~55 s after the processes are up; a ceiling
-
-
-class HeldClock:
-    """``time.monotonic`` held still until ``release``: the exporters serve their first minute
-    until every process is up, however long a loaded machine takes to start them."""
-
-    def __init__(self) -> None:
-        self.start = time.monotonic()
-        self.offset: float | None = None
-
-    def release(self) -> None:
-        self.offset = time.monotonic() - self.start
-
-    def __call__(self) -> float:
-        return self.start if self.offset is None else time.monotonic() - self.offset
 
 
 @dataclass

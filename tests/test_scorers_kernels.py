@@ -107,6 +107,40 @@ def test_interpreted_kernels_give_the_compiled_scores() -> None:
     np.testing.assert_allclose(interpreted, compiled, rtol=1e-9, atol=1e-9)
 
 
+def test_disabled_jit_leaves_numba_unloaded_and_says_interpreted() -> None:
+    """NUMBA_DISABLE_JIT=1: the daemon's modules load without numba (its ~55 MB unused) and
+    report the kernels as interpreted; numba's own spelling of the switch is honoured."""
+    probe = (
+        "import sys, detector.service, detector.jit as j; print('numba' in sys.modules, j.COMPILED)"
+    )
+    env = {**os.environ, "NUMBA_DISABLE_JIT": "1"}
+    child = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    assert "False False" == child.stdout.strip(), child.stderr
+    assert (True, False, False) == tuple(
+        jit.jit_disabled({"NUMBA_DISABLE_JIT": v}) for v in ("1", "0", "")
+    )
+    assert not jit.jit_disabled({})
+
+
+_MDWE_PROBE = """
+import ctypes, sys
+if ctypes.CDLL(None, use_errno=True).prctl(65, 1, 0, 0, 0) != 0:  # PR_SET_MDWE
+    sys.exit(77)
+import detector.service, detector.jit as j
+print("llvmlite.binding" in sys.modules, j.COMPILED, j.executable_memory_allowed())
+"""
+
+
+def test_no_executable_memory_leaves_numba_unloaded() -> None:
+    """Under the kernel's W^X rule (PR_SET_MDWE, as systemd's MemoryDenyWriteExecute=yes) the
+    probe says no and numba is not imported: no half-loaded llvmlite, kernels interpreted."""
+    child = subprocess.run([sys.executable, "-c", _MDWE_PROBE], capture_output=True, text=True)
+    if child.returncode == 77:
+        pytest.skip("kernel without PR_SET_MDWE (Linux < 6.3)")
+    assert "False False False" == child.stdout.strip(), child.stderr[-2000:]
+    assert jit.executable_memory_allowed()  # this process: compiled kernels
+
+
 def test_wide_vectors_leave_an_operator_choice_alone() -> None:
     """An operator's NUMBA_CPU_FEATURES or NUMBA_CPU_NAME is kept as it is."""
     for key in ("NUMBA_CPU_FEATURES", "NUMBA_CPU_NAME"):

@@ -12,7 +12,6 @@ import base64
 import hashlib
 import socket
 import ssl
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ import yaml
 from chaos.alertmanager import FakeAlertmanager
 from chaos.daemon_process import DaemonProcess
 from chaos.harness import free_port, quiet_scenario, restored_logging, write_config
+from step_clock import SharedStepClock
 from test_crash_restart import wait_for
 from test_server import self_signed
 
@@ -30,7 +30,7 @@ from detector.service.daemon import main_run
 from detector.sim import FailureSpec, serve
 
 REPO = Path(__file__).resolve().parent.parent
-SPEED = 100.0
+SPEED = 50.0  # one 30 s simulated step per 0.6 s tick
 USER, PASSWORD = "prometheus", "Pr0m-scrape-pa55word"
 AM_USER, AM_PASSWORD = "amuser", "Am-d3livery-s3cret"
 TARGET_USER, TARGET_PASSWORD = "exporter", "Exp0rter-t0ken-value"
@@ -63,12 +63,12 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     scenario = quiet_scenario(
         nodes=3,
         gpus=2,
-        # at 15 s of wall time: a daemon on a slow machine served /readyz only after 3-4.3 s
-        # (300-430 simulated s), and one that first scrapes after the XID never alerts on it
         failures=(FailureSpec("gsp", node=1, gpu=0, at_s=1500.0, lead_s=0.0, xid=119),),
     )
-    exporters = serve(scenario, port=0, speed=SPEED, clock=time.monotonic)
-    origin = time.time()
+    # The exporters and the daemon's process share a clock the daemon steps one interval a
+    # tick (tests/step_clock.py): on a wall clock a slow start let the XID pass unseen.
+    clock_file = tmp / "clock"
+    exporters = serve(scenario, port=0, speed=SPEED, clock=SharedStepClock(clock_file))
     am = FakeAlertmanager().up()
     dead_am = f"http://{AM_USER}:{AM_PASSWORD}@127.0.0.1:{free_port()}"
     live_am = am.url.replace("http://", f"http://{AM_USER}:{AM_PASSWORD}@")
@@ -79,7 +79,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     config = write_config(
         tmp / "config.yaml",
         targets,
-        scrape={"interval_s": 0.3, "timeout_s": 0.2},
+        scrape={"interval_s": 0.6, "timeout_s": 0.5},
         alerts={"threshold": 0.99, "alertmanager_urls": [live_am, dead_am]},
         server={
             "listen": f"127.0.0.1:{port}",
@@ -91,7 +91,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
         },
         logging={"level": "debug", "format": "json"},
     )
-    proc = DaemonProcess(config, scenario.start, origin, SPEED, tmp)
+    proc = DaemonProcess(config, scenario.start, 0.0, SPEED, tmp, clock_file)
     trust = ssl.create_default_context(cafile=str(cert))
     running = Running(f"https://127.0.0.1:{port}", trust, proc, am, dead)
     proc.start()
@@ -175,7 +175,8 @@ def test_secrets_never_reach_logs_or_metrics(daemon: Running) -> None:
     sure their URLs are logged)."""
     for password in (PASSWORD, "wrong-" + PASSWORD):
         daemon.get("/metrics", **daemon.auth(USER, password))
-    wait_for(lambda: daemon.am.alerts(node="node-02"), 20, "the planted failure delivered")
+    # 50 ticks after the start: a hang guard of 300 s
+    wait_for(lambda: daemon.am.alerts(node="node-02"), 100, "the planted failure delivered")
     wait_for(
         lambda: "alert delivery failed" in daemon.proc.raw_logs(), 20, "a failed delivery logged"
     )

@@ -610,9 +610,11 @@ def main_run(
     env: Mapping[str, str] | None = None,
     *,
     clock: Callable[[], float] = time.time,
+    on_tick: Callable[[Daemon, LoopTick], None] | None = None,
 ) -> int:
     """``detector run --config FILE``: 0 after a clean shutdown, 2 on bad input. ``clock``
-    stamps ticks (tests run the real entry point in a subprocess on a simulator's fast one)."""
+    stamps ticks and ``on_tick`` follows them (tests run the real entry point in a subprocess
+    on a simulator's clock, which their ``on_tick`` moves one interval a tick)."""
     environ = dict(os.environ if env is None else env)
     try:
         config = load_config(config_path, environ)
@@ -622,7 +624,7 @@ def main_run(
         return 2
     configure_logging(config.logging.level, config.logging.format)
     try:
-        _run(run_daemon(config, clock=clock, environ=environ))
+        _run(run_daemon(config, clock=clock, environ=environ, on_tick=on_tick))
     except DetectorError as exc:
         _log.error("daemon failed", error=str(exc))
         return 2

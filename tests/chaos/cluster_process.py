@@ -1,7 +1,9 @@
 """The chaos cluster in its own process: ``python -m chaos.cluster_process '<json>'`` (with
 tests/ on sys.path) starts the simulator and the chaos servers, prints one JSON line
 ``{"targets": [...], "plan": {...}, "start": <scenario start>, "origin": <wall time>}`` and
-serves until its stdin closes (the parent died or is done) or SIGTERM.
+serves until its stdin closes (the parent died or is done) or SIGTERM. Its simulated clock runs
+on wall time at ``speed``, or with the option ``clock_file`` on that ``SharedStepClock``
+(tests/step_clock.py) at ``speed`` simulated seconds per clock second.
 
 Why a process: the simulator builds every page in Python; in the daemon's process it would
 compete with the daemon for the GIL and the tick statistics would measure the simulator.
@@ -21,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from step_clock import SharedStepClock
+
 TESTS = Path(__file__).resolve().parent.parent
 
 
@@ -33,11 +37,16 @@ class ClusterProcess:
     plan: dict[str, str]
     start_time: float  # the scenario's start (simulated unix time)
     origin: float  # wall time the simulated clock started
+    clock_file: Path | None = None  # the SharedStepClock it serves on, else wall time
 
     @classmethod
-    def start(cls, **options: Any) -> ClusterProcess:
+    def start(cls, clock_file: Path | None = None, **options: Any) -> ClusterProcess:
         """``options``: nodes, gpus, seed, speed, fraction, slow_s, with_bad, failures
-        (list of FailureSpec fields as dicts)."""
+        (list of FailureSpec fields as dicts); ``clock_file``: serve on that
+        ``SharedStepClock`` instead of wall time."""
+        if clock_file is not None:
+            SharedStepClock(clock_file)  # created at 0 before either process reads it
+            options["clock_file"] = str(clock_file)
         env = dict(os.environ, PYTHONPATH=f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
         proc = subprocess.Popen(
             [sys.executable, "-m", "chaos.cluster_process", json.dumps(options)],
@@ -53,9 +62,11 @@ class ClusterProcess:
             proc.wait(5)
             raise RuntimeError("chaos cluster process did not start")
         info = json.loads(line)
-        return cls(proc, info["targets"], info["plan"], info["start"], info["origin"])
+        return cls(proc, info["targets"], info["plan"], info["start"], info["origin"], clock_file)
 
     def sim_time(self, speed: float) -> float:
+        if self.clock_file is not None:
+            return self.start_time + SharedStepClock(self.clock_file)() * speed
         return self.start_time + (time.time() - self.origin) * speed
 
     @property
@@ -90,10 +101,12 @@ def _main(options: dict[str, Any]) -> None:
     speed = float(options.pop("speed", 100.0))
     cluster_opts = {k: options.pop(k) for k in ("fraction", "slow_s", "with_bad") if k in options}
     failures = tuple(FailureSpec(**f) for f in options.pop("failures", ()))
+    clock_file = options.pop("clock_file", None)
+    clock = SharedStepClock(Path(clock_file)) if clock_file else time.monotonic
     scenario = quiet_scenario(**options, failures=failures)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
-    with chaos_cluster(scenario, speed=speed, **cluster_opts) as cluster:
+    with chaos_cluster(scenario, speed=speed, clock=clock, **cluster_opts) as cluster:
         origin = time.time() - (time.monotonic() - cluster.clock.origin)
         info = {
             "targets": cluster.targets,

@@ -1,6 +1,9 @@
 """The daemon's real entry point (``detector.daemon.main_run``) in a subprocess, on the
-simulator's fast clock: ``python -m chaos.daemon_process CONFIG START ORIGIN SPEED``
-(tests/ on sys.path) ticks at ``START + (time.time() - ORIGIN) * SPEED``.
+simulator's clock: ``python -m chaos.daemon_process CONFIG START ORIGIN SPEED [CLOCK_FILE]``
+(tests/ on sys.path) ticks at ``START + (time.time() - ORIGIN) * SPEED`` (wall time), or with
+CLOCK_FILE at ``START + clock * SPEED`` on that ``SharedStepClock``, which it moves one scrape
+interval after each of its ticks (the cluster serves on the same clock: a loaded machine slows
+the run down, it does not change what the daemon sees).
 
 ``DaemonProcess`` is the parent's handle: start, ``kill -9``, terminate, and the captured
 log (stderr, JSON lines) of every run.
@@ -30,6 +33,7 @@ class DaemonProcess:
     origin: float
     speed: float
     log_dir: Path
+    clock_file: Path | None = None  # a SharedStepClock's file, else wall time
     proc: subprocess.Popen[bytes] | None = None
     runs: int = 0
     log_paths: list[Path] = field(default_factory=list)
@@ -41,6 +45,7 @@ class DaemonProcess:
         self.log_paths.append(path)
         env = dict(os.environ, PYTHONPATH=f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
         args = [str(self.config), repr(self.start_time), repr(self.origin), repr(self.speed)]
+        args += [str(self.clock_file)] if self.clock_file is not None else []
         with path.open("wb") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "chaos.daemon_process", *args],
@@ -89,10 +94,19 @@ class DaemonProcess:
 
 
 def _main(argv: list[str]) -> int:
+    from step_clock import SharedStepClock
+
     from detector.service.daemon import main_run
 
     config, start, origin, speed = Path(argv[0]), *map(float, argv[1:4])
-    return main_run(config, clock=lambda: start + (time.time() - origin) * speed)
+    if len(argv) < 5:
+        return main_run(config, clock=lambda: start + (time.time() - origin) * speed)
+    shared = SharedStepClock(Path(argv[4]))
+    return main_run(
+        config,
+        clock=shared.scaled(start, speed),
+        on_tick=lambda daemon, _: shared.advance(daemon.config.scrape.interval_s),
+    )
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,14 +89,16 @@ def chaos_cluster(
     slow_s: float = 2.0,
     with_bad: bool = True,
     node_exporter: bool = False,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Iterator[ChaosCluster]:
     """Start the simulator and, for the planned bad nodes, a chaos server per target (both
     exporters of a bad node misbehave the same way). ``with_bad=False``: the bad nodes'
     targets are simply left out (the control run). One target per node (its dcgm-exporter:
     63 targets for 63 nodes) unless ``node_exporter``: the simulator renders every page in
     Python and on a shared 2-core machine 126 pages at once take longer than any sane scrape
-    timeout, which would test the simulator instead of the daemon."""
-    exporters = serve(scenario, port=0, speed=speed, clock=time.monotonic)
+    timeout, which would test the simulator instead of the daemon. ``clock``: what the
+    exporters' simulated time runs on (``speed`` simulated seconds per second of it)."""
+    exporters = serve(scenario, port=0, speed=speed, clock=clock)
     clock = SimClock(scenario.start, speed)
     farm = ChaosFarm(slow_s=slow_s)
     try:
