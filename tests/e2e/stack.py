@@ -17,7 +17,9 @@ below it once it is back, so its alert fires and resolves within the test.
 The daemon's config turns ``alerts.alert_on_xid`` off: the XID 79 of this failure shows in
 the DCGM gauge when the GPU comes back, and an XID-forced alert is held for 300 s of the
 daemon's (wall) clock, longer than the test. The statistical alert is what is tested here;
-XID forcing is covered in-process by tests/test_daemon.py on a fast clock.
+XID forcing is covered in-process by tests/test_daemon.py on a fast clock. The GPU's vanishing
+is definitive evidence, which forces the alert for ``alerts.xid_hold_s`` too: 5 s here,
+shortened with the other durations, so the alert resolves once the GPU is back.
 """
 
 from __future__ import annotations
@@ -249,6 +251,7 @@ class Stack:
             "scrape": {"interval_s": INTERVAL_S, "timeout_s": 0.8, "jitter_fraction": 0.0},
             "alerts": {
                 "alert_on_xid": False,  # see the module docstring
+                "xid_hold_s": 5,  # the vanished GPU's forced alert: see the module docstring
                 "min_duration_s": 0,
                 "min_observations": 1,
                 "cooldown_s": 0,
