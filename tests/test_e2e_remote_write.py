@@ -76,6 +76,7 @@ def _daemon(tmp: Path, name: str, port: int, **sections: Any) -> Proc:
         "scrape": {"interval_s": 1.0, "timeout_s": 0.8, "jitter_fraction": 0.0},
         "alerts": {
             "alert_on_xid": False,
+            "xid_hold_s": 5,  # a vanished GPU's forced alert, shortened as in tests/e2e/stack.py
             "min_duration_s": 0,
             "min_observations": 1,
             "cooldown_s": 0,
