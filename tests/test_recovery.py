@@ -11,16 +11,11 @@ import pytest
 
 from detector.cli.main import main
 from detector.errors import JobsError
-from detector.evaluation import AlertRow, Evaluation, evaluate
+from detector.evaluation import AlertRow, Evaluation, concentration, evaluate, repeat_offenders
 from detector.ingest import load_jobs, write_jobs
 from detector.loop import Decision
 from detector.model import Alert, JobAttempt, XidEvent
-from detector.replay.recovery import (
-    Recovery,
-    concentration,
-    recovery_analysis,
-    repeat_offenders,
-)
+from detector.replay.recovery import Recovery, recovery_analysis
 from detector.replay.report.recovery import recovery_section
 from detector.replay.retries import retry_chains
 from detector.sim import Scenario, SimulatedCluster

@@ -21,8 +21,6 @@ from typing import Any, Protocol
 from ..evaluation import (
     RULE,
     STUDY_CONCENTRATION,
-    STUDY_TOP3_SHARE,
-    TOP_K,
     Concentration,
     Evaluation,
     Offender,
@@ -34,19 +32,7 @@ from ..loop import Decision
 from ..model import JobAttempt, XidEvent
 from .retries import RetryAnalysis, retry_chains
 
-__all__ = [
-    "RULE",
-    "STUDY_CONCENTRATION",
-    "STUDY_TOP3_SHARE",
-    "TOP_K",
-    "Concentration",
-    "Offender",
-    "Recovery",
-    "ReplayOutcome",
-    "concentration",
-    "recovery_analysis",
-    "repeat_offenders",
-]
+__all__ = ["Recovery", "ReplayOutcome", "recovery_analysis"]
 
 
 class ReplayOutcome(Protocol):

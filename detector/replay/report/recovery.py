@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from html import escape
 
-from ..recovery import RULE, STUDY_CONCENTRATION, STUDY_TOP3_SHARE, Recovery
+from ...evaluation import RULE, STUDY_CONCENTRATION, STUDY_TOP3_SHARE
+from ..recovery import Recovery
 from ..retries import KINDS, STUDY_AUTOMATIC_SUCCESS, STUDY_MANUAL_SUCCESS, Spread
 from .markup import html_table, node_link
 
