@@ -117,7 +117,7 @@ def test_a_restart_keeps_the_episode_definitive() -> None:
 
 def test_calibration_re_decides_a_vanished_gpu_as_the_replay_did() -> None:
     """A simulated GPU off the bus (XID 79, no precursor) with a threshold no score reaches:
-    the replay alerts on the tick of the fault, definitive, and its Recording re-decided at
+    the replay alerts within two ticks of the fault, definitive, and its Recording re-decided at
     the same parameters (what calibrate does) gives the same alert."""
     scenario = Scenario(
         nodes=3,
@@ -137,7 +137,7 @@ def test_calibration_re_decides_a_vanished_gpu_as_the_replay_did() -> None:
     result = run_replay(loop, frames, record_scores=True)
     fault = scenario.start + 1800.0
     assert [("node-02", "2", True)] == [(a.node, a.gpu, a.definitive) for a in result.alerts]
-    assert fault <= result.alerts[0].start < fault + STEP
+    assert fault < result.alerts[0].start <= fault + 2 * STEP  # confirmed on its second tick
     assert result.recording is not None
     decided = result.recording.decide(loop.decisions.fresh(episode_params(config, None)))
     assert [(a.node, a.start) for a in result.alerts] == [(a.node, a.start) for a in decided.alerts]
