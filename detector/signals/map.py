@@ -45,6 +45,10 @@ from .repeats import RepeatedScrapes, target_key
 from .team_inference import TeamInference
 from .values import frozen_values, known_per_gpu, presence_values, retire_replaced, transformed
 
+# Ticks with GPU data in a row a GPU must be gone for before it counts as vanished
+# (``SignalMap._note_vanished``): definitive evidence within two scrape intervals.
+CONFIRM_TICKS = 2
+
 
 class SignalMap:
     """Maps the series of ``index`` onto signal columns and computes their values per tick."""
@@ -99,8 +103,9 @@ class SignalMap:
         self._seen: BoolArray = np.zeros(0, dtype=bool)  # per index series: ever observed
         self._known: FloatArray | None = None  # per GPU entity: its series in _seen (cache)
         # Definitive structural evidence, with the health_gpu_count rule: per GPU entity
-        # whether it was gone at its node's last tick with GPU data; the GPUs gone this tick.
-        self._gone_prev: FloatArray = np.zeros(0)
+        # for how many of its node's ticks with GPU data in a row it has been gone; the GPUs
+        # confirmed gone this tick (CONFIRM_TICKS in a row).
+        self._gone_ticks: FloatArray = np.zeros(0)
         self.vanished: IntArray = np.zeros(0, dtype=np.int64)
         # restored state for columns not mapped yet
         self._pending: dict[int, tuple[float, float, float]] = {}
@@ -564,23 +569,25 @@ class SignalMap:
         return out
 
     def _note_vanished(self, gone: FloatArray) -> None:
-        """``vanished``: the GPU entities gone (``presence_values``) this tick that were not at
-        their node's last tick with GPU data: a GPU's series all gone from a page that still
-        answered with other GPUs (fell off the bus). Off without the ``health_gpu_count``
-        rule (the signal that names it). A node with no GPU data this tick (target down, lost
-        scrape, exporter restarting) keeps its GPUs' state: a page back with the same GPUs
-        shows nothing new, one back without a GPU shows it gone."""
+        """``vanished``: the GPU entities gone (``presence_values``) at ``CONFIRM_TICKS`` of
+        their node's ticks with GPU data in a row, this tick the last: a GPU's series all gone
+        from a page that still answered with other GPUs (fell off the bus), within two
+        scrape intervals of the fault. One tick is not enough: remote-written samples of one
+        scrape can arrive over two ticks, and a GPU whose samples come a tick late is not
+        gone. Off without the ``health_gpu_count`` rule (the signal that names it). A node
+        with no GPU data this tick (target down, lost scrape, exporter restarting) keeps its
+        GPUs' count: a page back with the same GPUs shows nothing new, one back without a GPU
+        counts on."""
         if "health_gpu_count" not in self._presence:
             return
         n = gone.shape[0]
-        if self._gone_prev.shape[0] < n:
-            grow = np.zeros(n - self._gone_prev.shape[0])
-            self._gone_prev = np.concatenate((self._gone_prev, grow))
-        prev = self._gone_prev[:n]
-        with np.errstate(invalid="ignore"):
-            self.vanished = np.flatnonzero(gone > prev)
+        if self._gone_ticks.shape[0] < n:
+            grow = np.zeros(n - self._gone_ticks.shape[0])
+            self._gone_ticks = np.concatenate((self._gone_ticks, grow))
+        ticks = self._gone_ticks[:n]
         known = ~np.isnan(gone)
-        prev[known] = gone[known]
+        ticks[known] = np.where(gone[known] > 0, ticks[known] + 1, 0.0)
+        self.vanished = np.flatnonzero(known & (ticks == CONFIRM_TICKS))
 
     def vanished_gpus(self) -> list[tuple[str, str]]:
         """(node, gpu label) of each GPU in ``vanished``."""
@@ -640,7 +647,7 @@ class SignalMap:
             "prev_time": self._prev_time.copy(),
             "prev_den": self._prev_den.copy(),
             "seen": self._seen.copy(),
-            "gone_prev": self._gone_prev.copy(),
+            "gone_ticks": self._gone_ticks.copy(),
             **_prefixed("repeats_", self.repeats),
             **self.inference.state_dict(),
         }
@@ -675,8 +682,8 @@ class SignalMap:
             self._seen = grown
         self._seen[: seen.shape[0]] |= seen
         self._known = None
-        if "gone_prev" in state:  # states saved before it: no GPU counted gone
-            self._gone_prev = np.asarray(state["gone_prev"], dtype=np.float64).copy()
+        if "gone_ticks" in state:  # states saved before it: no GPU counted gone
+            self._gone_ticks = np.asarray(state["gone_ticks"], dtype=np.float64).copy()
         self._learn_cohorts(np.flatnonzero(self._seen[: len(self.index)]))
         repeats = _unprefixed("repeats_", state)
         if self.repeats is not None and repeats:  # states saved before repeats.py have none
