@@ -334,7 +334,7 @@ def test_replays_of_prometheus_own_exports_find_the_failure(
     failure = {"time": failed_at, "node": FAILED_NODE, "gpu": FAILED_GPU, "xid": 79}
     events.write_text(json.dumps(failure))
     config = tmp_path / "replay.yaml"
-    alerts = {"min_duration_s": 0, "min_observations": 1, "cooldown_s": 0, "clear_duration_s": 0}
+    alerts = {"min_duration_s": 1, "min_observations": 1, "cooldown_s": 0, "clear_duration_s": 0}
     config.write_text(yaml.safe_dump({"alerts": alerts}))  # as the daemon's (stack.py)
     for dump in (from_api, from_tsdb):
         report, scores = tmp_path / f"{dump.name}.json", tmp_path / f"{dump.name}.csv"

@@ -77,7 +77,9 @@ def _daemon(tmp: Path, name: str, port: int, **sections: Any) -> Proc:
         "alerts": {
             "alert_on_xid": False,
             "xid_hold_s": 5,  # a vanished GPU's forced alert, shortened as in tests/e2e/stack.py
-            "min_duration_s": 0,
+            # two ticks: the vanished GPU's score and its definitive evidence (confirmed on its
+            # second tick) open one critical alert, as at the defaults
+            "min_duration_s": 1,
             "min_observations": 1,
             "cooldown_s": 0,
             "clear_duration_s": 0,

@@ -384,8 +384,9 @@ def test_state_round_trip_keeps_rates_across_restart() -> None:
 
 
 def test_a_restart_does_not_take_a_gpu_already_gone_for_a_new_vanish() -> None:
-    """Restored from a state saved while GPU 1 was gone, the map names no vanished GPU on the
-    next tick without it, and names it again once it has come back and gone."""
+    """Restored from a state saved while GPU 1 was gone (also by the one-tick confirmation
+    before, ``gone_prev``), the map names no vanished GPU on the next ticks without it, and
+    names it again once it has come back and gone."""
     cluster = Cluster()
     metrics = ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE")
     both = {(m, gpu_labels(g)): 50.0 for m in metrics for g in ("0", "1")}
@@ -393,13 +394,18 @@ def test_a_restart_does_not_take_a_gpu_already_gone_for_a_new_vanish() -> None:
     cluster.tick(0, both)
     cluster.tick(30, only0)
     cluster.tick(60, only0)  # confirmed gone
-    restored = SignalMap(cluster.signals.catalog, cluster.index)
-    restored.load_state_dict(cluster.signals.state_dict())
-    seen = []
-    for t, values in ((90, only0), (120, both), (150, only0), (180, only0)):
-        restored.compute(float(t), cluster.frame(values))
-        seen.append(restored.vanished_gpus())
-    assert [[], [], [], [("n1", "1")]] == seen
+    state = cluster.signals.state_dict()
+    # as the one-tick confirmation saved it: whether each GPU was gone at the last tick
+    older = {k: v for k, v in state.items() if k != "gone_ticks"}
+    older["gone_prev"] = (state["gone_ticks"] > 0).astype(np.float64)
+    for saved in (state, older):
+        restored = SignalMap(cluster.signals.catalog, cluster.index)
+        restored.load_state_dict(saved)
+        seen = []
+        for t, values in ((90, only0), (120, only0), (150, both), (180, only0), (210, only0)):
+            restored.compute(float(t), cluster.frame(values))
+            seen.append(restored.vanished_gpus())
+        assert [[], [], [], [], [("n1", "1")]] == seen
 
 
 def test_state_restores_columns_mapped_later() -> None:

@@ -682,8 +682,10 @@ class SignalMap:
             self._seen = grown
         self._seen[: seen.shape[0]] |= seen
         self._known = None
-        if "gone_ticks" in state:  # states saved before it: no GPU counted gone
+        if "gone_ticks" in state:
             self._gone_ticks = np.asarray(state["gone_ticks"], dtype=np.float64).copy()
+        elif "gone_prev" in state:  # saved by one-tick confirmation: a gone GPU was told
+            self._gone_ticks = CONFIRM_TICKS * np.asarray(state["gone_prev"], dtype=np.float64)
         self._learn_cohorts(np.flatnonzero(self._seen[: len(self.index)]))
         repeats = _unprefixed("repeats_", state)
         if self.repeats is not None and repeats:  # states saved before repeats.py have none

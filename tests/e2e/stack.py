@@ -252,7 +252,9 @@ class Stack:
             "alerts": {
                 "alert_on_xid": False,  # see the module docstring
                 "xid_hold_s": 5,  # the vanished GPU's forced alert: see the module docstring
-                "min_duration_s": 0,
+                # two ticks: the vanished GPU's score and its definitive evidence (confirmed on its
+                # second tick) open one critical alert, as at the defaults
+                "min_duration_s": 1,
                 "min_observations": 1,
                 "cooldown_s": 0,
                 "clear_duration_s": 0,  # resolve on the first tick below the clear level
