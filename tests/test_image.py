@@ -1,12 +1,15 @@
-"""The container image recipe (Dockerfile, .dockerignore), checked without a container engine.
+"""The container image recipe (Dockerfile, .dockerignore): linted, checked, and built.
 
-No image can be built here (no Docker engine; Debian's buildah runs daemonless but cannot pull
-the python base image without a registry). So the recipe is checked by hadolint and by its
-rules (slim Python 3.11 base, non-root user, the kernels compiled at build time into a cache
-the image names, a health check on /healthz), and its build steps are repeated outside Docker:
-the wheel installed into a fresh virtualenv, the Dockerfile's own compile command run with
-the Dockerfile's environment, then a second process, as a pod with an empty writable cache
-directory, shown by numba's own counters to load every kernel it runs from that cache.
+CI has no Docker engine and no container registry, only Debian's mirror and PyPI. So
+scripts/build-image bootstraps a stand-in for the python:3.11-slim-bookworm base from Debian
+packages (debootstrap bookworm, Python 3.11) and builds the unchanged Dockerfile on it with
+buildah; the tests here run that script, then the image it built: its entrypoint as user
+65532, and a replay with an empty writable NUMBA_CACHE_DIR shown by numba's own counters to
+load every kernel from the cache the build compiled. Besides, hadolint lints the recipe, its
+rules are checked (slim Python 3.11 base, non-root user, the kernels compiled at build time
+into a cache the image names, a health check on /healthz), and its build steps are repeated
+outside any container (the wheel in a fresh virtualenv, the compile command with the
+Dockerfile's environment, a second process loading every kernel from that cache).
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ import shlex
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -279,3 +285,144 @@ def test_an_unwritable_cache_dir_is_a_warning_and_the_command_still_runs(
     )
     assert captured.err.endswith("; they compile on first use\n")
     assert captured.out.strip()  # the selector was printed
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    """The image scripts/build-image built: its name, id and size as the script printed them."""
+
+    name: str
+    id: str
+    size: str
+    buildah: str
+
+
+# One tag per test run, removed afterwards: concurrent runs never replace each other's image.
+TEST_IMAGE = f"localhost/gpu-failure-detector:test-{os.getpid()}"
+
+
+@pytest.fixture(scope="module")
+def built_image() -> Iterator[BuiltImage]:
+    """scripts/build-image run once for the module (debootstrap and pip need Debian's mirror
+    and PyPI; CI runs as root with buildah and debootstrap, which .ci/run installs); the image
+    is removed at the end."""
+    buildah = require_tool("buildah")
+    require_tool("debootstrap")
+    if os.geteuid() != 0:  # CI runs as root: there this is a failure, as a missing tool is
+        message = "scripts/build-image needs root (debootstrap, buildah's storage)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    done = subprocess.run(
+        [str(REPO / "scripts" / "build-image"), TEST_IMAGE],
+        capture_output=True, text=True, timeout=3600, check=False, cwd=REPO,
+    )  # fmt: skip
+    assert 0 == done.returncode, done.stdout[-4000:] + done.stderr[-4000:]
+    printed = re.search(r"^image: (\S+) (sha256:[0-9a-f]{64}) (.+)$", done.stdout, re.M)
+    assert printed, done.stdout[-2000:]
+    yield BuiltImage(printed[1], printed[2], printed[3], buildah)
+    subprocess.run([buildah, "rmi", printed[2]], capture_output=True, timeout=300, check=True)
+
+
+@contextmanager
+def container(image: BuiltImage) -> Iterator[str]:
+    """A fresh working container of the image (buildah from), removed afterwards."""
+    name = subprocess.run(
+        [image.buildah, "from", "--pull=never", image.id],
+        capture_output=True, text=True, timeout=300, check=True,
+    ).stdout.strip()  # fmt: skip
+    try:
+        yield name
+    finally:
+        subprocess.run([image.buildah, "rm", name], capture_output=True, timeout=300, check=True)
+
+
+def run_in(image: BuiltImage, name: str, *command: str) -> subprocess.CompletedProcess[str]:
+    """``command`` in the container with the image's user, working directory and environment
+    (buildah run applies those, not the entrypoint; callers pass it)."""
+    return subprocess.run(
+        [image.buildah, "run", "--isolation", "chroot", name, "--", *command],
+        capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+
+
+def image_config(image: BuiltImage) -> dict[str, object]:
+    """The image's Docker config (User, Env, Entrypoint, Cmd, Healthcheck...)."""
+    inspected = subprocess.run(
+        [image.buildah, "inspect", "--type", "image", image.id],
+        capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    config: dict[str, object] = json.loads(inspected.stdout)["Docker"]["config"]
+    return config
+
+
+@pytest.mark.tools
+@pytest.mark.slow
+def test_the_dockerfile_builds_without_a_registry_into_the_image_it_promises(
+    built_image: BuiltImage,
+) -> None:
+    """scripts/build-image tags the image it prints; its config is the Dockerfile's: user
+    65532, entrypoint detector, command run, the numba cache variables, the /healthz check."""
+    assert TEST_IMAGE == built_image.name
+    assert re.fullmatch(r"[\d.]+ [kMG]B", built_image.size)
+    config = image_config(built_image)
+    pairs = config["Env"]
+    assert isinstance(pairs, list)
+    env = dict(str(pair).split("=", 1) for pair in pairs)
+    dockerfile_env = env_of(instructions(DOCKERFILE.read_text()))
+    assert dockerfile_env == {k: env[k] for k in dockerfile_env}
+    assert ("65532:65532", ["detector"], ["run"], "/var/lib/detector") == (
+        config["User"],
+        config["Entrypoint"],
+        config["Cmd"],
+        config["WorkingDir"],
+    )
+    healthcheck = config["Healthcheck"]
+    assert isinstance(healthcheck, dict)
+    assert "http://127.0.0.1:9108/healthz" in " ".join(healthcheck["Test"])
+
+
+@pytest.mark.tools
+@pytest.mark.slow
+def test_the_images_entrypoint_runs_as_the_non_root_user(built_image: BuiltImage) -> None:
+    """In a container of the image, the process is uid 65532 and ``detector --help`` (the
+    entrypoint) prints the command list."""
+    entrypoint = image_config(built_image)["Entrypoint"]
+    assert isinstance(entrypoint, list)
+    with container(built_image) as name:
+        user = run_in(built_image, name, "id", "-u")
+        helped = run_in(built_image, name, *entrypoint, "--help")
+    assert (0, "65532") == (user.returncode, user.stdout.strip())
+    assert 0 == helped.returncode, helped.stderr
+    assert helped.stdout.startswith("usage: detector")
+    assert "replay" in helped.stdout
+
+
+@pytest.mark.tools
+@pytest.mark.slow
+def test_a_container_with_an_empty_cache_dir_loads_every_kernel_the_build_compiled(
+    built_image: BuiltImage,
+) -> None:
+    """``detector replay --days 0.02 --nodes 2`` in the image, with an empty writable
+    NUMBA_CACHE_DIR (a pod's emptyDir) and the image's seed: numba's counters show every kernel
+    it runs loaded from the cache, none compiled, and the installed package is the image's."""
+    with container(built_image) as name:
+        pod = run_in(
+            built_image, name, "env", "NUMBA_CACHE_DIR=/tmp/pod-cache",
+            "python", "-c", COUNT_CACHE_USE,
+        )  # fmt: skip
+        listed = run_in(
+            built_image, name, "sh", "-c",
+            "cd /opt/detector/numba-cache && find . -name '*.nbi' | sort; echo --;"
+            " cd /tmp/pod-cache && find . -name '*.nbi' | sort",
+        )  # fmt: skip
+    assert 0 == pod.returncode, pod.stderr
+    use = json.loads(pod.stdout.strip().splitlines()[-1])
+    assert use["package"].startswith("/usr/local/lib/python3.11/")  # installed from the wheel
+    assert 0 == use["code"]
+    assert use["ran"] > 5
+    assert 0 == use["misses"]
+    assert use["hits"] >= use["ran"]
+    seeded, copied = listed.stdout.split("--\n")
+    assert seeded.split() == copied.split()
+    assert seeded.split()
