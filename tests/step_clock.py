@@ -43,7 +43,7 @@ class StepClock:
         return lambda: start + self() * speed
 
 
-class SharedStepClock:
+class SharedStepClock(StepClock):
     """A ``StepClock`` that several processes share through a file (an 8-byte float mapped
     into each of them): the crash tests' daemon subprocess advances it after each tick, the
     simulated cluster's process serves on it, and the test reads it. One writer at a time:
@@ -55,13 +55,11 @@ class SharedStepClock:
         self.path = path
         with path.open("r+b") as fh:
             self._map = mmap.mmap(fh.fileno(), 8)
+        self._lock = threading.Lock()  # within this process
 
     def __call__(self) -> float:
         return float(struct.unpack_from("<d", self._map)[0])
 
     def advance(self, seconds: float) -> None:
-        struct.pack_into("<d", self._map, 0, self() + seconds)
-
-    def scaled(self, start: float, speed: float) -> Callable[[], float]:
-        """The simulated cluster's time on this clock (as ``StepClock.scaled``)."""
-        return lambda: start + self() * speed
+        with self._lock:
+            struct.pack_into("<d", self._map, 0, self() + seconds)
